@@ -1,0 +1,33 @@
+# Every target is a one-liner; `make help` lists them.
+PY := .venv/bin/python
+PYTEST := .venv/bin/pytest
+
+.PHONY: help setup deps demo test test-unit test-integration lint bench
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*## /\t/'
+
+setup: deps demo  ## install everything (system packages, MinIO, venv, jars), then run the demo
+
+deps:  ## install everything, no demo
+	scripts/setup.sh
+
+demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and show the result
+	.venv/bin/ingest demo
+
+test: lint  ## lint, type-check, then every test (unit and integration, real services)
+	scripts/pytest-all.sh tests
+
+test-unit:  ## the fast tests only (no servers)
+	scripts/pytest-all.sh tests -m "not integration"
+
+test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
+	scripts/pytest-all.sh tests -m integration
+
+lint:  ## ruff and mypy --strict
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+
+bench:  ## the benchmarks of bench/ (prints ratios against baselines)
+	$(PY) -m bench.snapshot

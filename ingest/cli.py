@@ -1,0 +1,114 @@
+"""The `ingest` command: run, status, verify, demo.
+
+Exit codes: 0 success; 1 `verify` found a difference; 2 bad config or usage; 3 an error a person must
+fix (terminal); 4 an error that may pass on retry (transient); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ingest.errors import ConfigError, IngestError, TransientError
+
+log = logging.getLogger("ingest")
+
+EXIT_OK, EXIT_DIFFERENT, EXIT_CONFIG, EXIT_TERMINAL, EXIT_TRANSIENT = 0, 1, 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ingest",
+        description="Lock-free, exactly-once MySQL/MariaDB to Apache Iceberg ingestion on Spark.",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level of the job's own messages (default INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="snapshot the selected tables, then stream the binlog")
+    run.add_argument("--config", required=True, help="the pipeline YAML file (see docs/config.md)")
+    run.add_argument(
+        "--snapshot-only", action="store_true", help="stop after the snapshot (same as startup_mode: snapshot_only)"
+    )
+    run.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once everything up to the binlog position current at start is committed",
+    )
+
+    status = sub.add_parser("status", help="per-table phase, chunk progress, watermarks and offsets")
+    status.add_argument("--config", required=True, help="the pipeline YAML file")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    verify = sub.add_parser("verify", help="compare MySQL and Iceberg: row counts and checksums per key range")
+    verify.add_argument("--config", required=True, help="the pipeline YAML file")
+    verify.add_argument(
+        "--table", action="append", default=[], metavar="DB.TABLE", help="verify only this table (repeatable)"
+    )
+    verify.add_argument("--ranges", type=int, default=16, help="key ranges per table (default 16)")
+
+    demo = sub.add_parser("demo", help="ingest a sample MariaDB database into a local Iceberg warehouse")
+    demo.add_argument("--dir", default=".demo", help="where the demo keeps its warehouse (default .demo)")
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    # Spark's Python side and py4j are chatty at INFO; the job's own messages are what a user follows.
+    for noisy in ("py4j", "pyspark", "urllib3", "botocore", "pyiceberg"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, getattr(logging, level)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        if args.command == "demo":
+            from ingest.demo import run_demo
+
+            return run_demo(args.dir)
+        from ingest.config import load_config
+
+        config = load_config(args.config)
+        if args.command == "run":
+            from ingest.pipeline import run
+
+            run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
+            return EXIT_OK
+        if args.command == "status":
+            from ingest.pipeline import print_status
+
+            print_status(config, as_json=args.json)
+            return EXIT_OK
+        if args.command == "verify":
+            from ingest.verify import verify
+
+            return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
+    except ConfigError as e:
+        print(f"ingest: config error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    except TransientError as e:
+        print(f"ingest: {e} (transient: retrying may succeed)", file=sys.stderr)
+        return EXIT_TRANSIENT
+    except IngestError as e:
+        print(f"ingest: {e}", file=sys.stderr)
+        return EXIT_TERMINAL
+    except KeyboardInterrupt:
+        print("ingest: interrupted", file=sys.stderr)
+        return 130
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,378 @@
+"""The pipeline file: one YAML document, validated on load, every key documented in docs/config.md.
+
+Secrets are never literal strings in the file: they are `{env: NAME}` or `{file: PATH}` references,
+resolved into `Secret` values whose repr is redacted, so they cannot leak through logs or errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+
+from ingest.errors import ConfigError
+
+Flavor = Literal["auto", "mysql", "mariadb"]
+TlsMode = Literal["disabled", "required", "verify_ca", "verify_identity"]
+StartupMode = Literal["initial", "snapshot_only"]
+
+
+class Secret:
+    """A value that prints as `***`; call `reveal()` only where the value is handed to a client."""
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str) -> None:
+        self._value = value
+        self.source = source
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({self.source}, ***)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS to MySQL; `disabled` is an explicit choice, never a silent fallback."""
+
+    mode: TlsMode = "disabled"
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where the MySQL/MariaDB server is and who the job connects as (the least-privilege CDC user)."""
+
+    host: str
+    user: str
+    password: Secret
+    port: int = 3306
+    flavor: Flavor = "auto"
+    server_id: int = 5400
+    tls: TlsConfig = TlsConfig()
+    connect_timeout: int = 10
+
+
+@dataclass(frozen=True)
+class TableSelection:
+    """Regexes matched against `database.table` (whole name); exclude wins over include."""
+
+    include: tuple[re.Pattern[str], ...]
+    exclude: tuple[re.Pattern[str], ...] = ()
+
+    def matches(self, database: str, table: str) -> bool:
+        name = f"{database}.{table}"
+        return any(p.fullmatch(name) for p in self.include) and not any(p.fullmatch(name) for p in self.exclude)
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """Per-table overrides, keyed by `database.table` in the file."""
+
+    chunk_key: tuple[str, ...] | None = None
+    chunk_size: int | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """The Iceberg catalog (properties passed through to Iceberg) and how targets are named."""
+
+    catalog_name: str
+    catalog: Mapping[str, str | Secret]
+    namespace: str = "{database}"
+    table_name: str = "{table}"
+    state_table: str = "ingest_meta.state"
+    format_version: int = 2
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """The lock-free chunked snapshot."""
+
+    chunk_size: int = 8192
+    parallelism: int = 2
+    chunks_per_commit: int = 32
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """Used when the job starts its own Spark session (not under spark-submit, which decides itself)."""
+
+    master: str = "local[2]"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """One pipeline: a source, the tables to capture, and an Iceberg sink."""
+
+    name: str
+    source: SourceConfig
+    tables: TableSelection
+    sink: SinkConfig
+    snapshot: SnapshotConfig = SnapshotConfig()
+    spark: SparkConfig = SparkConfig()
+    startup_mode: StartupMode = "initial"
+    table_options: Mapping[str, TableOptions] = field(default_factory=dict)
+
+    def options_for(self, database: str, table: str) -> TableOptions:
+        return self.table_options.get(f"{database}.{table}", TableOptions())
+
+    def target_for(self, database: str, table: str) -> tuple[str, str]:
+        """(namespace, table name) of the Iceberg target of one source table."""
+        override = self.options_for(database, table).target
+        if override:
+            namespace, _, name = override.rpartition(".")
+            return namespace, name
+        values = {"database": database, "table": table, "pipeline": self.name}
+        return self.sink.namespace.format(**values), self.sink.table_name.format(**values)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading and validation. Every error names the key path, e.g. `source.port`.
+
+
+class _Section:
+    """Reads one mapping of the file, remembering its path and refusing keys nobody read."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"`{path}` must be a mapping, got {type(data).__name__}")
+        self.data = data
+        self.path = path
+        self.seen: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
+        self.seen.add(name)
+        if name not in self.data or self.data[name] is None:
+            if required:
+                raise ConfigError(f"`{self.key(name)}` is required")
+            return default
+        value = self.data[name]
+        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise ConfigError(f"`{self.key(name)}` must be {expected}, got {value!r}")
+        return value
+
+    def positive_int(self, name: str, default: int) -> int:
+        value = int(self.get(name, int, default))
+        if value < 1:
+            raise ConfigError(f"`{self.key(name)}` must be at least 1, got {value}")
+        return value
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
+        value = str(self.get(name, str, default))
+        if value not in allowed:
+            raise ConfigError(f"`{self.key(name)}` must be one of {', '.join(allowed)}; got {value!r}")
+        return value
+
+    def section(self, name: str) -> _Section:
+        self.seen.add(name)
+        return _Section(self.data.get(name), self.key(name))
+
+    def done(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.seen)
+        if unknown:
+            where = f" in `{self.path}`" if self.path else ""
+            raise ConfigError(f"unknown key `{self.key(unknown[0])}`{where}; see docs/config.md for the valid keys")
+
+
+def resolve_secret(value: Any, key: str, base_dir: Path) -> Secret:
+    """`{env: NAME}` or `{file: PATH}` (relative to the pipeline file) into a Secret."""
+    if isinstance(value, str):
+        raise ConfigError(
+            f"`{key}` must not be written in the file; use `{{env: VARIABLE}}` or `{{file: /path/to/secret}}`"
+        )
+    if not isinstance(value, Mapping) or len(value) != 1 or next(iter(value)) not in ("env", "file"):
+        raise ConfigError(f"`{key}` must be `{{env: VARIABLE}}` or `{{file: /path/to/secret}}`")
+    kind, ref = next(iter(value.items()))
+    if kind == "env":
+        if str(ref) not in os.environ:
+            raise ConfigError(f"`{key}` names environment variable {ref}, which is not set")
+        return Secret(os.environ[str(ref)], f"env:{ref}")
+    path = Path(str(ref))
+    if not path.is_absolute():
+        path = base_dir / path
+    try:
+        return Secret(path.read_text().rstrip("\r\n"), f"file:{path}")
+    except OSError as e:
+        raise ConfigError(f"`{key}` names file {path}, which cannot be read: {e.strerror}") from None
+
+
+def _compile(patterns: Any, key: str) -> tuple[re.Pattern[str], ...]:
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ConfigError(f"`{key}` must be a list of regular expressions")
+    compiled = []
+    for i, p in enumerate(patterns):
+        try:
+            compiled.append(re.compile(p))
+        except re.error as e:
+            raise ConfigError(f"`{key}[{i}]` is not a valid regular expression ({p!r}): {e}") from None
+    return tuple(compiled)
+
+
+SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
+
+
+def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
+    top = _Section(data, "")
+    name = str(top.get("name", str, "pipeline"))
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise ConfigError(f"`name` must be 1-64 letters, digits, '_' or '-'; got {name!r}")
+
+    src = top.section("source")
+    tls = src.section("tls")
+    tls_mode = cast(TlsMode, tls.choice("mode", ("disabled", "required", "verify_ca", "verify_identity"), "disabled"))
+    tls_config = TlsConfig(tls_mode, tls.get("ca_file", str))
+    if tls_mode in ("verify_ca", "verify_identity") and not tls_config.ca_file:
+        raise ConfigError(f"`source.tls.ca_file` is required when `source.tls.mode` is {tls_mode}")
+    tls.done()
+    src.seen.add("password")
+    if "password" not in src.data:
+        raise ConfigError("`source.password` is required (`{env: VARIABLE}` or `{file: PATH}`)")
+    port = int(src.get("port", int, 3306))
+    if not 0 < port < 65536:
+        raise ConfigError(f"`source.port` must be a TCP port, got {port}")
+    source = SourceConfig(
+        host=src.get("host", str, required=True),
+        user=src.get("user", str, required=True),
+        password=resolve_secret(src.data["password"], "source.password", base_dir),
+        port=port,
+        flavor=cast(Flavor, src.choice("flavor", ("auto", "mysql", "mariadb"), "auto")),
+        server_id=src.positive_int("server_id", 5400),
+        tls=tls_config,
+        connect_timeout=src.positive_int("connect_timeout", 10),
+    )
+    src.done()
+
+    tab = top.section("tables")
+    tables = TableSelection(
+        include=_compile(tab.get("include", (list, str), required=True), "tables.include"),
+        exclude=_compile(tab.get("exclude", (list, str), []), "tables.exclude"),
+    )
+    tab.done()
+
+    snk = top.section("sink")
+    cat = snk.section("catalog")
+    catalog: dict[str, str | Secret] = {}
+    for k, v in cat.data.items():
+        cat.seen.add(k)
+        key = f"sink.catalog.{k}"
+        if isinstance(v, Mapping):
+            catalog[str(k)] = resolve_secret(v, key, base_dir)
+        elif SECRET_CATALOG_KEYS.search(str(k)) and not str(k).endswith("-provider"):
+            catalog[str(k)] = resolve_secret(v, key, base_dir)
+        elif isinstance(v, (str, int, float, bool)):
+            catalog[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+        else:
+            raise ConfigError(f"`{key}` must be a string, number or boolean")
+    if "type" not in catalog and "catalog-impl" not in catalog:
+        raise ConfigError("`sink.catalog.type` is required (jdbc, rest, glue, hive, hadoop)")
+    props = snk.section("table_properties")
+    table_properties = {str(k): str(v) for k, v in props.data.items()}
+    props.seen.update(props.data)
+    format_version = int(snk.get("format_version", int, 2))
+    if format_version not in (2, 3):
+        raise ConfigError(f"`sink.format_version` must be 2 or 3, got {format_version}")
+    catalog_name = str(snk.get("catalog_name", str, "lake"))
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", catalog_name):
+        raise ConfigError(f"`sink.catalog_name` must be a plain identifier, got {catalog_name!r}")
+    state_table = str(snk.get("state_table", str, "ingest_meta.state"))
+    if "." not in state_table:
+        raise ConfigError(f"`sink.state_table` must be `namespace.table`, got {state_table!r}")
+    sink = SinkConfig(
+        catalog_name=catalog_name,
+        catalog=catalog,
+        namespace=str(snk.get("namespace", str, "{database}")),
+        table_name=str(snk.get("table_name", str, "{table}")),
+        state_table=state_table,
+        format_version=format_version,
+        table_properties=table_properties,
+    )
+    for template_key, template in (("namespace", sink.namespace), ("table_name", sink.table_name)):
+        try:
+            template.format(database="d", table="t", pipeline="p")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ConfigError(
+                f"`sink.{template_key}` may use only {{database}}, {{table}} and {{pipeline}}; {template!r}: {e}"
+            ) from None
+    snk.done()
+
+    snp = top.section("snapshot")
+    snapshot = SnapshotConfig(
+        chunk_size=snp.positive_int("chunk_size", 8192),
+        parallelism=snp.positive_int("parallelism", 2),
+        chunks_per_commit=snp.positive_int("chunks_per_commit", 32),
+    )
+    snp.done()
+
+    spk = top.section("spark")
+    conf = spk.section("conf")
+    conf.seen.update(conf.data)
+    spark = SparkConfig(
+        master=str(spk.get("master", str, "local[2]")),
+        conf={str(k): str(v) for k, v in conf.data.items()},
+    )
+    spk.done()
+
+    startup_mode = cast(StartupMode, top.choice("startup_mode", ("initial", "snapshot_only"), "initial"))
+
+    opts = top.section("table_options")
+    table_options: dict[str, TableOptions] = {}
+    for table_name, raw in opts.data.items():
+        opts.seen.add(table_name)
+        if not re.fullmatch(r"[^.]+\.[^.]+", str(table_name)):
+            raise ConfigError(f"`table_options` keys are `database.table`, got {table_name!r}")
+        o = _Section(raw, f"table_options.{table_name}")
+        chunk_key = o.get("chunk_key", (list, str))
+        if isinstance(chunk_key, str):
+            chunk_key = [chunk_key]
+        target = o.get("target", str)
+        if target is not None and "." not in target:
+            raise ConfigError(f"`{o.key('target')}` must be `namespace.table`, got {target!r}")
+        table_options[str(table_name)] = TableOptions(
+            chunk_key=tuple(str(c) for c in chunk_key) if chunk_key else None,
+            chunk_size=o.positive_int("chunk_size", 0) if "chunk_size" in o.data else None,
+            target=target,
+        )
+        o.done()
+    top.done()
+    return PipelineConfig(name, source, tables, sink, snapshot, spark, startup_mode, table_options)
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline file; a ConfigError names the bad key."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read pipeline file {p}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"pipeline file {p} is not valid YAML: {e}") from None
+    return parse_config(data, p.parent.resolve())

@@ -1,0 +1,285 @@
+"""The job: discover tables, plan chunks, read them on executors, commit each batch to Iceberg exactly once.
+
+Crash safety of the snapshot phase: a batch of chunks is one Iceberg commit to the target whose snapshot
+summary carries the cumulative set of chunks done and this batch's watermarks; the state table is
+written strictly after. On restart, a chunk counts as done if either says so, so no committed chunk is
+read again and no uncommitted one is skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.config import PipelineConfig
+from ingest.errors import ConfigError, SinkError, TerminalError
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.targets import (
+    SUMMARY_CHUNKS_DONE,
+    SUMMARY_PIPELINE,
+    chunks_done_in_target,
+    encode_ranges,
+    ensure_target,
+    target_columns,
+)
+from ingest.source.chunk_reader import ChunkHook, ChunkTask
+from ingest.source.chunks import Chunk, split_table
+from ingest.source.mysql import (
+    TableSchema,
+    check_binlog_settings,
+    check_privileges,
+    connect,
+    list_tables,
+    load_schema,
+    server_flavor,
+)
+from ingest.source.position import Watermark
+from ingest.source.snapshot_source import CHUNK_COLUMN, META_COLUMN, make_chunk_source
+from ingest.source.watermark import read_watermark
+from ingest.state.table import ChunkRecord, StateTable
+
+log = logging.getLogger(__name__)
+
+SUMMARY_BATCH = "ingest.snapshot.batch"
+_source_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    flavor: str
+    schemas: tuple[TableSchema, ...]
+
+
+def discover(config: PipelineConfig) -> SourceInfo:
+    """Check the source can be captured and load the schema of every selected table."""
+    with connect(config.source) as conn:
+        flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
+        check_binlog_settings(conn)
+        check_privileges(conn, flavor)
+        tables = list_tables(conn, config.tables)
+        if not tables:
+            raise ConfigError(
+                "`tables.include` matched no table the CDC user can see "
+                f"(patterns: {[p.pattern for p in config.tables.include]}); patterns match `database.table`"
+            )
+        schemas = tuple(load_schema(conn, db, t, config.options_for(db, t)) for db, t in tables)
+    return SourceInfo(flavor, schemas)
+
+
+def run(
+    config: PipelineConfig,
+    *,
+    snapshot_only: bool = False,
+    until_caught_up: bool = False,
+    hook: ChunkHook | None = None,
+    spark: Any = None,
+) -> None:
+    """`ingest run`: the snapshot, then (when implemented) the binlog stream."""
+    from ingest.runtime.spark import spark_session
+
+    info = discover(config)
+    spark = spark or spark_session(config)
+    state = StateTable.open(config)
+    for schema in info.schemas:
+        snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
+    if not (snapshot_only or config.startup_mode == "snapshot_only"):
+        raise TerminalError(
+            "the snapshot is complete, but binlog streaming is not available in this version yet; "
+            "run with --snapshot-only (or startup_mode: snapshot_only) until it is"
+        )
+
+
+def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def snapshot_table(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schema: TableSchema,
+    hook: ChunkHook | None = None,
+) -> None:
+    table_id = schema.table_id
+    target = ensure_target(spark, config, schema)
+    plan = state.plan(table_id)
+    if plan is None:
+        chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
+        with connect(config.source) as conn:
+            planned_at = read_watermark(conn, flavor)
+            plan = split_table(conn, schema, chunk_size)
+        state.save_plan(table_id, plan, planned_at)
+        log.info("%s: planned %d chunks of up to %d rows", table_id, len(plan), chunk_size)
+    done = reconcile(config, state, schema)
+    todo = [c for c in plan if c.index not in done]
+    if not todo:
+        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
+        return
+    targets = target_columns(schema)
+    started = time.monotonic()
+    rows_done = 0
+    for batch in _batched(todo, config.snapshot.chunks_per_commit):
+        tasks = [ChunkTask(config.source, flavor, schema, c, hook) for c in batch]
+        records = _commit_batch(spark, config, target, tasks, targets, set(done))
+        state.record_chunks(records)
+        done.update(r.chunk.index for r in records)
+        rows_done += sum(r.row_count for r in records)
+        elapsed = max(time.monotonic() - started, 1e-6)
+        log.info(
+            "%s: chunks %d/%d, %d rows, %.0f rows/s", table_id, len(done), len(plan), rows_done, rows_done / elapsed
+        )
+
+
+def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) -> set[int]:
+    """Chunks done = recorded in the state table, or committed to the target by a run that died before
+    recording them (those are recorded now, from the target's snapshot summaries)."""
+    table_id = schema.table_id
+    recorded = set(state.done(table_id))
+    namespace, name = config.target_for(schema.database, schema.table)
+    table = load_pyiceberg_catalog(config.sink).load_table((namespace, name))
+    committed = chunks_done_in_target(table, config.name)
+    missing = committed - recorded
+    if missing:
+        plan = {c.index: c for c in state.plan(table_id) or []}
+        batches = _batch_records_in_target(table, config.name)
+        records = []
+        for index in sorted(missing):
+            record = batches.get(index)
+            if record is None:
+                # The snapshot holding this batch's watermarks was expired: the plan-time watermark is
+                # earlier than the chunk's real one, which only makes the binlog phase replay more.
+                record = ChunkRecord(plan[index], state.planned_at(table_id))
+            records.append(
+                ChunkRecord(
+                    plan[index],
+                    record.high_watermark,
+                    record.low_watermark,
+                    record.row_count,
+                    record.window_events,
+                    record.target_snapshot_id,
+                )
+            )
+        log.info(
+            "%s: recording %d chunks committed by an earlier run that stopped before recording them",
+            table_id,
+            len(records),
+        )
+        state.record_chunks(records)
+    return recorded | committed
+
+
+def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord]:
+    out: dict[int, ChunkRecord] = {}
+    for snapshot in table.snapshots():
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if props.get(SUMMARY_PIPELINE) != pipeline or SUMMARY_BATCH not in props:
+            continue
+        for item in json.loads(props[SUMMARY_BATCH]):
+            out[int(item["i"])] = ChunkRecord(
+                Chunk("", int(item["i"]), None, None),
+                Watermark.from_json(item["high"]),
+                Watermark.from_json(item["low"]),
+                int(item["rows"]),
+                int(item["events"]),
+                snapshot.snapshot_id,
+            )
+    return out
+
+
+def _commit_batch(
+    spark: Any, config: PipelineConfig, target: str, tasks: list[ChunkTask], targets: list[Any], done_before: set[int]
+) -> list[ChunkRecord]:
+    """Read a batch of chunks on the executors and append them to the target in one commit."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    source = make_chunk_source(f"ingest_chunks_{next(_source_counter)}", tasks, targets)
+    spark.dataSource.register(source)
+    df = spark.read.format(source.name()).load()
+    df = df.coalesce(min(config.snapshot.parallelism, len(tasks)))
+    # Markers and rows must come from one computation: cache, take the markers, write the rows.
+    # Were a cached block lost, its recomputation reads later data than the marker recorded, and an
+    # earlier-than-true high watermark is safe (the binlog phase replays a little more).
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        markers = df.where(F.col(META_COLUMN).isNotNull()).select(CHUNK_COLUMN, META_COLUMN).collect()
+        by_index = {t.chunk.index: t.chunk for t in tasks}
+        if sorted(m[0] for m in markers) != sorted(by_index):
+            raise SinkError(f"chunk markers {sorted(m[0] for m in markers)} do not match the batch {sorted(by_index)}")
+        metas = {int(m[0]): json.loads(m[1]) for m in markers}
+        batch_info = [
+            {"i": i, "low": m["low"], "high": m["high"], "rows": m["rows"], "events": m["window_events"]}
+            for i, m in sorted(metas.items())
+        ]
+        data = df.where(F.col(META_COLUMN).isNull()).drop(CHUNK_COLUMN, META_COLUMN)
+        (
+            data.writeTo(target)
+            .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
+            .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(metas)))
+            .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
+            .append()
+        )
+    finally:
+        df.unpersist()
+    snapshot_id = _current_snapshot_id(spark, target)
+    return [
+        ChunkRecord(
+            by_index[i],
+            Watermark.from_json(m["high"]),
+            Watermark.from_json(m["low"]),
+            m["rows"],
+            m["window_events"],
+            snapshot_id,
+        )
+        for i, m in sorted(metas.items())
+    ]
+
+
+def _current_snapshot_id(spark: Any, target: str) -> int | None:
+    rows = spark.sql(f"SELECT snapshot_id FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    return int(rows[0][0]) if rows else None
+
+
+def table_status(config: PipelineConfig) -> list[dict[str, Any]]:
+    """Per table: chunks done / total, rows, lowest and highest high watermark."""
+    state = StateTable.open(config)
+    out = []
+    for table_id in state.tables():
+        plan = state.plan(table_id) or []
+        done = state.done(table_id)
+        highs = [r.high_watermark for r in done.values() if r.high_watermark is not None]
+        out.append(
+            {
+                "table": table_id,
+                "phase": "snapshot done" if len(done) >= len(plan) else "snapshot",
+                "chunks_done": len(done),
+                "chunks_total": len(plan),
+                "rows": sum(r.row_count for r in done.values()),
+                "low_high_watermark": str(min(highs).position) if highs else None,
+                "high_high_watermark": str(max(highs).position) if highs else None,
+            }
+        )
+    return out
+
+
+def print_status(config: PipelineConfig, as_json: bool = False) -> None:
+    rows = table_status(config)
+    if as_json:
+        print(json.dumps({"pipeline": config.name, "tables": rows}, indent=2))
+        return
+    print(f"pipeline {config.name}: {len(rows)} tables")
+    header = f"{'table':<32} {'phase':<14} {'chunks':>11} {'rows':>10}  high watermarks (lowest .. highest)"
+    print(header)
+    for r in rows:
+        chunks = f"{r['chunks_done']}/{r['chunks_total']}"
+        print(
+            f"{r['table']:<32} {r['phase']:<14} {chunks:>11} {r['rows']:>10}  "
+            f"{r['low_high_watermark']} .. {r['high_high_watermark']}"
+        )

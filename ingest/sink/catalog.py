@@ -1,0 +1,78 @@
+"""One Iceberg catalog, seen from Spark (Java) and from pyiceberg (Python), built from the same properties.
+
+The user writes Iceberg catalog properties once (`sink.catalog`); Spark gets them as
+`spark.sql.catalog.<name>.*`. pyiceberg takes the same names except for the JDBC catalog, which it
+calls `sql` and addresses with a SQLAlchemy URL.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ingest.config import Secret, SinkConfig
+from ingest.errors import ConfigError
+
+_JDBC_TO_SQLALCHEMY = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg2", "mysql": "mysql+pymysql"}
+
+
+def spark_catalog_conf(sink: SinkConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """Spark settings that register the sink catalog: (plain settings, secret settings).
+
+    Secret settings must be set on the running session (`spark.conf.set`), never passed to the JVM's
+    launch command line, where `ps` would show them. Iceberg reads them when the catalog is first used.
+    """
+    prefix = f"spark.sql.catalog.{sink.catalog_name}"
+    plain = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    secret: dict[str, str] = {}
+    for key, value in sink.catalog.items():
+        if isinstance(value, Secret):
+            secret[f"{prefix}.{key}"] = value.reveal()
+        else:
+            plain[f"{prefix}.{key}"] = value
+    return plain, secret
+
+
+def _jdbc_to_sqlalchemy(uri: str, props: Mapping[str, str | Secret]) -> str:
+    if not uri.startswith("jdbc:"):
+        raise ConfigError(f"`sink.catalog.uri` of a jdbc catalog must start with jdbc:, got {uri.split('?')[0]!r}")
+    rest = uri[len("jdbc:") :]
+    scheme, _, location = rest.partition(":")
+    if scheme not in _JDBC_TO_SQLALCHEMY:
+        raise ConfigError(
+            f"`sink.catalog.uri`: JDBC catalogs on {scheme} are not supported (sqlite, postgresql, mysql)"
+        )
+    if scheme == "sqlite":
+        path = location.removeprefix("file:")
+        return f"sqlite:///{path}"
+    location = location.removeprefix("//")
+    user = props.get("jdbc.user")
+    if isinstance(user, str):
+        location = f"{user}@{location}"
+    return f"{_JDBC_TO_SQLALCHEMY[scheme]}://{location}"
+
+
+def pyiceberg_properties(sink: SinkConfig) -> dict[str, str]:
+    """pyiceberg catalog properties equivalent to the Spark catalog's."""
+    props: dict[str, str] = {}
+    password: Secret | None = None
+    for key, value in sink.catalog.items():
+        if key == "jdbc.password" and isinstance(value, Secret):
+            password = value
+            continue
+        props[key] = value.reveal() if isinstance(value, Secret) else value
+    if props.get("type") == "jdbc":
+        props["type"] = "sql"
+        props["uri"] = _jdbc_to_sqlalchemy(props.get("uri", ""), sink.catalog)
+        props.pop("jdbc.user", None)
+        if password is not None and props["uri"].startswith("postgresql"):
+            # libpq reads the password from the environment, so it never sits in a URL that could be logged.
+            os.environ["PGPASSWORD"] = password.reveal()
+    return props
+
+
+def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog(sink.catalog_name, **pyiceberg_properties(sink))

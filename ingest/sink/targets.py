@@ -1,0 +1,93 @@
+"""Iceberg target tables: created from the MySQL schema, written with the chunk progress in the same commit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from ingest.config import PipelineConfig
+from ingest.sink.types import TargetColumn, map_columns, quote_identifier
+from ingest.source.mysql import TableSchema
+
+log = logging.getLogger(__name__)
+
+# Snapshot summary keys: Iceberg snapshots are the checkpoint boundary (MISSION.md).
+SUMMARY_PIPELINE = "ingest.pipeline"
+SUMMARY_CHUNKS_DONE = "ingest.snapshot.chunks-done"
+
+MERGE_ON_READ = {
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+}
+
+
+def target_columns(schema: TableSchema) -> list[TargetColumn]:
+    """Iceberg columns of a source table; key columns are always required (identifier fields must be)."""
+    targets = map_columns(schema.table_id, schema.columns)
+    keys = set(schema.primary_key)
+    return [
+        TargetColumn(t.name, t.spark_type, t.arrow_type, False, t.convert) if t.name in keys else t for t in targets
+    ]
+
+
+def qualified(config: PipelineConfig, namespace: str, name: str) -> str:
+    return ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split("."), name))
+
+
+def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> str:
+    """Create the target if missing (merge-on-read, primary key as identifier fields); return its name."""
+    namespace, name = config.target_for(schema.database, schema.table)
+    table = qualified(config, namespace, name)
+    ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
+    if not spark.catalog.tableExists(f"{config.sink.catalog_name}.{namespace}.{name}"):
+        columns = ", ".join(
+            f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
+            for t in target_columns(schema)
+        )
+        props = {"format-version": str(config.sink.format_version), **MERGE_ON_READ, **config.sink.table_properties}
+        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg TBLPROPERTIES ({tblprops})")
+        keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
+        spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")
+        log.info("created %s for %s", table, schema.table_id)
+    return table
+
+
+def encode_ranges(indexes: Iterable[int]) -> str:
+    """Chunk indexes as compact ranges: {0,1,2,5} -> '0-2,5'."""
+    parts: list[str] = []
+    ordered = sorted(set(indexes))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def decode_ranges(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+def chunks_done_in_target(iceberg_table: Any, pipeline: str) -> set[int]:
+    """Chunk indexes recorded in the newest snapshot of ours that is still in the table's history.
+
+    Each snapshot-phase commit carries the cumulative set, so the newest one suffices, and a crash between
+    the data commit and the state-table commit cannot make a committed chunk be read (and appended) again.
+    """
+    snapshots = sorted(iceberg_table.snapshots(), key=lambda s: s.sequence_number, reverse=True)
+    for snapshot in snapshots:
+        summary = snapshot.summary
+        props = summary.additional_properties if summary is not None else {}
+        if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_CHUNKS_DONE in props:
+            return decode_ranges(props[SUMMARY_CHUNKS_DONE])
+    return set()

@@ -1,0 +1,233 @@
+"""Reading one chunk without locks (MISSION.md "Lock-free chunk read", the DBLog / Flink CDC 2.0 algorithm).
+
+1. low watermark; 2. SELECT the chunk; 3. high watermark; 4. replay the binlog between the two for this
+table and key range onto the chunk buffer. The buffer then equals the table's content at the high
+watermark. This code runs on Spark executors: everything it needs travels in a picklable `ChunkTask`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from ingest.config import SourceConfig
+from ingest.errors import SourceError
+from ingest.source.binlog_values import driver_form
+from ingest.source.chunks import Chunk, Key, range_predicate
+from ingest.source.mysql import TableSchema, connect, quote
+from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.watermark import read_watermark, start_consistent_snapshot
+
+log = logging.getLogger(__name__)
+
+RowChange = tuple[dict[str, Any] | None, dict[str, Any] | None]
+HookPoint = Literal["after_low_watermark", "before_high_watermark", "after_high_watermark"]
+ChunkHook = Callable[[HookPoint, Chunk], None]
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Everything an executor needs to read one chunk."""
+
+    source: SourceConfig
+    flavor: str
+    schema: TableSchema
+    chunk: Chunk
+    hook: ChunkHook | None = None
+    """Test hook fired at the three points of FAILURES.md ("Watermarks, positions, GTIDs")."""
+
+
+@dataclass
+class ChunkResult:
+    rows: list[tuple[Any, ...]]
+    low: Watermark
+    high: Watermark
+    window_events: int = 0
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def read_chunk(task: ChunkTask) -> ChunkResult:
+    started = time.perf_counter()
+    schema, chunk = task.schema, task.chunk
+    conn = connect(task.source)
+    try:
+        low = read_watermark(conn, task.flavor)
+        snapshot_point = start_consistent_snapshot(conn, task.flavor)
+        if snapshot_point is not None:
+            # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
+            low = Watermark(snapshot_point.position, low.gtid)
+        if task.hook:
+            task.hook("after_low_watermark", chunk)
+        where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
+        columns = ", ".join(quote(c) for c in schema.column_names)
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params)
+            selected = cur.fetchall()
+        conn.commit()  # end the read view at once: no metadata lock is held between chunks
+        select_done = time.perf_counter()
+        if task.hook:
+            task.hook("before_high_watermark", chunk)
+        high = read_watermark(conn, task.flavor)
+        if task.hook:
+            task.hook("after_high_watermark", chunk)
+        positions = schema.key_positions()
+        buffer: dict[Key, tuple[Any, ...]] = {tuple(row[i] for i in positions): tuple(row) for row in selected}
+        events = 0
+        if high.position > low.position:
+            events = _apply_window(task, conn, low, high, buffer)
+        result = ChunkResult(list(buffer.values()), low, high, events)
+    finally:
+        conn.close()
+    result.seconds = time.perf_counter() - started
+    result.timings = {"select": select_done - started, "window": time.perf_counter() - select_done}
+    return result
+
+
+def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[RowChange]:
+    """(before, after) images of this table's row changes with low < position <= high, in binlog order."""
+    schema = task.schema
+    stream = BinLogStreamReader(
+        connection_settings={
+            "host": task.source.host,
+            "port": task.source.port,
+            "user": task.source.user,
+            "passwd": task.source.password.reveal(),
+            "charset": "utf8mb4",
+        },
+        # Each concurrent dump connection needs its own server id, or the server drops the older one.
+        server_id=random.randint(1 << 20, (1 << 31) - 1),
+        log_file=low.position.file,
+        log_pos=low.position.pos,
+        resume_stream=True,
+        blocking=False,
+        # File/position streaming; with is_mariadb=True the library starts from the file's head.
+        is_mariadb=False,
+        only_schemas=[schema.database],
+        only_tables=[schema.table],
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
+    try:
+        for event in stream:
+            # log_pos is where the event ends; the high watermark is always at a transaction boundary.
+            if BinlogPosition(stream.log_file, event.packet.log_pos) > high.position:
+                return
+            if event.schema != schema.database or event.table != schema.table:
+                continue
+            for row in event.rows:
+                if isinstance(event, WriteRowsEvent):
+                    yield None, row["values"]
+                elif isinstance(event, DeleteRowsEvent):
+                    yield row["values"], None
+                else:
+                    yield row["before_values"], row["after_values"]
+    finally:
+        stream.close()
+
+
+def _apply_window(
+    task: ChunkTask,
+    conn: pymysql.connections.Connection[Any],
+    low: Watermark,
+    high: Watermark,
+    buffer: dict[Key, tuple[Any, ...]],
+) -> int:
+    """Replay the window's changes onto the buffer: a delete removes the key, an insert/update sets it."""
+    schema = task.schema
+    names = schema.column_names
+    positions = schema.key_positions()
+    to_driver = driver_form(schema.columns)
+
+    def as_row(values: dict[str, Any]) -> tuple[Any, ...]:
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise SourceError(
+                f"a binlog event of {schema.table_id} lacks columns {missing}: the table changed between the "
+                f"watermarks of chunk {task.chunk.index}, or binlog_row_image is not FULL"
+            )
+        return tuple(fn(values[n]) for fn, n in zip(to_driver, names, strict=True))
+
+    changes = [
+        (None if b is None else as_row(b), None if a is None else as_row(a)) for b, a in _binlog_rows(task, low, high)
+    ]
+    if not changes:
+        return 0
+    keys = [tuple(image[i] for i in positions) for change in changes for image in change if image is not None]
+    inside = in_chunk(conn, schema, task.chunk, keys)
+    for before, after in changes:
+        if before is not None:
+            key = tuple(before[i] for i in positions)
+            if inside[key]:
+                buffer.pop(key, None)
+        if after is not None:
+            key = tuple(after[i] for i in positions)
+            if inside[key]:
+                buffer[key] = after
+    return len(changes)
+
+
+def in_chunk(
+    conn: pymysql.connections.Connection[Any], schema: TableSchema, chunk: Chunk, keys: Sequence[Key]
+) -> dict[Key, bool]:
+    """Whether each key lies in the chunk's range, decided as the server orders keys.
+
+    Numbers compare the same in Python and in SQL; strings depend on the column's collation
+    (case, PAD SPACE), so any key with a string column is sent to the server.
+    """
+    unique = list(dict.fromkeys(keys))
+    if chunk.lower is None and chunk.upper is None:
+        return dict.fromkeys(unique, True)
+    if all(c is None for c in schema.collations):
+        return {
+            k: (chunk.lower is None or k >= chunk.lower) and (chunk.upper is None or k < chunk.upper) for k in unique
+        }
+    result: dict[Key, bool] = {}
+    exprs = []
+    for collation in schema.collations:
+        if collation is None:
+            exprs.append("%s")
+        else:
+            charset = collation.split("_", 1)[0]
+            exprs.append(f"CONVERT(%s USING {charset}) COLLATE {collation}")
+    for start in range(0, len(unique), 200):
+        batch = unique[start : start + 200]
+        selects, params = [], []
+        for key in batch:
+            predicate, p = _predicate_over_values(exprs, key, chunk)
+            selects.append(predicate)
+            params.extend(p)
+        with conn.cursor() as cur:
+            cur.execute("SELECT " + ", ".join(f"({s})" for s in selects), params)
+            flags = cur.fetchone()
+        result.update({k: bool(f) for k, f in zip(batch, flags, strict=True)})
+    return result
+
+
+def _predicate_over_values(exprs: Sequence[str], key: Key, chunk: Chunk) -> tuple[str, list[Any]]:
+    """`lower <= key < upper` with the key's values in place of the columns (same nesting as range_predicate)."""
+    params: list[Any] = []
+
+    def compare(op: str, bound: Key, i: int) -> str:
+        strict = op.rstrip("=")
+        left = exprs[i]
+        if i == len(exprs) - 1:
+            params.extend([key[i], bound[i]])
+            return f"{left} {op} {exprs[i]}"
+        params.extend([key[i], bound[i], key[i], bound[i]])
+        inner = compare(op, bound, i + 1)
+        return f"({left} {strict} {exprs[i]} OR ({left} = {exprs[i]} AND {inner}))"
+
+    parts = []
+    if chunk.lower is not None:
+        parts.append(compare(">=", chunk.lower, 0))
+    if chunk.upper is not None:
+        parts.append(compare("<", chunk.upper, 0))
+    return " AND ".join(parts), params

@@ -1,0 +1,202 @@
+"""Connections to the source and what we ask of its catalog: flavor, settings, grants, table schemas.
+
+Identifiers are always quoted with `quote`; values are always bound parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+
+from ingest.config import SourceConfig, TableOptions, TableSelection
+from ingest.errors import MissingPrivilegeError, SourceError, UnsupportedTableError
+from ingest.sink.types import SourceColumn
+
+log = logging.getLogger(__name__)
+
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+def quote(identifier: str) -> str:
+    """A MySQL identifier in backticks, with backticks inside doubled."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def connect(source: SourceConfig, *, streaming: bool = False, **kwargs: Any) -> pymysql.connections.Connection[Any]:
+    """A session as the CDC user: UTC for TIMESTAMP values, utf8mb4, autocommit, TLS as configured."""
+    ssl_ctx: ssl.SSLContext | None = None
+    if source.tls.mode != "disabled":
+        ssl_ctx = ssl.create_default_context(cafile=source.tls.ca_file)
+        ssl_ctx.check_hostname = source.tls.mode == "verify_identity"
+        if source.tls.mode == "required":
+            ssl_ctx.verify_mode = ssl.CERT_NONE
+    try:
+        return pymysql.connect(
+            host=source.host,
+            port=source.port,
+            user=source.user,
+            password=source.password.reveal(),
+            charset="utf8mb4",
+            autocommit=True,
+            connect_timeout=source.connect_timeout,
+            ssl=ssl_ctx,
+            init_command="SET time_zone = '+00:00'",
+            cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor,
+            **kwargs,
+        )
+    except pymysql.err.OperationalError as e:
+        # The driver's message never contains the password; keep host and port so the user can act.
+        raise SourceError(
+            f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {e.args[-1]}"
+        ) from None
+
+
+def server_flavor(conn: pymysql.connections.Connection[Any]) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        (version,) = cur.fetchone()
+    return "mariadb" if "mariadb" in str(version).lower() else "mysql"
+
+
+def check_binlog_settings(conn: pymysql.connections.Connection[Any]) -> None:
+    """Refuse settings that would make CDC silently wrong (FAILURES.md "Types and settings")."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image")
+        log_bin, fmt, image = cur.fetchone()
+    if not log_bin:
+        raise SourceError("the binary log is off on the source; start the server with log_bin")
+    if str(fmt).upper() != "ROW":
+        raise SourceError(
+            f"binlog_format is {fmt}; CDC needs ROW (SET GLOBAL binlog_format = 'ROW' and restart writers)"
+        )
+    if str(image).upper() != "FULL":
+        raise SourceError(
+            f"binlog_row_image is {image}; CDC needs FULL so that every column is in every event "
+            "(with MINIMAL or NOBLOB, columns missing from an event would be written as NULL)"
+        )
+
+
+def check_privileges(conn: pymysql.connections.Connection[Any], flavor: str) -> None:
+    """Name the missing grant before anything is read, instead of failing halfway."""
+    needed = ["REPLICATION SLAVE", "BINLOG MONITOR" if flavor == "mariadb" else "REPLICATION CLIENT"]
+    with conn.cursor() as cur:
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(str(row[0]).upper() for row in cur.fetchall())
+    if "ALL PRIVILEGES ON *.*" in grants:
+        return
+    for grant in needed:
+        aliases = {grant, "REPLICATION REPLICA" if grant == "REPLICATION SLAVE" else grant}
+        if flavor == "mariadb" and grant == "BINLOG MONITOR":
+            aliases.add("REPLICATION CLIENT")
+        if not any(a in grants for a in aliases):
+            raise MissingPrivilegeError(f"the CDC user lacks {grant}; run: GRANT {grant} ON *.* TO <cdc user>")
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A captured table: its columns in order, its primary key, and the key the snapshot splits on."""
+
+    database: str
+    table: str
+    columns: tuple[SourceColumn, ...]
+    primary_key: tuple[str, ...]
+    chunk_key: tuple[str, ...]
+    collations: tuple[str | None, ...]
+    """Collation of each chunk key column (None for non-string columns)."""
+
+    @property
+    def table_id(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @property
+    def quoted(self) -> str:
+        return f"{quote(self.database)}.{quote(self.table)}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def key_positions(self) -> tuple[int, ...]:
+        names = self.column_names
+        return tuple(names.index(k) for k in self.chunk_key)
+
+    def key_column(self, name: str) -> SourceColumn:
+        return next(c for c in self.columns if c.name == name)
+
+
+def list_tables(conn: pymysql.connections.Connection[Any], selection: TableSelection) -> list[tuple[str, str]]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME"
+        )
+        rows = cur.fetchall()
+    return [(str(db), str(t)) for db, t in rows if db not in SYSTEM_SCHEMAS and selection.matches(db, t)]
+
+
+_COLUMNS_SQL = (
+    "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+    "DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+)
+
+
+def load_schema(
+    conn: pymysql.connections.Connection[Any], database: str, table: str, options: TableOptions
+) -> TableSchema:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(_COLUMNS_SQL, (database, table))
+        column_rows = cur.fetchall()
+        if not column_rows:
+            raise UnsupportedTableError(f"table {database}.{table} does not exist or the CDC user cannot see it")
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        primary_key = tuple(str(r["COLUMN_NAME"]) for r in cur.fetchall())
+    columns = tuple(SourceColumn.from_information_schema(r) for r in column_rows)
+    collation_of = {str(r["COLUMN_NAME"]): r["COLLATION_NAME"] for r in column_rows}
+    chunk_key = options.chunk_key or primary_key
+    table_id = f"{database}.{table}"
+    if not chunk_key:
+        raise UnsupportedTableError(
+            f"table {table_id} has no primary key; name a unique NOT NULL key in "
+            f"`table_options: {{{table_id}: {{chunk_key: [column, ...]}}}}` or exclude the table"
+        )
+    by_name = {c.name: c for c in columns}
+    for name in chunk_key:
+        if name not in by_name:
+            raise UnsupportedTableError(f"chunk key column {name!r} of {table_id} does not exist")
+        if by_name[name].nullable:
+            raise UnsupportedTableError(
+                f"chunk key column {name!r} of {table_id} is nullable: rows with NULL keys would never be read; "
+                "choose a NOT NULL unique key"
+            )
+    if options.chunk_key and options.chunk_key != primary_key:
+        _require_unique_index(conn, database, table, options.chunk_key)
+    collations = tuple(str(collation_of[k]) if collation_of.get(k) else None for k in chunk_key)
+    return TableSchema(database, table, columns, primary_key or tuple(chunk_key), tuple(chunk_key), collations)
+
+
+def _require_unique_index(
+    conn: pymysql.connections.Connection[Any], database: str, table: str, key: Sequence[str]
+) -> None:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR '\\0') "
+            "FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 "
+            "GROUP BY INDEX_NAME",
+            (database, table),
+        )
+        indexes = [tuple(str(cols).split("\0")) for _, cols in cur.fetchall()]
+    if tuple(key) not in indexes:
+        raise UnsupportedTableError(
+            f"chunk key {list(key)} of {database}.{table} is not a unique index; rows could be read twice or lost"
+        )

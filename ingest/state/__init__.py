@@ -1,0 +1,1 @@
+"""Durable job state, kept in Iceberg only (no Spark checkpoint is needed to resume)."""

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian machine, idempotently:
+#   system packages (MariaDB, PostgreSQL, JDK, Maven), MinIO built from its pinned Go module,
+#   the Python virtualenv (.venv) from pinned constraints, and the pinned Iceberg jars.
+# Binaries and jars go to $INGEST_CACHE (default ~/.cache/ingest), never into git.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CACHE="${INGEST_CACHE:-$HOME/.cache/ingest}"
+# MinIO publishes no semver tags; this is the module proxy's pseudo-version of the pinned commit.
+MINIO_MODULE="github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "system packages"
+packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A JDK of 17 or newer already on PATH (e.g. Temurin) is enough for Spark 4.
+if command -v javac >/dev/null && javac -version 2>&1 | grep -qE 'javac (1[7-9]|2[0-9])'; then
+  missing=("${missing[@]/openjdk-17-jdk-headless}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  # Debian starts services on install where it can; ours run on private ports, so that does not matter.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+step "MinIO ($MINIO_MODULE)"
+if [ ! -x "$CACHE/bin/minio" ]; then
+  command -v go >/dev/null || { echo "Go 1.24+ is needed to build MinIO (install it from go.dev or your distribution)"; exit 1; }
+  mkdir -p "$CACHE/bin"
+  echo "building MinIO from its Go module (takes a few minutes once)"
+  GOBIN="$CACHE/bin" GOFLAGS=-mod=mod go install "$MINIO_MODULE"
+fi
+"$CACHE/bin/minio" --version | head -1
+
+step "Python virtualenv (.venv)"
+PY="${PYTHON:-python3}"
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -c constraints.txt -e '.[dev]'
+
+step "Iceberg jars (Maven Central)"
+INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.jars
+
+step "setup done"
