@@ -1,0 +1,243 @@
+"""Chunk splitting and the lock-free chunk read on a real MariaDB (FAILURES.md "Keys and chunks" and the
+three watermark hook points). No Spark here: chunks are read in-process, as an executor would."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pymysql
+import pytest
+
+from ingest.config import PipelineConfig, TableOptions, parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.errors import UnsupportedTableError
+from ingest.source.chunk_reader import ChunkResult, ChunkTask, HookPoint, read_chunk
+from ingest.source.chunks import Chunk, range_predicate, split_table
+from ingest.source.mysql import TableSchema, connect, load_schema, quote
+from tests.conftest import embedded_sink, source_section
+
+pytestmark = pytest.mark.integration
+
+DB = "chunkdb"
+
+
+@pytest.fixture(scope="module")
+def config(mariadb: MariaDBServer, tmp_path_factory: pytest.TempPathFactory) -> PipelineConfig:
+    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
+    return parse_config({"name": "keys", "source": source_section(mariadb), "tables": {"include": [r"keys\..*"]},
+                         "sink": embedded_sink(tmp_path_factory.mktemp("keys"))})
+
+
+def _table(mariadb: MariaDBServer, ddl: str, rows: Sequence[Sequence[Any]]) -> None:
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        cur.execute(ddl)
+        if rows:
+            table = ddl.split("(")[0].split("TABLE", 1)[1].strip()
+            marks = ", ".join(["%s"] * len(rows[0]))
+            cur.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+
+
+def _schema(config: PipelineConfig, table: str, options: TableOptions = TableOptions()) -> TableSchema:
+    with connect(config.source) as conn:
+        return load_schema(conn, DB, table, options)
+
+
+def _read_all(config: PipelineConfig, schema: TableSchema, chunk_size: int,
+              hook: Callable[[HookPoint, Chunk], None] | None = None) -> tuple[list[Chunk], list[ChunkResult]]:
+    with connect(config.source) as conn:
+        chunks = split_table(conn, schema, chunk_size)
+    return chunks, [read_chunk(ChunkTask(config.source, "mariadb", schema, c, hook)) for c in chunks]
+
+
+def _table_rows(mariadb: MariaDBServer, schema: TableSchema, chunk: Chunk | None = None) -> list[tuple[Any, ...]]:
+    where, params = ("TRUE", []) if chunk is None else range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {schema.quoted} WHERE {where}", params)
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def _assert_exact_copy(mariadb: MariaDBServer, schema: TableSchema, results: list[ChunkResult]) -> None:
+    got = [row for r in results for row in r.rows]
+    want = _table_rows(mariadb, schema)
+    assert len(got) == len(want), "every row exactly once"
+    assert sorted(map(repr, got)) == sorted(map(repr, want))
+
+
+KEY_CASES: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
+    "case_insensitive": (
+        "CREATE TABLE ci (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+        [(k, i) for i, k in enumerate(["a", "B", "c", "D", "é", "F", "g", "H", "ß", "z", "Zz", "Ω", "_", "0"])],
+    ),
+    "binary_collation": (
+        "CREATE TABLE cbin (k VARCHAR(10) COLLATE utf8mb4_bin PRIMARY KEY, n INT)",
+        [(k, i) for i, k in enumerate(["a", "A", "b", "B", "é", "É", "z", "Z", "0", "~"])],
+    ),
+    "no_pad_collation": (
+        "CREATE TABLE cnopad (k VARCHAR(10) COLLATE utf8mb4_general_nopad_ci PRIMARY KEY, n INT)",
+        [(k, i) for i, k in enumerate(["a", "a ", "a  ", "b", "b ", "B  x", "c"])],
+    ),
+    "pad_space_trailing_spaces": (
+        "CREATE TABLE cpad (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+        [(k, i) for i, k in enumerate(["a ", "b  ", "c", "d   ", "e", "f ", "g"])],
+    ),
+    "bigint_unsigned_near_2_64": (
+        "CREATE TABLE bigu (k BIGINT UNSIGNED PRIMARY KEY, n INT)",
+        [(18446744073709551604 + i, i) for i in range(12)],
+    ),
+    "bigint_unsigned_sparse": (
+        "CREATE TABLE bigus (k BIGINT UNSIGNED PRIMARY KEY, n INT)",
+        [(0, 0), (1, 1), (2**63 - 1, 2), (2**63, 3), (2**63 + 1, 4), (2**64 - 2, 5), (2**64 - 1, 6)],
+    ),
+    "decimal": (
+        "CREATE TABLE dec_k (k DECIMAL(30,10) PRIMARY KEY, n INT)",
+        [(f"{sign}{i}.{i + 1:010d}", i * 2 + (sign == "-")) for i in range(8) for sign in ("", "-")],
+    ),
+    "varbinary_random_ids": (
+        "CREATE TABLE vbin (k VARBINARY(16) PRIMARY KEY, n INT)",
+        [(b"\x00" * 16, 0), (b"\xff" * 16, 1), (b"\x00", 2), (b"\xff", 3)]
+        + [(random.Random(i).randbytes(16), 10 + i) for i in range(20)],
+    ),
+    "composite_low_cardinality_first": (
+        "CREATE TABLE comp (a TINYINT NOT NULL, b INT NOT NULL, v VARCHAR(5), PRIMARY KEY (a, b))",
+        [(1 + i % 3, i, f"v{i}") for i in range(30)],
+    ),
+    "empty": ("CREATE TABLE empty_t (k INT PRIMARY KEY)", []),
+    "odd_identifiers": (
+        "CREATE TABLE `odd``; DROP TABLE x; --` (`my col` INT PRIMARY KEY, `back``tick` VARCHAR(5), `select` INT)",
+        [(i, f"b{i}", i * 2) for i in range(7)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(KEY_CASES))
+@pytest.mark.parametrize("chunk_size", [2, 3])
+def test_every_row_is_read_exactly_once_and_chunks_stay_small(
+    mariadb: MariaDBServer, config: PipelineConfig, case: str, chunk_size: int
+) -> None:
+    ddl, rows = KEY_CASES[case]
+    table = f"{case[:20]}_{chunk_size}" if case != "odd_identifiers" else f"odd`; DROP TABLE x; -- {chunk_size}"
+    ddl = ddl.replace(ddl.split("(")[0].split("TABLE", 1)[1].strip(), quote(table), 1)
+    _table(mariadb, ddl, rows)
+    schema = _schema(config, table)
+    chunks, results = _read_all(config, schema, chunk_size)
+    _assert_exact_copy(mariadb, schema, results)
+    assert len(_table_rows(mariadb, schema)) == len(rows)
+    # No giant chunk: server-ordered boundaries keep every chunk at chunk_size rows, dense ranges near it.
+    assert max((len(r.rows) for r in results), default=0) <= 2 * chunk_size
+    assert len(chunks) >= len(rows) // (2 * chunk_size)
+    assert chunks[0].lower is None and chunks[-1].upper is None
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        assert a.upper == b.lower, "chunks tile the key space"
+
+
+def test_a_nullable_chunk_key_is_refused(mariadb: MariaDBServer, config: PipelineConfig) -> None:
+    _table(mariadb, "CREATE TABLE nullable_k (k INT NULL, v INT, UNIQUE KEY (k))", [(None, 1), (1, 2)])
+    with pytest.raises(UnsupportedTableError, match=r"chunk key column 'k' of chunkdb.nullable_k is nullable"):
+        _schema(config, "nullable_k", TableOptions(chunk_key=("k",)))
+
+
+def test_a_table_without_primary_key_is_refused_with_the_option_to_name_a_key(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    _table(mariadb, "CREATE TABLE no_pk (a INT NOT NULL, b INT, UNIQUE KEY (a))", [(1, 1), (2, 2), (3, 3)])
+    with pytest.raises(UnsupportedTableError, match=r"chunkdb.no_pk has no primary key.*chunk_key"):
+        _schema(config, "no_pk")
+    schema = _schema(config, "no_pk", TableOptions(chunk_key=("a",)))
+    _, results = _read_all(config, schema, 2)
+    _assert_exact_copy(mariadb, schema, results)
+
+
+def test_a_named_chunk_key_must_be_unique(mariadb: MariaDBServer, config: PipelineConfig) -> None:
+    _table(mariadb, "CREATE TABLE not_unique (a INT NOT NULL, b INT NOT NULL, KEY (b))", [(1, 1), (2, 1)])
+    with pytest.raises(UnsupportedTableError, match="not a unique index"):
+        _schema(config, "not_unique", TableOptions(chunk_key=("b",)))
+
+
+# --- DML at the three hook points (FAILURES.md "Watermarks, positions, GTIDs") -----------------------
+
+HOOK_DML = [
+    "UPDATE {t} SET v = 'lower-edge' WHERE id = 8",  # the chunk's lower boundary row
+    "INSERT INTO {t} VALUES (9, 'inserted')",
+    "DELETE FROM {t} WHERE id = 12",
+    "INSERT INTO {t} VALUES (13, 'upper-edge')",  # just below the next chunk's first key
+    "UPDATE {t} SET v = 'next-chunk' WHERE id = 14",  # the next chunk's first row: not ours
+    "UPDATE {t} SET id = 11 WHERE id = 2",  # a key moving into this chunk from the first one
+]
+
+
+@pytest.mark.parametrize("point", ["after_low_watermark", "before_high_watermark", "after_high_watermark"])
+def test_dml_at_each_hook_point_leaves_the_chunk_equal_to_the_table_at_its_high_watermark(
+    mariadb: MariaDBServer, config: PipelineConfig, point: str
+) -> None:
+    table = f"hook_{point}"
+    _table(mariadb, f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))",
+           [(i, f"v{i}") for i in range(2, 26, 2)])
+    schema = _schema(config, table)
+    with connect(config.source) as conn:
+        chunks = split_table(conn, schema, 3)
+    target = next(c for c in chunks if c.lower == (8,))
+    assert target.upper == (14,)
+    before_dml: list[tuple[Any, ...]] = []
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == point and chunk == target:
+            before_dml.extend(_table_rows(mariadb, schema, target))
+            mariadb.execute(*(s.format(t=table) for s in HOOK_DML), database=DB)
+
+    result = read_chunk(ChunkTask(config.source, "mariadb", schema, target, hook))
+    after_dml = _table_rows(mariadb, schema, target)
+    assert before_dml and before_dml != after_dml
+    expected = before_dml if point == "after_high_watermark" else after_dml
+    assert sorted(result.rows) == sorted(expected)
+    assert result.high.position >= result.low.position
+    if point == "after_high_watermark":
+        assert result.window_events == 0
+    else:
+        # The changes reached the chunk through the binlog window, not only through the SELECT.
+        assert result.window_events >= len(HOOK_DML)
+
+
+def test_equal_watermarks_skip_the_binlog_read(mariadb: MariaDBServer, config: PipelineConfig) -> None:
+    _table(mariadb, "CREATE TABLE quiet (id INT PRIMARY KEY)", [(i,) for i in range(5)])
+    schema = _schema(config, "quiet")
+    _, results = _read_all(config, schema, 10)
+    assert all(r.low.position == r.high.position and r.window_events == 0 for r in results)
+
+
+def test_string_keys_moving_across_chunks_under_a_case_insensitive_collation(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    """A row whose key changes while its old and new chunks are read: it ends up exactly once."""
+    _table(mariadb, "CREATE TABLE moving (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+           [(k, i) for i, k in enumerate(["a", "C", "e", "G", "i", "K", "m", "O", "q", "S"])])
+    schema = _schema(config, "moving")
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == "after_low_watermark" and chunk.index == 0:
+            # 'q' (a later chunk) becomes 'B' (this chunk): case decides nothing, the server's order does.
+            mariadb.execute("UPDATE moving SET k = 'B' WHERE k = 'Q'", database=DB)
+
+    _, results = _read_all(config, schema, 3, hook)
+    _assert_exact_copy(mariadb, schema, results)
+    assert [r for res in results for r in res.rows if r[0] == "B"] == [("B", 8)]
+
+
+def test_the_cdc_user_holds_no_metadata_lock_between_chunks(mariadb: MariaDBServer, config: PipelineConfig) -> None:
+    """An application ALTER TABLE must not wait on us (FAILURES.md "Types and settings")."""
+    _table(mariadb, "CREATE TABLE mdl (id INT PRIMARY KEY, v INT)", [(i, i) for i in range(10)])
+    schema = _schema(config, "mdl")
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == "before_high_watermark":
+            with mariadb.admin(DB) as conn, conn.cursor() as cur:
+                cur.execute("SET SESSION lock_wait_timeout = 5")
+                cur.execute(f"ALTER TABLE mdl COMMENT = 'touched at chunk {chunk.index}'")
+
+    _read_all(config, schema, 4, hook)  # an ALTER blocked by our read would time out and raise here
+
+
+def test_the_cdc_user_cannot_lock_tables(mariadb: MariaDBServer, config: PipelineConfig) -> None:
+    with connect(config.source) as conn, conn.cursor() as cur, pytest.raises(pymysql.err.OperationalError):
+        cur.execute("FLUSH TABLES WITH READ LOCK")
