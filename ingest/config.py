@@ -152,7 +152,7 @@ class PipelineConfig:
 class _Section:
     """Reads one mapping of the file, remembering its path and refusing keys nobody read."""
 
-    def __init__(self, data: Any, path: str) -> None:
+    def __init__(self, data: Any, path: str, allowed: tuple[str, ...] | None = None) -> None:
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
@@ -160,6 +160,10 @@ class _Section:
         self.data = data
         self.path = path
         self.seen: set[str] = set()
+        if allowed is not None:
+            # Unknown keys first: a misspelled section must be named, not reported as a missing one.
+            self.seen.update(k for k in data if k in allowed)
+            self.done()
 
     def key(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else name
@@ -188,9 +192,9 @@ class _Section:
             raise ConfigError(f"`{self.key(name)}` must be one of {', '.join(allowed)}; got {value!r}")
         return value
 
-    def section(self, name: str) -> _Section:
+    def section(self, name: str, allowed: tuple[str, ...] | None = None) -> _Section:
         self.seen.add(name)
-        return _Section(self.data.get(name), self.key(name))
+        return _Section(self.data.get(name), self.key(name), allowed)
 
     def done(self) -> None:
         unknown = sorted(str(k) for k in self.data if k not in self.seen)
@@ -239,13 +243,13 @@ SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
 
 
 def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
-    top = _Section(data, "")
+    top = _Section(data, "", ("name", "source", "tables", "sink", "snapshot", "spark", "startup_mode", "table_options"))
     name = str(top.get("name", str, "pipeline"))
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         raise ConfigError(f"`name` must be 1-64 letters, digits, '_' or '-'; got {name!r}")
 
-    src = top.section("source")
-    tls = src.section("tls")
+    src = top.section("source", ("host", "port", "user", "password", "flavor", "server_id", "tls", "connect_timeout"))
+    tls = src.section("tls", ("mode", "ca_file"))
     tls_mode = cast(TlsMode, tls.choice("mode", ("disabled", "required", "verify_ca", "verify_identity"), "disabled"))
     tls_config = TlsConfig(tls_mode, tls.get("ca_file", str))
     if tls_mode in ("verify_ca", "verify_identity") and not tls_config.ca_file:
@@ -269,14 +273,17 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     )
     src.done()
 
-    tab = top.section("tables")
+    tab = top.section("tables", ("include", "exclude"))
     tables = TableSelection(
         include=_compile(tab.get("include", (list, str), required=True), "tables.include"),
         exclude=_compile(tab.get("exclude", (list, str), []), "tables.exclude"),
     )
     tab.done()
 
-    snk = top.section("sink")
+    snk = top.section(
+        "sink",
+        ("catalog_name", "catalog", "namespace", "table_name", "state_table", "format_version", "table_properties"),
+    )
     cat = snk.section("catalog")
     catalog: dict[str, str | Secret] = {}
     for k, v in cat.data.items():
@@ -316,13 +323,13 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     for template_key, template in (("namespace", sink.namespace), ("table_name", sink.table_name)):
         try:
             template.format(database="d", table="t", pipeline="p")
-        except (KeyError, IndexError, ValueError) as e:
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
             raise ConfigError(
                 f"`sink.{template_key}` may use only {{database}}, {{table}} and {{pipeline}}; {template!r}: {e}"
             ) from None
     snk.done()
 
-    snp = top.section("snapshot")
+    snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit"))
     snapshot = SnapshotConfig(
         chunk_size=snp.positive_int("chunk_size", 8192),
         parallelism=snp.positive_int("parallelism", 2),
@@ -330,7 +337,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     )
     snp.done()
 
-    spk = top.section("spark")
+    spk = top.section("spark", ("master", "conf"))
     conf = spk.section("conf")
     conf.seen.update(conf.data)
     spark = SparkConfig(
@@ -347,7 +354,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         opts.seen.add(table_name)
         if not re.fullmatch(r"[^.]+\.[^.]+", str(table_name)):
             raise ConfigError(f"`table_options` keys are `database.table`, got {table_name!r}")
-        o = _Section(raw, f"table_options.{table_name}")
+        o = _Section(raw, f"table_options.{table_name}", ("chunk_key", "chunk_size", "target"))
         chunk_key = o.get("chunk_key", (list, str))
         if isinstance(chunk_key, str):
             chunk_key = [chunk_key]

@@ -14,7 +14,9 @@ from typing import Any
 from ingest.config import Secret, SinkConfig
 from ingest.errors import ConfigError
 
-_JDBC_TO_SQLALCHEMY = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg2", "mysql": "mysql+pymysql"}
+# pyiceberg's SQL catalog must reach the same database; a MySQL-backed one would need the password in its
+# URL, so only the two whose password can stay out of every URL are supported.
+_JDBC_TO_SQLALCHEMY = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg2"}
 
 
 def spark_catalog_conf(sink: SinkConfig) -> tuple[dict[str, str], dict[str, str]]:
@@ -40,9 +42,7 @@ def _jdbc_to_sqlalchemy(uri: str, props: Mapping[str, str | Secret]) -> str:
     rest = uri[len("jdbc:") :]
     scheme, _, location = rest.partition(":")
     if scheme not in _JDBC_TO_SQLALCHEMY:
-        raise ConfigError(
-            f"`sink.catalog.uri`: JDBC catalogs on {scheme} are not supported (sqlite, postgresql, mysql)"
-        )
+        raise ConfigError(f"`sink.catalog.uri`: JDBC catalogs on {scheme} are not supported (sqlite, postgresql)")
     if scheme == "sqlite":
         path = location.removeprefix("file:")
         return f"sqlite:///{path}"

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build what a Spark cluster needs to run the job, into dist/ (git-ignored, never committed).
+#
+# Usage:
+#   infra/package.sh                      # build with python3
+#   PYTHON=/usr/bin/python3.11 infra/package.sh
+#
+# Output:
+#   dist/mysql_iceberg_ingest-<version>-py3-none-any.whl   the project wheel
+#   dist/ingest-env.tar.gz   a virtualenv packed with venv-pack: the project and its runtime dependencies
+#                            from pyproject.toml, WITHOUT pyspark (the cluster's Spark provides it). Ship it
+#                            with `spark-submit --archives .../ingest-env.tar.gz#environment` and
+#                            `--conf spark.pyspark.python=./environment/bin/python` (infra/emr, infra/dataproc).
+#
+# venv-pack does not pack the Python interpreter or its standard library: the environment points at the
+# interpreter it was built with, so the cluster nodes need that same Python version at the same path, and
+# the same OS family and CPU architecture (pyarrow and other wheels are native code). Build it on, or in a
+# container of, the cluster's image (infra/README.md says how).
+#
+# PYTHON   interpreter to build with (default python3); 3.11 or newer (pyproject.toml). Use the path the
+#          cluster nodes have (e.g. /usr/bin/python3.11): the packed environment links to it by that path.
+# Pins in constraints.txt, when present, apply to every dependency.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-python3}"
+ARCHIVE="dist/ingest-env.tar.gz"
+VENV_PACK="venv-pack==0.2.0"
+
+step() { printf '==> %s\n' "$*"; }
+
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required, got " + sys.version)'
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+step "build tools ($VENV_PACK) in a temporary virtualenv"
+"$PY" -m venv "$work/build"
+"$work/build/bin/python" -m pip install -q --upgrade pip
+"$work/build/bin/python" -m pip install -q "$VENV_PACK"
+
+step "project wheel"
+mkdir -p dist
+rm -f dist/mysql_iceberg_ingest-*.whl "$ARCHIVE"
+"$work/build/bin/python" -m pip wheel -q --no-deps -w dist .
+wheels=(dist/mysql_iceberg_ingest-*.whl)
+if [ "${#wheels[@]}" -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
+  echo "expected one project wheel in dist/, got: ${wheels[*]}" >&2
+  exit 1
+fi
+wheel="${wheels[0]}"
+
+# Runtime dependencies as pyproject.toml declares them, minus pyspark.
+mapfile -t deps < <("$PY" - <<'EOF'
+import re
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    for requirement in tomllib.load(f)["project"]["dependencies"]:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        if name is None or re.sub(r"[-_.]+", "-", name.group(0)).lower() != "pyspark":
+            print(requirement)
+EOF
+)
+[ "${#deps[@]}" -gt 0 ] || { echo "no runtime dependencies found in pyproject.toml" >&2; exit 1; }
+constraints=()
+[ -f constraints.txt ] && constraints=(-c constraints.txt)
+
+step "runtime virtualenv: ${wheel#dist/} + ${deps[*]}"
+"$PY" -m venv "$work/env"
+"$work/env/bin/python" -m pip install -q --upgrade pip
+"$work/env/bin/python" -m pip install -q "${constraints[@]}" "${deps[@]}"
+"$work/env/bin/python" -m pip install -q --no-deps "$wheel"
+
+# The job must import, and pyspark must not be there (a second, different Spark would shadow the cluster's).
+"$work/env/bin/python" -c 'import ingest.cli, ingest.config, ingest.runtime.jars, pyiceberg, pyarrow, pymysql, pymysqlreplication, yaml, boto3'
+"$work/env/bin/python" -c 'import importlib.util, sys; sys.exit("pyspark must not be packed" if importlib.util.find_spec("pyspark") else 0)'
+
+step "pack $ARCHIVE"
+# (venv-pack 0.2.0's --python-prefix writes wrong links for Python 3.10+, so the build interpreter's path is kept.)
+"$work/build/bin/venv-pack" -p "$work/env" -o "$ARCHIVE" --quiet
+chmod 0644 "$ARCHIVE"
+
+target="$(readlink -f "$work/env/bin/python")"
+version="$("$work/env/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+step "done"
+ls -l "$wheel" "$ARCHIVE"
+echo "The packed environment runs Python $version from $target: the cluster nodes need it there."

@@ -1,0 +1,201 @@
+"""Unit tests of ingest/sink/catalog.py: one catalog definition seen from Spark and from pyiceberg."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ingest.config import Secret, SinkConfig
+from ingest.errors import ConfigError
+from ingest.sink.catalog import pyiceberg_properties, spark_catalog_conf
+
+PG_PW = "pg-Vn5tR8wQ"
+S3_PW = "s3-Hj3kL6zX"
+
+
+def sink(catalog: dict[str, str | Secret], name: str = "lake") -> SinkConfig:
+    return SinkConfig(catalog_name=name, catalog=catalog)
+
+
+@pytest.fixture
+def pgpassword(monkeypatch: pytest.MonkeyPatch) -> str:
+    """PGPASSWORD set to a sentinel, restored (or removed) after the test whatever the code does."""
+    monkeypatch.setenv("PGPASSWORD", "sentinel-before")
+    return "sentinel-before"
+
+
+# --------------------------------------------------------------------------------------------------
+# Spark
+# --------------------------------------------------------------------------------------------------
+
+
+def test_spark_conf_splits_plain_and_secret_settings() -> None:
+    plain, secret = spark_catalog_conf(
+        sink(
+            {
+                "type": "jdbc",
+                "uri": "jdbc:postgresql://h:5432/db",
+                "jdbc.user": "u",
+                "jdbc.password": Secret(PG_PW, "env:PG"),
+                "s3.access-key-id": "AKIA",
+                "s3.secret-access-key": Secret(S3_PW, "env:S3"),
+            },
+            name="s3lake",
+        )
+    )
+    assert plain == {
+        "spark.sql.catalog.s3lake": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.s3lake.type": "jdbc",
+        "spark.sql.catalog.s3lake.uri": "jdbc:postgresql://h:5432/db",
+        "spark.sql.catalog.s3lake.jdbc.user": "u",
+        "spark.sql.catalog.s3lake.s3.access-key-id": "AKIA",
+    }
+    assert secret == {
+        "spark.sql.catalog.s3lake.jdbc.password": PG_PW,
+        "spark.sql.catalog.s3lake.s3.secret-access-key": S3_PW,
+    }
+    assert PG_PW not in repr(plain)
+    assert S3_PW not in repr(plain)
+
+
+def test_spark_conf_without_secrets() -> None:
+    plain, secret = spark_catalog_conf(sink({"type": "rest", "uri": "http://rest:8181"}))
+    assert plain == {
+        "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.lake.type": "rest",
+        "spark.sql.catalog.lake.uri": "http://rest:8181",
+    }
+    assert secret == {}
+
+
+# --------------------------------------------------------------------------------------------------
+# pyiceberg
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sqlite_jdbc_becomes_sql_catalog(pgpassword: str) -> None:
+    props = pyiceberg_properties(
+        sink(
+            {
+                "type": "jdbc",
+                "uri": "jdbc:sqlite:/x/c.db",
+                "warehouse": "file:///x/wh",
+                "jdbc.password": Secret("p", "e"),
+            }
+        )
+    )
+    assert props == {"type": "sql", "uri": "sqlite:////x/c.db", "warehouse": "file:///x/wh"}
+    assert os.environ["PGPASSWORD"] == pgpassword
+
+
+def test_sqlite_jdbc_with_file_prefix() -> None:
+    assert pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:sqlite:file:/x/c.db"})) == {
+        "type": "sql",
+        "uri": "sqlite:////x/c.db",
+    }
+
+
+def test_postgresql_jdbc_keeps_the_password_out_of_every_property(pgpassword: str) -> None:
+    props = pyiceberg_properties(
+        sink(
+            {
+                "type": "jdbc",
+                "uri": "jdbc:postgresql://h:5432/db",
+                "jdbc.user": "u",
+                "jdbc.password": Secret(PG_PW, "env:PG"),
+                "warehouse": "s3://bucket/wh",
+            }
+        )
+    )
+    assert props == {"type": "sql", "uri": "postgresql+psycopg2://u@h:5432/db", "warehouse": "s3://bucket/wh"}
+    assert all(PG_PW not in value for value in props.values())
+    assert all(PG_PW not in key for key in props)
+    assert os.environ["PGPASSWORD"] == PG_PW
+
+
+def test_postgresql_jdbc_without_user_or_password(pgpassword: str) -> None:
+    props = pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:postgresql://h/db"}))
+    assert props == {"type": "sql", "uri": "postgresql+psycopg2://h/db"}
+    assert os.environ["PGPASSWORD"] == pgpassword
+
+
+def test_other_secrets_are_revealed_to_pyiceberg(pgpassword: str) -> None:
+    props = pyiceberg_properties(
+        sink(
+            {
+                "type": "jdbc",
+                "uri": "jdbc:postgresql://h:5432/db",
+                "jdbc.password": Secret(PG_PW, "env:PG"),
+                "s3.secret-access-key": Secret(S3_PW, "env:S3"),
+            }
+        )
+    )
+    assert props == {"type": "sql", "uri": "postgresql+psycopg2://h:5432/db", "s3.secret-access-key": S3_PW}
+
+
+def test_mysql_jdbc_catalog_is_refused_by_name(pgpassword: str) -> None:
+    # Its password could only reach pyiceberg inside a URL, so it is not supported.
+    with pytest.raises(ConfigError, match=r"^`sink.catalog.uri`: JDBC catalogs on mysql are not supported"):
+        pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:mysql://h:3306/cat", "jdbc.user": "u"}))
+    assert os.environ["PGPASSWORD"] == pgpassword
+
+
+def test_mysql_jdbc_password_is_not_silently_dropped(pgpassword: str) -> None:
+    # docs/config.md lists MySQL among the JDBC catalogs pyiceberg is derived for. The password must reach
+    # pyiceberg somehow (PyMySQL reads no environment variable), or the catalog must be refused by name.
+    catalog: dict[str, str | Secret] = {
+        "type": "jdbc",
+        "uri": "jdbc:mysql://h:3306/cat",
+        "jdbc.user": "u",
+        "jdbc.password": Secret("my-Pw7", "env:MY"),
+    }
+    try:
+        props = pyiceberg_properties(sink(catalog))
+    except ConfigError as e:
+        assert "sink.catalog" in str(e)
+    else:
+        assert any("my-Pw7" in value for value in props.values()), props
+
+
+def test_non_jdbc_uri_for_a_jdbc_catalog_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        pyiceberg_properties(sink({"type": "jdbc", "uri": "postgresql://h/db?password=leaky"}))
+    assert str(info.value) == "`sink.catalog.uri` of a jdbc catalog must start with jdbc:, got 'postgresql://h/db'"
+
+
+def test_missing_uri_for_a_jdbc_catalog_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        pyiceberg_properties(sink({"type": "jdbc"}))
+    assert str(info.value) == "`sink.catalog.uri` of a jdbc catalog must start with jdbc:, got ''"
+
+
+def test_unsupported_jdbc_database_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:oracle:thin:@h:1521/x"}))
+    assert str(info.value) == "`sink.catalog.uri`: JDBC catalogs on oracle are not supported (sqlite, postgresql)"
+
+
+def test_rest_catalog_passes_through_unchanged(pgpassword: str) -> None:
+    catalog: dict[str, str | Secret] = {
+        "type": "rest",
+        "uri": "http://rest:8181",
+        "warehouse": "wh",
+        "jdbc.user": "not-touched",
+        "credential": Secret("id:sec", "env:C"),
+    }
+    props = pyiceberg_properties(sink(catalog))
+    assert props == {
+        "type": "rest",
+        "uri": "http://rest:8181",
+        "warehouse": "wh",
+        "jdbc.user": "not-touched",
+        "credential": "id:sec",
+    }
+    assert os.environ["PGPASSWORD"] == pgpassword
+
+
+def test_pyiceberg_properties_does_not_modify_the_sink() -> None:
+    catalog: dict[str, str | Secret] = {"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db", "jdbc.user": "u"}
+    pyiceberg_properties(sink(catalog))
+    assert catalog == {"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db", "jdbc.user": "u"}
