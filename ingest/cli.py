@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from ingest.errors import ConfigError, IngestError, TransientError
+from ingest.faults import mark_job_process_group
 
 log = logging.getLogger("ingest")
 
@@ -73,6 +74,7 @@ def setup_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging(args.log_level)
+    mark_job_process_group()
     try:
         if args.command == "demo":
             from ingest.demo import run_demo

@@ -18,6 +18,7 @@ from typing import Any
 
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError, SinkError, TerminalError
+from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import (
     SUMMARY_CHUNKS_DONE,
@@ -80,10 +81,10 @@ def run(
     spark: Any = None,
 ) -> None:
     """`ingest run`: the snapshot, then (when implemented) the binlog stream."""
-    from ingest.runtime.spark import spark_session
+    from ingest.runtime.spark import attach_catalog, spark_session
 
     info = discover(config)
-    spark = spark or spark_session(config)
+    spark = spark_session(config) if spark is None else attach_catalog(spark, config)
     state = StateTable.open(config)
     for schema in info.schemas:
         snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
@@ -116,6 +117,7 @@ def snapshot_table(
             planned_at = read_watermark(conn, flavor)
             plan = split_table(conn, schema, chunk_size)
         state.save_plan(table_id, plan, planned_at)
+        crash_point("snapshot.after_plan")
         log.info("%s: planned %d chunks of up to %d rows", table_id, len(plan), chunk_size)
     done = reconcile(config, state, schema)
     todo = [c for c in plan if c.index not in done]
@@ -128,7 +130,9 @@ def snapshot_table(
     for batch in _batched(todo, config.snapshot.chunks_per_commit):
         tasks = [ChunkTask(config.source, flavor, schema, c, hook) for c in batch]
         records = _commit_batch(spark, config, target, tasks, targets, set(done))
+        crash_point("snapshot.after_commit")  # data committed, state table not yet written
         state.record_chunks(records)
+        crash_point("snapshot.after_state")
         done.update(r.chunk.index for r in records)
         rows_done += sum(r.row_count for r in records)
         elapsed = max(time.monotonic() - started, 1e-6)
@@ -219,6 +223,7 @@ def _commit_batch(
             for i, m in sorted(metas.items())
         ]
         data = df.where(F.col(META_COLUMN).isNull()).drop(CHUNK_COLUMN, META_COLUMN)
+        crash_point("snapshot.before_commit")
         (
             data.writeTo(target)
             .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)

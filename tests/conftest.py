@@ -85,3 +85,30 @@ def minio_sink(minio: MinioServer, postgres: PostgresServer, bucket: str) -> dic
             "s3.secret-access-key": {"env": "INGEST_TEST_S3_SECRET"},
         },
     }
+
+
+def _repo_on_worker_path() -> None:
+    """Python workers import test hooks by module name: give them the repository root."""
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def spark_for_module(master: str) -> Any:
+    """One Spark session per test module (stopped by the caller); pipelines add their catalogs to it."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from ingest.runtime.spark import _BASE_CONF, jar_conf
+
+    _repo_on_worker_path()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    builder = SparkSession.builder.master(master).appName("ingest-tests")
+    for key, value in {**_BASE_CONF, **jar_conf(), "spark.driver.memory": "1g"}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -55,8 +55,12 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
     conf.update(extra or {})
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    return attach_catalog(builder.getOrCreate(), config)
+
+
+def attach_catalog(session: Any, config: PipelineConfig) -> Any:
+    """Register the sink catalog on a running session; Iceberg reads these settings on first use."""
+    plain, secret = spark_catalog_conf(config.sink)
     for key, value in {**plain, **secret}.items():
-        # Also on a session that already existed (tests share one per module; pipelines may differ).
         session.conf.set(key, value)
     return session

@@ -20,6 +20,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
+from ingest.faults import crash_point
 from ingest.source.binlog_values import driver_form
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
@@ -73,6 +74,7 @@ def read_chunk(task: ChunkTask) -> ChunkResult:
             cur.execute(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params)
             selected = cur.fetchall()
         conn.commit()  # end the read view at once: no metadata lock is held between chunks
+        crash_point(f"chunk.after_select.{chunk.table_id}.{chunk.index}")
         select_done = time.perf_counter()
         if task.hook:
             task.hook("before_high_watermark", chunk)

@@ -26,8 +26,14 @@ DB = "chunkdb"
 @pytest.fixture(scope="module")
 def config(mariadb: MariaDBServer, tmp_path_factory: pytest.TempPathFactory) -> PipelineConfig:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    return parse_config({"name": "keys", "source": source_section(mariadb), "tables": {"include": [r"keys\..*"]},
-                         "sink": embedded_sink(tmp_path_factory.mktemp("keys"))})
+    return parse_config(
+        {
+            "name": "keys",
+            "source": source_section(mariadb),
+            "tables": {"include": [r"keys\..*"]},
+            "sink": embedded_sink(tmp_path_factory.mktemp("keys")),
+        }
+    )
 
 
 def _table(mariadb: MariaDBServer, ddl: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -39,13 +45,14 @@ def _table(mariadb: MariaDBServer, ddl: str, rows: Sequence[Sequence[Any]]) -> N
             cur.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
 
 
-def _schema(config: PipelineConfig, table: str, options: TableOptions = TableOptions()) -> TableSchema:
+def _schema(config: PipelineConfig, table: str, options: TableOptions | None = None) -> TableSchema:
     with connect(config.source) as conn:
-        return load_schema(conn, DB, table, options)
+        return load_schema(conn, DB, table, options or TableOptions())
 
 
-def _read_all(config: PipelineConfig, schema: TableSchema, chunk_size: int,
-              hook: Callable[[HookPoint, Chunk], None] | None = None) -> tuple[list[Chunk], list[ChunkResult]]:
+def _read_all(
+    config: PipelineConfig, schema: TableSchema, chunk_size: int, hook: Callable[[HookPoint, Chunk], None] | None = None
+) -> tuple[list[Chunk], list[ChunkResult]]:
     with connect(config.source) as conn:
         chunks = split_table(conn, schema, chunk_size)
     return chunks, [read_chunk(ChunkTask(config.source, "mariadb", schema, c, hook)) for c in chunks]
@@ -172,8 +179,9 @@ def test_dml_at_each_hook_point_leaves_the_chunk_equal_to_the_table_at_its_high_
     mariadb: MariaDBServer, config: PipelineConfig, point: str
 ) -> None:
     table = f"hook_{point}"
-    _table(mariadb, f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))",
-           [(i, f"v{i}") for i in range(2, 26, 2)])
+    _table(
+        mariadb, f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))", [(i, f"v{i}") for i in range(2, 26, 2)]
+    )
     schema = _schema(config, table)
     with connect(config.source) as conn:
         chunks = split_table(conn, schema, 3)
@@ -210,8 +218,11 @@ def test_string_keys_moving_across_chunks_under_a_case_insensitive_collation(
     mariadb: MariaDBServer, config: PipelineConfig
 ) -> None:
     """A row whose key changes while its old and new chunks are read: it ends up exactly once."""
-    _table(mariadb, "CREATE TABLE moving (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
-           [(k, i) for i, k in enumerate(["a", "C", "e", "G", "i", "K", "m", "O", "q", "S"])])
+    _table(
+        mariadb,
+        "CREATE TABLE moving (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+        [(k, i) for i, k in enumerate(["a", "C", "e", "G", "i", "K", "m", "O", "q", "S"])],
+    )
     schema = _schema(config, "moving")
 
     def hook(at: HookPoint, chunk: Chunk) -> None:
