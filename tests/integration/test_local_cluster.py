@@ -40,11 +40,16 @@ def test_chunks_are_read_by_executor_processes_and_land_exactly_once(
     assert spark.sparkContext.master.startswith("local-cluster")
     pids = spark.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("os").getpid()).collect()
     assert len(set(pids)) >= 2 and __import__("os").getpid() not in pids  # executors are other processes
-    config = parse_config({
-        "name": "cluster", "source": source_section(mariadb), "tables": {"include": [r"cluster\.events"]},
-        "sink": embedded_sink(tmp_path), "snapshot": {"chunk_size": 300, "parallelism": 2, "chunks_per_commit": 4},
-        "startup_mode": "snapshot_only",
-    })
+    config = parse_config(
+        {
+            "name": "cluster",
+            "source": source_section(mariadb),
+            "tables": {"include": [r"cluster\.events"]},
+            "sink": embedded_sink(tmp_path),
+            "snapshot": {"chunk_size": 300, "parallelism": 2, "chunks_per_commit": 4},
+            "startup_mode": "snapshot_only",
+        }
+    )
     run(config, spark=spark)
     assert verify(config, ranges=3)
     state = StateTable.open(config)
