@@ -66,9 +66,12 @@ def setup_logging(level: str) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    # Spark's Python side and py4j are chatty at INFO; the job's own messages are what a user follows.
-    for noisy in ("py4j", "pyspark", "urllib3", "botocore", "pyiceberg"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, getattr(logging, level)))
+    # py4j echoes every command sent to the JVM at DEBUG, secrets set on the session included: never below INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if level != "DEBUG":
+        # Spark's Python side and the clients are chatty; the job's own messages are what a user follows.
+        for noisy in ("pyspark", "urllib3", "botocore", "pyiceberg", "sqlalchemy"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

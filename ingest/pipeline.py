@@ -58,6 +58,7 @@ class SourceInfo:
 
 def discover(config: PipelineConfig) -> SourceInfo:
     """Check the source can be captured and load the schema of every selected table."""
+    log.debug("pipeline %s: %r", config.name, config)  # secrets print as Secret(..., ***)
     with connect(config.source) as conn:
         flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
         check_binlog_settings(conn)

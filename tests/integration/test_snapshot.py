@@ -182,3 +182,73 @@ def test_kill_9_at_a_named_point_then_resume_reads_no_chunk_twice_and_loses_none
     )
     assert appended == 5000, "rows appended twice"
     assert json.loads(json.dumps(table_status(config)))[0]["chunks_done"] == 5
+
+
+def test_secrets_never_reach_logs_or_iceberg_metadata_even_at_debug(
+    mariadb: MariaDBServer, shop: str, tmp_path: Path, cdc_password: str
+) -> None:
+    """FAILURES.md "Security": the password is not in the job's output at DEBUG, nor in any file it wrote."""
+    data = _config(mariadb, embedded_sink(tmp_path), "secrets", include=r"shop\.products")
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ingest.cli",
+            "--log-level",
+            "DEBUG",
+            "run",
+            "--config",
+            str(config_file),
+            "--snapshot-only",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "DEBUG" in done.stderr  # the log level really was DEBUG
+    assert cdc_password not in done.stdout and cdc_password not in done.stderr
+    assert cdc_password not in config_file.read_text()
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "pipeline.yaml"]
+    assert any(p.name.endswith(".metadata.json") for p in written)
+    for path in written:
+        assert cdc_password.encode() not in path.read_bytes(), f"password found in {path}"
+
+
+def test_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path: Path) -> None:
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(
+        "source: {host: h, user: u, password: {env: HOME}}\ntables: {include: ['a']}\nsink: {catalgo: {type: jdbc}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "ingest: config error: unknown key `sink.catalgo` in `sink`; see docs/config.md for the valid keys"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
+
+
+def test_missing_grant_is_named(mariadb: MariaDBServer, shop: str, tmp_path: Path) -> None:
+    mariadb.execute(
+        "CREATE USER IF NOT EXISTS 'reader'@'%' IDENTIFIED BY 'reader-pw'", "GRANT SELECT ON *.* TO 'reader'@'%'"
+    )
+    os.environ["INGEST_TEST_READER_PASSWORD"] = "reader-pw"
+    data = _config(mariadb, embedded_sink(tmp_path), "grants", include=r"shop\.products")
+    data["source"].update(user="reader", password={"env": "INGEST_TEST_READER_PASSWORD"})
+    from ingest.errors import MissingPrivilegeError
+
+    with pytest.raises(MissingPrivilegeError, match=r"lacks REPLICATION SLAVE; run: GRANT REPLICATION SLAVE"):
+        run(parse_config(data))
