@@ -112,6 +112,16 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True)
+class StreamConfig:
+    """The binlog phase after the snapshot."""
+
+    batch_max_changes: int = 20000
+    batch_interval_seconds: float = 5.0
+    heartbeat_seconds: float = 1.0
+    on_schema_change: Literal["fail", "ignore"] = "fail"
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """Used when the job starts its own Spark session (not under spark-submit, which decides itself)."""
 
@@ -131,6 +141,7 @@ class PipelineConfig:
     spark: SparkConfig = SparkConfig()
     startup_mode: StartupMode = "initial"
     table_options: Mapping[str, TableOptions] = field(default_factory=dict)
+    stream: StreamConfig = StreamConfig()
 
     def options_for(self, database: str, table: str) -> TableOptions:
         return self.table_options.get(f"{database}.{table}", TableOptions())
@@ -243,7 +254,9 @@ SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
 
 
 def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
-    top = _Section(data, "", ("name", "source", "tables", "sink", "snapshot", "spark", "startup_mode", "table_options"))
+    top = _Section(
+        data, "", ("name", "source", "tables", "sink", "snapshot", "spark", "stream", "startup_mode", "table_options")
+    )
     name = str(top.get("name", str, "pipeline"))
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         raise ConfigError(f"`name` must be 1-64 letters, digits, '_' or '-'; got {name!r}")
@@ -346,6 +359,17 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     )
     spk.done()
 
+    stm = top.section(
+        "stream", ("batch_max_changes", "batch_interval_seconds", "heartbeat_seconds", "on_schema_change")
+    )
+    stream = StreamConfig(
+        batch_max_changes=stm.positive_int("batch_max_changes", 20000),
+        batch_interval_seconds=_positive_float(stm, "batch_interval_seconds", 5.0),
+        heartbeat_seconds=_positive_float(stm, "heartbeat_seconds", 1.0),
+        on_schema_change=cast(Literal["fail", "ignore"], stm.choice("on_schema_change", ("fail", "ignore"), "fail")),
+    )
+    stm.done()
+
     startup_mode = cast(StartupMode, top.choice("startup_mode", ("initial", "snapshot_only"), "initial"))
 
     opts = top.section("table_options")
@@ -368,7 +392,14 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         )
         o.done()
     top.done()
-    return PipelineConfig(name, source, tables, sink, snapshot, spark, startup_mode, table_options)
+    return PipelineConfig(name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream)
+
+
+def _positive_float(section: _Section, name: str, default: float) -> float:
+    value = float(section.get(name, (int, float), default))
+    if value <= 0:
+        raise ConfigError(f"`{section.key(name)}` must be positive, got {value}")
+    return value
 
 
 def load_config(path: str | Path) -> PipelineConfig:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.config import PipelineConfig
-from ingest.errors import ConfigError, SinkError, TerminalError
+from ingest.errors import ConfigError, SinkError
 from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import (
@@ -81,19 +81,24 @@ def run(
     hook: ChunkHook | None = None,
     spark: Any = None,
 ) -> None:
-    """`ingest run`: the snapshot, then (when implemented) the binlog stream."""
+    """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
     from ingest.runtime.spark import attach_catalog, spark_session
+    from ingest.streaming import StopSignal, stream
 
     info = discover(config)
+    stop = StopSignal()
+    stop.install()
     spark = spark_session(config) if spark is None else attach_catalog(spark, config)
     state = StateTable.open(config)
     for schema in info.schemas:
         snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
-    if not (snapshot_only or config.startup_mode == "snapshot_only"):
-        raise TerminalError(
-            "the snapshot is complete, but binlog streaming is not available in this version yet; "
-            "run with --snapshot-only (or startup_mode: snapshot_only) until it is"
-        )
+        if stop.event.is_set():
+            log.info("stopping after the current commit, as asked")
+            return
+    if snapshot_only or config.startup_mode == "snapshot_only":
+        return
+    end = stream(spark, config, state, info.schemas, info.flavor, until_caught_up, stop)
+    log.info("binlog phase stopped at %s", end)
 
 
 def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:

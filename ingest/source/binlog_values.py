@@ -42,3 +42,23 @@ def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
             # BIT arrives as a '0101' string and zero dates as None; the converters accept both forms.
             fns.append(_identity)
     return fns
+
+
+def restore_empty_sets(values: dict[str, Any], none_sources: dict[str, Any] | None) -> dict[str, Any]:
+    """The binlog library reports an empty SET as None with the reason 'empty set'; the driver gives ''."""
+    if not none_sources:
+        return values
+    empty = [name for name, why in none_sources.items() if why == "empty set"]
+    return {**values, **dict.fromkeys(empty, "")} if empty else values
+
+
+def row_images(event_kind: str, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(before, after) value dicts of one binlog row, with empty SETs restored."""
+    if event_kind == "insert":
+        return None, restore_empty_sets(row["values"], row.get("none_sources"))
+    if event_kind == "delete":
+        return restore_empty_sets(row["values"], row.get("none_sources")), None
+    return (
+        restore_empty_sets(row["before_values"], row.get("before_none_sources")),
+        restore_empty_sets(row["after_values"], row.get("after_none_sources")),
+    )

@@ -21,7 +21,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
 from ingest.faults import crash_point
-from ingest.source.binlog_values import driver_form
+from ingest.source.binlog_values import driver_form, row_images
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
 from ingest.source.position import BinlogPosition, Watermark
@@ -124,13 +124,13 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[R
                 return
             if event.schema != schema.database or event.table != schema.table:
                 continue
+            kind = (
+                "insert"
+                if isinstance(event, WriteRowsEvent)
+                else ("delete" if isinstance(event, DeleteRowsEvent) else "update")
+            )
             for row in event.rows:
-                if isinstance(event, WriteRowsEvent):
-                    yield None, row["values"]
-                elif isinstance(event, DeleteRowsEvent):
-                    yield row["values"], None
-                else:
-                    yield row["before_values"], row["after_values"]
+                yield row_images(kind, row)
     finally:
         stream.close()
 

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 KIND_PLAN = "plan"
 KIND_CHUNK = "chunk"
+KIND_OFFSET = "offset"
 
 STATE_ARROW_SCHEMA = pa.schema(
     [
@@ -63,6 +64,7 @@ class StateTable:
         self.pipeline = pipeline
         self._plans: dict[str, list[Chunk]] = {}
         self._planned_at: dict[str, Watermark | None] = {}
+        self._offset: Watermark | None = None
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
         self._load()
 
@@ -98,6 +100,8 @@ class StateTable:
             if r["kind"] == KIND_PLAN:
                 plans[r["table_id"]].append(chunk)
                 self._planned_at[r["table_id"]] = _watermark(r["low_watermark"])
+            elif r["kind"] == KIND_OFFSET:
+                self._offset = _watermark(r["high_watermark"])
             elif r["kind"] == KIND_CHUNK:
                 self._done[r["table_id"]][chunk.index].append(
                     ChunkRecord(
@@ -123,6 +127,26 @@ class StateTable:
 
     def times_recorded(self, table_id: str) -> dict[int, int]:
         return {i: len(records) for i, records in self._done[table_id].items()}
+
+    def stream_offset(self) -> Watermark | None:
+        """The binlog position up to which every target has committed every change (None before streaming)."""
+        return self._offset
+
+    def record_offset(self, offset: Watermark) -> None:
+        """Written strictly after all targets committed the batch ending at `offset`."""
+        now = dt.datetime.now(dt.UTC)
+        self._append(
+            [
+                _row(
+                    self.pipeline,
+                    KIND_OFFSET,
+                    Chunk("*", -1, None, None),
+                    now,
+                    ChunkRecord(Chunk("*", -1, None, None), offset),
+                )
+            ]
+        )
+        self._offset = offset
 
     def planned_at(self, table_id: str) -> Watermark | None:
         """The binlog position when the table was split: earlier than every chunk's high watermark."""

@@ -1,0 +1,1 @@
+"""Changes between the source and the sink: the upsert materializer."""

@@ -1,0 +1,121 @@
+"""Applying one materialized batch to one target with MERGE INTO, tagged with the batch's end offset.
+
+The offset goes into the Iceberg snapshot summary of the same commit (`spark.sql.iceberg.snapshot-
+property.*`), so "has this table committed this batch?" is answered by the table itself: a replayed
+batch is skipped (zero new snapshots), and a commit whose outcome is unknown is checked, not repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.errors import CommitConflictError
+from ingest.sink.targets import SUMMARY_PIPELINE, target_columns
+from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
+from ingest.source.mysql import TableSchema
+from ingest.source.position import BinlogPosition
+
+log = logging.getLogger(__name__)
+
+SUMMARY_STREAM_OFFSET = "ingest.stream.offset"
+OP_COLUMN = "__ingest_op"
+_SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+MAX_ATTEMPTS = 4
+
+
+def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None:
+    """The newest stream offset this pipeline committed to the table, from its snapshot summaries."""
+    best: BinlogPosition | None = None
+    for snapshot in iceberg_table.snapshots():
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_STREAM_OFFSET in props:
+            position = BinlogPosition.parse(json.loads(props[SUMMARY_STREAM_OFFSET])["position"])
+            if best is None or position > best:
+                best = position
+    return best
+
+
+def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
+    targets = [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in target_columns(schema)]
+    positions = (
+        schema.key_positions()
+        if schema.chunk_key == schema.primary_key
+        else tuple(schema.column_names.index(k) for k in schema.primary_key)
+    )
+    width = len(targets)
+    rows, ops = [], []
+    for key, row in finals.items():
+        if row is None:
+            image: list[Any] = [None] * width
+            for p, v in zip(positions, key, strict=True):
+                image[p] = v
+            rows.append(tuple(image))
+            ops.append("D")
+        else:
+            rows.append(row)
+            ops.append("U")
+    batch = rows_to_record_batch(targets, rows)
+    table = pa.Table.from_batches([batch]).append_column(OP_COLUMN, pa.array(ops, pa.string()))
+    return spark.createDataFrame(table)
+
+
+def merge_into(
+    spark: Any,
+    target: str,
+    schema: TableSchema,
+    finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None],
+    pipeline: str,
+    end: BinlogPosition,
+    read_offset: Any,
+) -> bool:
+    """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state."""
+    view = f"ingest_batch_{abs(hash((target, str(end))))}"
+    _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
+    columns = [quote_identifier(c) for c in schema.column_names]
+    on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
+    sql = (
+        f"MERGE INTO {target} t USING {view} s ON {on} "
+        f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
+        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
+        f"VALUES ({', '.join(f's.{c}' for c in columns)})"
+    )
+    props = {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: json.dumps({"position": str(end)})}
+    try:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            done = read_offset()
+            if done is not None and done >= end:
+                return False  # committed before (a replay, or a commit that raised after succeeding)
+            for k, v in props.items():
+                spark.conf.set(_SNAPSHOT_PROPERTY + k, v)
+            try:
+                spark.sql(sql)
+                return True
+            except Exception as e:  # noqa: BLE001 - Spark surfaces Iceberg's conflicts as generic errors
+                text = str(e)
+                if (
+                    "CommitFailedException" not in text
+                    and "ValidationException" not in text
+                    and "conflict" not in text.lower()
+                ):
+                    raise
+                log.warning(
+                    "%s: commit conflict at attempt %d, retrying from fresh state: %s",
+                    target,
+                    attempt,
+                    text.splitlines()[0][:200],
+                )
+                spark.sql(f"REFRESH TABLE {target}")
+                time.sleep(0.2 * attempt)
+            finally:
+                for k in props:
+                    spark.conf.unset(_SNAPSHOT_PROPERTY + k)
+        raise CommitConflictError(f"{target}: MERGE kept conflicting with other writers after {MAX_ATTEMPTS} tries")
+    finally:
+        spark.catalog.dropTempView(view)
