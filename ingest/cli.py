@@ -70,7 +70,7 @@ def setup_logging(level: str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     if level != "DEBUG":
         # Spark's Python side and the clients are chatty; the job's own messages are what a user follows.
-        for noisy in ("pyspark", "urllib3", "botocore", "pyiceberg", "sqlalchemy"):
+        for noisy in ("pyspark", "urllib3", "botocore", "pyiceberg", "sqlalchemy", "pymysqlreplication"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -282,15 +282,32 @@ def table_status(config: PipelineConfig) -> list[dict[str, Any]]:
 
 def print_status(config: PipelineConfig, as_json: bool = False) -> None:
     rows = table_status(config)
+    offset = StateTable.open(config).stream_offset()
+    server: str | None = None
+    behind: int | None = None
+    try:
+        with connect(config.source) as conn:
+            flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
+            current = read_watermark(conn, flavor).position
+        server = str(current)
+        if offset is not None and current.file == offset.position.file:
+            behind = current.pos - offset.position.pos
+    except Exception as e:  # noqa: BLE001 - status still shows what Iceberg knows when MySQL is down
+        log.warning("cannot reach the source for the current binlog position: %s", e)
+    stream = {"offset": str(offset.position) if offset else None, "server_position": server, "bytes_behind": behind}
     if as_json:
-        print(json.dumps({"pipeline": config.name, "tables": rows}, indent=2))
+        print(json.dumps({"pipeline": config.name, "binlog": stream, "tables": rows}, indent=2))
         return
-    print(f"pipeline {config.name}: {len(rows)} tables")
+    print(
+        f"pipeline {config.name}: {len(rows)} tables; binlog committed up to {stream['offset'] or '-'} "
+        f"(server at {server or 'unknown'}{'' if behind is None else f', {behind} bytes behind'})"
+    )
     header = f"{'table':<32} {'phase':<14} {'chunks':>11} {'rows':>10}  high watermarks (lowest .. highest)"
     print(header)
     for r in rows:
         chunks = f"{r['chunks_done']}/{r['chunks_total']}"
+        phase = "binlog" if offset is not None and r["phase"] == "snapshot done" else r["phase"]
         print(
-            f"{r['table']:<32} {r['phase']:<14} {chunks:>11} {r['rows']:>10}  "
+            f"{r['table']:<32} {phase:<14} {chunks:>11} {r['rows']:>10}  "
             f"{r['low_high_watermark']} .. {r['high_high_watermark']}"
         )
