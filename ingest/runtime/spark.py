@@ -20,6 +20,12 @@ _BASE_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # A streaming job runs thousands of small SQL executions; Spark's status store would keep them all.
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "2000",
+    "spark.sql.ui.retainedQueryExecutions": "20",
     # Snapshot sources declare every column nullable (marker rows carry no data); keys are checked
     # NOT NULL when the rows are converted, before they reach Spark.
     "spark.sql.iceberg.check-nullability": "false",
