@@ -25,7 +25,7 @@ from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import committed_offset, merge_into
 from ingest.sink.targets import qualified
-from ingest.source.binlog import BinlogReader, RowChange, Transaction, check_not_purged
+from ingest.source.binlog import BinlogReader, RowChange, SchemaChangeError, Transaction, check_not_purged
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
 from ingest.source.mysql import TableSchema, connect
@@ -181,18 +181,23 @@ def stream(
             return should_stop()
 
         try:
-            for tx in reader.transactions(idle=idle):
-                pending.append(tx)
-                size = sum(len(t.changes) for t in pending)
-                if (
-                    size >= config.stream.batch_max_changes
-                    or time.monotonic() - last_flush >= config.stream.batch_interval_seconds
-                ):
-                    flush(tx.end)
-                if goal is not None and tx.end >= goal and not pending:
-                    break
-                if should_stop():
-                    break
+            try:
+                for tx in reader.transactions(idle=idle):
+                    pending.append(tx)
+                    size = sum(len(t.changes) for t in pending)
+                    if (
+                        size >= config.stream.batch_max_changes
+                        or time.monotonic() - last_flush >= config.stream.batch_interval_seconds
+                    ):
+                        flush(tx.end)
+                    if goal is not None and tx.end >= goal and not pending:
+                        break
+                    if should_stop():
+                        break
+            except SchemaChangeError:
+                # Everything before the DDL is committed; the job stops at the statement.
+                flush(reader.position)
+                raise
             flush(reader.position)
         finally:
             reader.close()

@@ -124,11 +124,11 @@ class BinlogReader:
 
     def _row(self, key: tuple[str, str], values: dict[str, Any]) -> tuple[Any, ...]:
         schema = self.schemas[key]
-        missing = [c for c in schema.column_names if c not in values]
-        if missing:
-            raise SourceError(
-                f"a binlog row of {schema.table_id} at {self.position} lacks columns {missing}: "
-                "binlog_row_image must be FULL on every writer session"
+        if len(values) != len(schema.column_names) or any(c not in values for c in schema.column_names):
+            raise SchemaChangeError(
+                f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the table "
+                f"now has {sorted(schema.column_names)}: its schema changed after this change was written. Schema "
+                "evolution is not applied yet; re-snapshot the table (drop its target and state rows)"
             )
         return tuple(fn(values[c]) for fn, c in zip(self._to_driver[key], schema.column_names, strict=True))
 

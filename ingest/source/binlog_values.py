@@ -11,8 +11,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ingest.errors import SourceError
 from ingest.sink.types import SourceColumn
 
+# python-mysql-replication's reason for a column that is not in the row image at all.
+_ABSENT = "cols bitmap"
 _SET_MEMBERS = re.compile(r"'((?:[^']|'')*)'")
 
 
@@ -45,9 +48,19 @@ def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
 
 
 def restore_empty_sets(values: dict[str, Any], none_sources: dict[str, Any] | None) -> dict[str, Any]:
-    """The binlog library reports an empty SET as None with the reason 'empty set'; the driver gives ''."""
+    """The binlog library reports an empty SET as None with the reason 'empty set'; the driver gives ''.
+
+    Columns absent from the event (a writer session with binlog_row_image MINIMAL or NOBLOB) are also
+    reported as None; writing them would overwrite real values with NULL, so they stop the job.
+    """
     if not none_sources:
         return values
+    absent = sorted(name for name, why in none_sources.items() if why == _ABSENT)
+    if absent:
+        raise SourceError(
+            f"a binlog row lacks columns {absent}: binlog_row_image must be FULL on every writer session "
+            "(a session with MINIMAL or NOBLOB wrote this change); nothing of it was applied"
+        )
     empty = [name for name, why in none_sources.items() if why == "empty set"]
     return {**values, **dict.fromkeys(empty, "")} if empty else values
 

@@ -1,0 +1,1431 @@
+"""Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run.
+
+    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5]
+                                     [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
+                                     [--merge-rounds 3] [--keep-logs]
+
+Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `bench.events` with a VARCHAR
+key), snapshots them with `ingest.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
+at least `--changes` row changes with set-based SQL, then measures in this order: the raw
+python-mysql-replication parse of that binlog range (the baseline) and our `BinlogReader` without Spark in
+this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child; the
+end-to-end lag at each offered load of `--loads` with the job running continuously in a child, stopped
+by SIGTERM; and MERGE INTO against a plain append of the same batch on format-version 2 and 3 tables in a
+child. The children are `python -m bench.binlog --worker SPEC` (their process tree is exactly the job).
+Nothing here asserts on timing. See bench/README.md for what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import logging
+import math
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from bench.snapshot import (
+    CDC_USER,
+    CPU_METHOD,
+    DATABASE,
+    DONE_LINE,
+    MIB,
+    PASSWORD_ENV,
+    RESULT_PREFIX,
+    RESULTS_DIR,
+    ROOT,
+    STARTED_LINE,
+    BenchError,
+    TreeMonitor,
+    _fmt,
+    _int_list,
+    _positive,
+    _progress,
+    cpu_delta,
+    mariadb_cpu,
+    per_million,
+    tree_cpu,
+)
+from ingest.config import PipelineConfig, StreamConfig, parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.source.position import BinlogPosition
+
+STREAM_LINE = "BENCH_STREAM_STARTED"
+"""Printed by a worker when the job enters the binlog phase (`ingest.streaming.stream`)."""
+
+PIPELINE = "bench_binlog"
+JOB_SERVER_ID = 5402
+BASELINE_SERVER_ID = 5490
+TABLES = ("orders", "customers", "events")
+SLICE = 1000
+"""Rows per set-based statement when recording the binlog; a transaction holds up to 2 * SLICE row changes."""
+STATUSES = ("new", "paid", "shipped", "done")
+LAG_POLL_SECONDS = 0.25
+MERGE_WARMUP_CHANGES = 1000
+MERGE_MIX = (0.6, 0.1, 0.3)
+"""Updates of existing keys, deletes of existing keys, inserts of new keys, as shares of a MERGE batch."""
+
+US_NOW = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+"""The server's wall clock at the statement, in microseconds since the epoch (same host clock as ours)."""
+ORDER_COLUMNS = "id, customer_id, status, amount, created_at, updated_us, note"
+
+log = logging.getLogger("bench.binlog")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The source tables and the recorded binlog.
+
+
+def create_tables(server: MariaDBServer) -> None:
+    server.execute(
+        f"CREATE DATABASE IF NOT EXISTS {DATABASE}",
+        *(f"DROP TABLE IF EXISTS {DATABASE}.{t}" for t in TABLES),
+        f"""CREATE TABLE {DATABASE}.orders (
+            id INT NOT NULL PRIMARY KEY,
+            customer_id BIGINT NOT NULL,
+            status VARCHAR(16) NOT NULL,
+            amount DECIMAL(12,2) NULL,
+            created_at DATETIME(6) NOT NULL,
+            updated_us BIGINT NOT NULL,
+            note VARCHAR(64) NULL
+        ) ENGINE=InnoDB""",
+        f"""CREATE TABLE {DATABASE}.customers (
+            id BIGINT NOT NULL PRIMARY KEY,
+            name VARCHAR(64) NOT NULL,
+            email VARCHAR(128) NOT NULL,
+            balance DECIMAL(14,2) NOT NULL,
+            tier TINYINT NOT NULL,
+            updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+        ) ENGINE=InnoDB""",
+        f"""CREATE TABLE {DATABASE}.events (
+            event_key VARCHAR(40) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY,
+            kind VARCHAR(16) NOT NULL,
+            payload TEXT NOT NULL,
+            score DOUBLE NULL,
+            seen_at DATETIME(3) NOT NULL,
+            n INT NOT NULL
+        ) ENGINE=InnoDB""",
+    )
+
+
+def event_key(n: int) -> str:
+    """Zero-padded, so the keys' collation order is their numeric order and ranges are BETWEEN two keys."""
+    return f"ev-{n:012d}"
+
+
+@dataclass
+class KeySpace:
+    """The live key ranges of the three tables: deletes take keys from the bottom, inserts add at the top."""
+
+    orders_lo: int = 1
+    orders_hi: int = 1
+    """Next new order id."""
+    customers_hi: int = 1
+    events_lo: int = 1
+    events_hi: int = 1
+
+
+def _orders_select(first: int, n: int, version: str) -> str:
+    return (
+        f"SELECT s, s % 5000 + 1, ELT(1 + s % 4, {', '.join(repr(s) for s in STATUSES)}), "
+        "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
+        f"{US_NOW}, CONCAT('order ', s, ' {version}') "
+        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
+    )
+
+
+def _customers_select(first: int, n: int) -> str:
+    return (
+        "SELECT s, CONCAT('customer ', s), CONCAT('c', s, '@example.com'), s * 1.25, s % 5, NOW(6) "
+        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
+    )
+
+
+def _events_select(first: int, n: int) -> str:
+    return (
+        "SELECT CONCAT('ev-', LPAD(s, 12, '0')), ELT(1 + s % 3, 'click', 'view', 'buy'), "
+        "CONCAT('{\"n\":', s, ',\"tag\":\"', MD5(s), '\"}'), IF(s % 7 = 0, NULL, s / 3e0), NOW(3), s "
+        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
+    )
+
+
+def load_initial(server: MariaDBServer, orders: int) -> KeySpace:
+    """The initial rows (kept out of the binlog: the snapshot reads them); customers and events are smaller."""
+    customers, events = max(orders // 4, SLICE), max(orders // 2, SLICE)
+    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"INSERT INTO orders ({ORDER_COLUMNS}) {_orders_select(1, orders, 'v0')}")
+        columns = "id, name, email, balance, tier, updated_at"
+        cur.execute(f"INSERT INTO customers ({columns}) {_customers_select(1, customers)}")
+        cur.execute(f"INSERT INTO events (event_key, kind, payload, score, seen_at, n) {_events_select(1, events)}")
+    return KeySpace(1, orders + 1, customers + 1, 1, events + 1)
+
+
+def _window(lo: int, hi: int, size: int, step: int) -> int:
+    """The first key of a window of `size` live keys in [lo, hi), moving by `step` per call (wrapping)."""
+    span = hi - lo - size
+    return lo if span <= 0 else lo + step % (span + 1)
+
+
+def round_transactions(keys: KeySpace, r: int) -> list[list[str]]:
+    """One round of transactions, about 4.25 * SLICE row changes over the three tables; updates `keys`."""
+    k, half, quarter = SLICE, SLICE // 2, SLICE // 4
+    db = DATABASE
+    txs: list[list[str]] = []
+    # 1. k new orders.
+    txs.append([f"INSERT INTO {db}.orders ({ORDER_COLUMNS}) {_orders_select(keys.orders_hi, k, f'r{r}')}"])
+    keys.orders_hi += k
+    # 2. One transaction over the three tables: k order updates, k/2 customer updates, k/2 new events.
+    u = _window(keys.orders_lo, keys.orders_hi, k, r * 7919)
+    c = _window(1, keys.customers_hi, half, r * 3571)
+    txs.append(
+        [
+            f"UPDATE {db}.orders SET status = ELT(1 + (id + {r}) % 4, 'new', 'paid', 'shipped', 'done'), "
+            f"amount = IFNULL(amount, 0) + 1, updated_us = {US_NOW} WHERE id BETWEEN {u} AND {u + k - 1}",
+            f"UPDATE {db}.customers SET balance = balance + 1, tier = (tier + 1) % 5, updated_at = NOW(6) "
+            f"WHERE id BETWEEN {c} AND {c + half - 1}",
+            f"INSERT INTO {db}.events (event_key, kind, payload, score, seen_at, n) "
+            f"{_events_select(keys.events_hi, half)}",
+        ]
+    )
+    keys.events_hi += half
+    # 3. k/2 event updates by a VARCHAR key range.
+    e = _window(keys.events_lo, keys.events_hi, half, r * 4093)
+    txs.append(
+        [
+            f"UPDATE {db}.events SET n = n + 1, score = IFNULL(score, 0) + 0.5, seen_at = NOW(3) "
+            f"WHERE event_key BETWEEN '{event_key(e)}' AND '{event_key(e + half - 1)}'"
+        ]
+    )
+    # 4. Deletes of the oldest k/4 orders and k/4 events.
+    txs.append(
+        [
+            f"DELETE FROM {db}.orders WHERE id BETWEEN {keys.orders_lo} AND {keys.orders_lo + quarter - 1}",
+            f"DELETE FROM {db}.events WHERE event_key BETWEEN '{event_key(keys.events_lo)}' "
+            f"AND '{event_key(keys.events_lo + quarter - 1)}'",
+        ]
+    )
+    keys.orders_lo += quarter
+    keys.events_lo += quarter
+    # 5. k/4 new customers.
+    txs.append(
+        [
+            f"INSERT INTO {db}.customers (id, name, email, balance, tier, updated_at) "
+            f"{_customers_select(keys.customers_hi, quarter)}"
+        ]
+    )
+    keys.customers_hi += quarter
+    return txs
+
+
+def record_binlog(server: MariaDBServer, config: PipelineConfig, keys: KeySpace, changes: int) -> dict[str, Any]:
+    """Write at least `changes` row changes in multi-row transactions; the binlog range they occupy."""
+    from ingest.source.mysql import connect
+    from ingest.source.watermark import read_watermark
+
+    with connect(config.source) as conn:
+        start = read_watermark(conn, "mariadb").position
+    affected = transactions = rounds = 0
+    started = time.perf_counter()
+    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+        while affected < changes:
+            for tx in round_transactions(keys, rounds):
+                cur.execute("BEGIN")
+                for statement in tx:
+                    affected += int(cur.execute(statement))
+                cur.execute("COMMIT")
+                transactions += 1
+            rounds += 1
+    seconds = time.perf_counter() - started
+    with connect(config.source) as conn:
+        end = read_watermark(conn, "mariadb").position
+    return {
+        "start": str(start),
+        "end": str(end),
+        "bytes": end.pos - start.pos if end.file == start.file else None,
+        "rows_affected": affected,
+        "transactions": transactions,
+        "rounds": rounds,
+        "seconds": round(seconds, 3),
+    }
+
+
+def source_counts(server: MariaDBServer) -> dict[str, int]:
+    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+        out = {}
+        for t in TABLES:
+            cur.execute(f"SELECT COUNT(*) FROM {t}")
+            row = cur.fetchone()
+            out[t] = int(row[0]) if row else 0
+        return out
+
+
+def make_config(
+    spec: Mapping[str, Any], *, format_version: int = 2, targets: Mapping[str, str] | None = None
+) -> PipelineConfig:
+    """The pipeline over the three tables into an embedded warehouse (SQLite JDBC catalog), Spark local[2]."""
+    base = Path(spec["warehouse"])
+    stream: dict[str, Any] = {}
+    if "interval" in spec:
+        stream["batch_interval_seconds"] = float(spec["interval"])
+    return parse_config(
+        {
+            "name": PIPELINE,
+            "source": {
+                "host": spec["host"],
+                "port": int(spec["port"]),
+                "user": CDC_USER,
+                "password": {"env": PASSWORD_ENV},
+                "flavor": "mariadb",
+                "server_id": JOB_SERVER_ID,
+            },
+            "tables": {"include": [rf"{DATABASE}\.({'|'.join(TABLES)})"]},
+            "sink": {
+                "catalog_name": "lake",
+                "catalog": {
+                    "type": "jdbc",
+                    "uri": f"jdbc:sqlite:{base}/catalog.db",
+                    "warehouse": f"file://{base}/warehouse",
+                },
+                "format_version": format_version,
+            },
+            "snapshot": {"parallelism": 2},
+            "spark": {"master": "local[2]"},
+            "stream": stream,
+            "table_options": {f"{DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Baselines, measured in this process over the recorded range.
+
+
+def _measured(server: MariaDBServer, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    db_before = mariadb_cpu(server)
+    load = os.getloadavg()[0]
+    cpu = time.process_time()
+    started = time.perf_counter()
+    out = body()
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    db_after = mariadb_cpu(server)
+    rows = int(out["rows"])
+    out.update(
+        {
+            "seconds": round(wall, 3),
+            "rows_per_s": rows / wall if wall else float("nan"),
+            "cpu_s": round(cpu, 3),
+            "cpu_s_per_million": per_million(cpu, rows),
+            "mariadb_cpu_s": None if db_before is None or db_after is None else round(db_after - db_before, 3),
+            "load_avg_1m_before": load,
+        }
+    )
+    return out
+
+
+def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
+    """python-mysql-replication alone: every row of every Write/Update/DeleteRowsEvent in the range, no sink."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    first, last = BinlogPosition.parse(start), BinlogPosition.parse(end)
+
+    def body() -> dict[str, Any]:
+        source = config.source
+        stream = BinLogStreamReader(
+            connection_settings={
+                "host": source.host,
+                "port": source.port,
+                "user": source.user,
+                "passwd": source.password.reveal(),
+                "charset": "utf8mb4",
+            },
+            server_id=BASELINE_SERVER_ID,
+            log_file=first.file,
+            log_pos=first.pos,
+            resume_stream=True,
+            blocking=False,
+            is_mariadb=False,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        )
+        rows = events = 0
+        try:
+            for event in stream:
+                events += 1
+                for _row in event.rows:
+                    rows += 1
+                if BinlogPosition(stream.log_file, event.packet.log_pos) >= last:
+                    break
+        finally:
+            stream.close()
+        return {"rows": rows, "row_events": events}
+
+    return _measured(server, body)
+
+
+def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
+    """Our driver-side work without Spark: `BinlogReader` transactions, batched and materialized per table."""
+    from ingest.changes.materializer import Change, materialize
+    from ingest.pipeline import discover
+    from ingest.source.binlog import BinlogReader, Transaction
+
+    info = discover(config)
+    schemas = {s.table_id: s for s in info.schemas}
+    keys = {t: tuple(s.column_names.index(k) for k in s.primary_key) for t, s in schemas.items()}
+    last = BinlogPosition.parse(end)
+    batch_max = config.stream.batch_max_changes
+
+    def body() -> dict[str, Any]:
+        reader = BinlogReader(config.source, info.schemas, BinlogPosition.parse(start))
+        rows = transactions = batches = finals = 0
+        pending: list[Transaction] = []
+
+        def fold() -> int:
+            per: dict[str, list[Change]] = {}
+            for tx in pending:
+                for c in tx.changes:
+                    per.setdefault(c.table_id, []).append(
+                        Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after)
+                    )
+            return sum(len(materialize(v, keys[t])) for t, v in per.items())
+
+        try:
+            for tx in reader.transactions():
+                rows += len(tx.changes)
+                transactions += 1 if tx.changes else 0
+                pending.append(tx)
+                if sum(len(t.changes) for t in pending) >= batch_max:
+                    finals += fold()
+                    batches += 1
+                    pending = []
+                if tx.end >= last:
+                    break
+            if pending:
+                finals += fold()
+                batches += 1
+        finally:
+            reader.close()
+        return {"rows": rows, "transactions": transactions, "batches": batches, "final_rows": finals}
+
+    return _measured(server, body)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The job, in child processes.
+
+
+class StreamProbe:
+    """Wraps `ingest.streaming.stream` and `ingest.streaming._commit` in the worker to time the binlog phase.
+
+    `run()` imports `stream` when called and `stream` looks `_commit` up in its module, so replacing the
+    module attributes is enough; nothing of the job changes but a timestamp and a CPU reading per call.
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.started_wall: float | None = None
+        self.cpu_start: dict[str, float] = {}
+        self.cpu_end: dict[str, float] = {}
+        self.batches: list[dict[str, Any]] = []
+
+    def install(self) -> None:
+        import ingest.streaming as streaming
+        from ingest.source.binlog import Transaction
+        from ingest.source.mysql import TableSchema
+        from ingest.state.table import StateTable
+        from ingest.streaming import HighWatermarkFilter, StopSignal, TableStream
+
+        original_stream, original_commit = streaming.stream, streaming._commit
+        probe = self
+
+        def stream(
+            spark: Any,
+            config: PipelineConfig,
+            state: StateTable,
+            schemas: Sequence[TableSchema],
+            flavor: str,
+            until_caught_up: bool,
+            stop: StopSignal | None = None,
+        ) -> BinlogPosition:
+            probe.cpu_start = tree_cpu(probe.root)
+            probe.started_wall = time.time()
+            probe.started = time.perf_counter()
+            print(STREAM_LINE, flush=True)
+            try:
+                return original_stream(spark, config, state, schemas, flavor, until_caught_up, stop)
+            finally:
+                probe.ended = time.perf_counter()
+                probe.cpu_end = tree_cpu(probe.root)
+
+        def commit(
+            spark: Any,
+            config: PipelineConfig,
+            state: StateTable,
+            tables: dict[str, TableStream],
+            filters: dict[str, HighWatermarkFilter],
+            batch: list[Transaction],
+            end: BinlogPosition,
+        ) -> None:
+            started_wall, started = time.time(), time.perf_counter()
+            original_commit(spark, config, state, tables, filters, batch, end)
+            probe.batches.append(
+                {
+                    "started_at": round(started_wall, 3),
+                    "seconds": round(time.perf_counter() - started, 3),
+                    "transactions": len(batch),
+                    "changes": sum(len(tx.changes) for tx in batch),
+                    "tables": len({c.table_id for tx in batch for c in tx.changes}),
+                }
+            )
+
+        streaming.stream = stream
+        streaming._commit = commit
+
+    def summary(self) -> dict[str, Any]:
+        wall = None if self.started is None or self.ended is None else self.ended - self.started
+        cpu = cpu_delta(self.cpu_start, self.cpu_end) if self.cpu_end else {}
+        changes = sum(b["changes"] for b in self.batches)
+        with_changes = [b for b in self.batches if b["changes"]]
+        starts = [b["started_at"] for b in with_changes]
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        return {
+            "stream_seconds": None if wall is None else round(wall, 3),
+            "stream_started_at": self.started_wall,
+            "stream_cpu_s": round(sum(cpu.values()), 3),
+            "stream_cpu_s_by_part": cpu,
+            "changes": changes,
+            "batches": len(self.batches),
+            "batches_with_changes": len(with_changes),
+            "batch_commit_seconds_median": percentile([b["seconds"] for b in with_changes], 0.5),
+            "batch_commit_seconds_max": max((b["seconds"] for b in with_changes), default=None),
+            "batch_changes_max": max((b["changes"] for b in with_changes), default=None),
+            "trigger_interval_observed_median_s": percentile(gaps, 0.5),
+            "batch_log": self.batches[:500],
+        }
+
+
+def _worker_spark(spec: Mapping[str, Any], config: PipelineConfig) -> tuple[Any, float]:
+    from ingest.runtime.spark import spark_session
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    started = time.perf_counter()
+    spark = spark_session(config, app_name=f"bench-binlog-{spec['label']}")
+    return spark, time.perf_counter() - started
+
+
+def worker_job(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Inside the child: `run()` as the spec's kind says (snapshot, catchup, lag), the process tree measured."""
+    from ingest.pipeline import run
+
+    config = make_config(spec)
+    spark, spark_start = _worker_spark(spec, config)
+    root = os.getpid()
+    probe = StreamProbe(root)
+    probe.install()
+    kind = spec["kind"]
+    load = os.getloadavg()[0]
+    cpu_before = tree_cpu(root)
+    with TreeMonitor(root, interval=1.0) as monitor:
+        print(STARTED_LINE, flush=True)
+        started = time.perf_counter()
+        if kind == "snapshot":
+            run(config, snapshot_only=True, spark=spark)
+        else:
+            run(config, until_caught_up=kind == "catchup", spark=spark)
+        wall = time.perf_counter() - started
+        print(DONE_LINE, flush=True)  # run() returned: after a SIGTERM, the job has stopped here
+        cpu_after = tree_cpu(root)
+    spark.stop()
+    cpu = cpu_delta(cpu_before, cpu_after)
+    return {
+        "label": spec["label"],
+        "kind": kind,
+        "run_seconds": round(wall, 3),
+        "run_cpu_s": round(sum(cpu.values()), 3),
+        "run_cpu_s_by_part": cpu,
+        "spark_start_s": round(spark_start, 3),
+        "peak_rss_mib": round(monitor.peak_total / MIB, 1),
+        "peak_pss_mib": round(monitor.peak_pss / MIB, 1),
+        "load_avg_1m_before": load,
+        **(probe.summary() if kind != "snapshot" else {}),
+    }
+
+
+def _orders_row(schema: Any, i: int, version: int) -> tuple[Any, ...]:
+    """One `bench.orders` row in the driver's form (what PyMySQL returns), in the schema's column order."""
+    values = {
+        "id": i,
+        "customer_id": i % 5000 + 1,
+        "status": STATUSES[(i + version) % len(STATUSES)],
+        "amount": None if i % 11 == 0 else Decimal(i % 100000 + version).scaleb(-2),
+        "created_at": dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i),
+        "updated_us": 1_700_000_000_000_000 + version,
+        "note": f"order {i} v{version}",
+    }
+    return tuple(values[c] for c in schema.column_names)
+
+
+Batch = dict[tuple[Any, ...], tuple[Any, ...] | None]
+
+
+def merge_batch(schema: Any, base: int, r: int, n: int) -> tuple[Batch, Batch]:
+    """Round r's batch of n final changes: updates and deletes of existing keys (a fresh window per round,
+    never touched before) and inserts of new keys, in the shares of MERGE_MIX.
+
+    Returns the batch for MERGE (a delete is None) and the same n changes as full rows for the append (a
+    delete as its before image, as an append-only change log would carry it; the key-only rows MERGE gets
+    would break the target's NOT NULL columns)."""
+    updates, deletes = int(n * MERGE_MIX[0]), int(n * MERGE_MIX[1])
+    inserts = n - updates - deletes
+    first = 1 + r * (updates + deletes)
+    merge: Batch = {}
+    append: Batch = {}
+    for i in range(first, first + updates):
+        merge[(i,)] = append[(i,)] = _orders_row(schema, i, r + 1)
+    for i in range(first + updates, first + updates + deletes):
+        merge[(i,)] = None
+        append[(i,)] = _orders_row(schema, i, 0)
+    new = base + 1 + r * n
+    for i in range(new, new + inserts):
+        merge[(i,)] = append[(i,)] = _orders_row(schema, i, r + 1)
+    return merge, append
+
+
+def _last_summary(spark: Any, table: str) -> dict[str, str]:
+    rows = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    return {str(k): str(v) for k, v in (rows[0][0] or {}).items()} if rows else {}
+
+
+SUMMARY_KEYS = (
+    "added-data-files",
+    "added-records",
+    "added-delete-files",
+    "added-position-delete-files",
+    "added-position-deletes",
+    "added-dvs",
+    "removed-dvs",
+    "removed-position-delete-files",
+    "total-delete-files",
+)
+
+
+def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Inside the child: MERGE INTO (the job's `merge_into`) vs append of the same batch, format v2 and v3."""
+    from ingest.pipeline import discover
+    from ingest.sink.catalog import load_pyiceberg_catalog
+    from ingest.sink.merge import OP_COLUMN, _batch_frame, merge_into
+    from ingest.sink.targets import ensure_target
+
+    config = make_config(spec)
+    # As in run(), pyiceberg creates the catalog's tables before Spark first uses the catalog (StateTable.open);
+    # a SQLite catalog that Spark's JdbcCatalog creates has no view support, and its tableExists() then fails.
+    load_pyiceberg_catalog(config.sink).list_namespaces()
+    spark, spark_start = _worker_spark(spec, config)
+    schema = next(s for s in discover(config).schemas if s.table == "orders")
+    n, base, rounds = int(spec["merge_changes"]), int(spec["merge_base_rows"]), int(spec["merge_rounds"])
+    base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}
+    versions = (2, 3)
+    names = {
+        (version, mode): ensure_target(
+            spark,
+            make_config(spec, format_version=version, targets={"orders": f"mergebench.orders_v{version}_{mode}"}),
+            schema,
+        )
+        for version in versions
+        for mode in ("merge", "append")
+    }
+    started = time.perf_counter()
+    frame = _batch_frame(spark, schema, base_rows).drop(OP_COLUMN)
+    for table in names.values():
+        frame.writeTo(table).append()
+    load_s = time.perf_counter() - started
+    measured: dict[int, list[dict[str, Any]]] = {v: [] for v in versions}
+    for r in range(rounds + 1):  # round 0 is a small warm-up (JIT, first MERGE plans), not reported
+        batch, rows = merge_batch(schema, base, r, min(n, MERGE_WARMUP_CHANGES) if r == 0 else n)
+        for version in versions if r % 2 else versions[::-1]:  # alternate which format goes first
+            t0 = time.perf_counter()
+            _batch_frame(spark, schema, batch)
+            build = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            position = BinlogPosition("mysql-bin.000001", 4 + r)
+            merge_into(spark, names[version, "merge"], schema, batch, "bench_merge", position, _none)
+            merge_s = time.perf_counter() - t0
+            summary = _last_summary(spark, names[version, "merge"])
+            t0 = time.perf_counter()
+            _batch_frame(spark, schema, rows).drop(OP_COLUMN).writeTo(names[version, "append"]).append()
+            append_s = time.perf_counter() - t0
+            if r == 0:
+                continue
+            measured[version].append(
+                {
+                    "round": r,
+                    "changes": len(batch),
+                    "build_frame_s": round(build, 3),
+                    "merge_s": round(merge_s, 3),
+                    "append_s": round(append_s, 3),
+                    "merge_summary": {k: summary[k] for k in SUMMARY_KEYS if k in summary},
+                }
+            )
+    out: dict[str, Any] = {"spark_start_s": round(spark_start, 3), "base_load_s": round(load_s, 3), "formats": []}
+    for version in versions:
+        merge_med = percentile([m["merge_s"] for m in measured[version]], 0.5)
+        append_med = percentile([m["append_s"] for m in measured[version]], 0.5)
+        out["formats"].append(
+            {
+                "format_version": version,
+                "deletes": "position delete files" if version == 2 else "deletion vectors",
+                "base_rows": base,
+                "changes": n,
+                "rounds": measured[version],
+                "merge_s_median": merge_med,
+                "append_s_median": append_med,
+                "build_frame_s_median": percentile([m["build_frame_s"] for m in measured[version]], 0.5),
+                "merge_vs_append": None if not merge_med or not append_med else merge_med / append_med,
+            }
+        )
+    spark.stop()
+    return out
+
+
+def _none() -> BinlogPosition | None:
+    return None
+
+
+class Worker:
+    """`python -m bench.binlog --worker SPEC` in its own session; stdout lines are marks and the result."""
+
+    def __init__(self, spec: Mapping[str, Any], log_path: Path) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.marks: dict[str, float] = {}
+        self.result: dict[str, Any] | None = None
+        self.exit_time: float | None = None
+        self._events = {line: threading.Event() for line in (STARTED_LINE, STREAM_LINE, DONE_LINE)}
+        self._exited = threading.Event()
+        self._log = open(log_path, "a")  # closed in finish() or __exit__
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.binlog", "--worker", json.dumps(spec)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # a kill on failure reaches its JVM and Python workers too
+        )
+        self._thread = threading.Thread(target=self._read, name=f"worker-{spec['label']}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.rstrip("\n")
+            if line in self._events:
+                self.marks[line] = time.time()
+                self._events[line].set()
+            elif line.startswith(RESULT_PREFIX):
+                self.result = json.loads(line[len(RESULT_PREFIX) :])
+            else:
+                self._log.write(line + "\n")
+                self._log.flush()
+        self.proc.wait()
+        self.exit_time = time.time()
+        self._exited.set()
+
+    def wait_for(self, line: str, timeout: float) -> bool:
+        """True once the worker printed `line`; False if it exited first or the timeout passed."""
+        deadline = time.monotonic() + timeout
+        event = self._events[line]
+        while not event.wait(0.2):
+            if self._exited.is_set() or time.monotonic() > deadline:
+                return event.is_set()
+        return True
+
+    def terminate(self) -> float:
+        """SIGTERM to the job's driver only (its handler asks for a stop after the current commit)."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        return time.time()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def finish(self, timeout: float = 3600) -> dict[str, Any]:
+        if not self._exited.wait(timeout):
+            self.kill()
+            self._exited.wait(30)
+        self._thread.join(5)
+        self._log.close()
+        code = self.proc.returncode
+        if code != 0 or self.result is None:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+            label = self.spec["label"]
+            raise BenchError(f"worker {label} failed (exit code {code}); log {self.log_path}, tail:\n{tail}")
+        return self.result
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if et is not None:
+            self.kill()
+            if not self._log.closed:
+                self._thread.join(5)
+                self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Lag at a fixed offered load.
+
+
+class InsertWriter:
+    """Single-row autocommit INSERTs into bench.orders at about `rate` per second, ids from `first_id` up.
+
+    Each row's `updated_us` is the server's clock at the statement (its commit follows at once)."""
+
+    def __init__(self, server: MariaDBServer, first_id: int, rate: float) -> None:
+        self.server = server
+        self.first_id = first_id
+        self.rate = rate
+        self.written = 0
+        self.seconds = 0.0
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="insert-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        interval = 1.0 / self.rate
+        sql = (
+            f"INSERT INTO {DATABASE}.orders ({ORDER_COLUMNS}) "
+            f"VALUES (%s, %s, 'lag', 1.00, NOW(6), {US_NOW}, 'lag probe')"
+        )
+        started = time.perf_counter()
+        try:
+            with self.server.admin(DATABASE) as conn, conn.cursor() as cur:
+                next_at = started
+                while not self._stop.is_set():
+                    i = self.first_id + self.written
+                    cur.execute(sql, (i, i % 5000 + 1))
+                    self.written += 1
+                    next_at += interval
+                    delay = next_at - time.perf_counter()
+                    if delay > 0:
+                        self._stop.wait(delay)
+                    elif delay < -1.0:
+                        next_at = time.perf_counter()  # fell behind: keep the pace, do not burst
+        except Exception as e:  # reported with the results
+            self.error = f"{type(e).__name__}: {e}"
+        self.seconds = time.perf_counter() - started
+
+
+class LagPoller:
+    """Watches the Iceberg target of bench.orders with pyiceberg; for every new snapshot, reads the rows with
+    an id above the highest seen so far and takes, per row, the snapshot's commit time (`timestamp_ms`) and
+    the time this poller first saw the snapshot, minus the row's `updated_us`."""
+
+    def __init__(self, config: PipelineConfig, first_id: int, interval: float = LAG_POLL_SECONDS) -> None:
+        from ingest.sink.catalog import load_pyiceberg_catalog
+
+        self.catalog = load_pyiceberg_catalog(config.sink)
+        self.identifier = config.target_for(DATABASE, "orders")
+        self.interval = interval
+        self.max_id = first_id - 1
+        self.rows = 0
+        self.lag_commit_s: list[float] = []
+        self.lag_commit_after_first_s: list[float] = []
+        """Rows written after the job's first commit with rows: the first MERGE of a fresh JVM is slow, and rows
+        written while it runs wait for it and for the next interval."""
+        self.first_commit_s: float | None = None
+        self.lag_seen_s: list[float] = []
+        self.snapshots: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.polls = 0
+        table = self.catalog.load_table(self.identifier)
+        self._seen = {s.snapshot_id for s in table.snapshots()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lag-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.poll()  # whatever the job's last commit made visible
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 - a failed poll is counted and the next one retries
+                if len(self.errors) < 20:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+
+    def poll(self) -> None:
+        table = self.catalog.load_table(self.identifier)
+        seen_at = time.time()
+        self.polls += 1
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number):
+            if snapshot.snapshot_id in self._seen:
+                continue
+            self._seen.add(snapshot.snapshot_id)
+            arrow = table.scan(
+                row_filter=f"id > {self.max_id}",
+                selected_fields=("id", "updated_us"),
+                snapshot_id=snapshot.snapshot_id,
+            ).to_arrow()
+            ids = arrow.column("id").to_pylist()
+            written = arrow.column("updated_us").to_pylist()
+            commit_s = snapshot.timestamp_ms / 1000
+            lags = [commit_s - us / 1e6 for us in written]
+            self.lag_commit_s.extend(lags)
+            if self.first_commit_s is not None:
+                self.lag_commit_after_first_s.extend(
+                    lag for lag, us in zip(lags, written, strict=True) if us / 1e6 > self.first_commit_s
+                )
+            elif lags:
+                self.first_commit_s = commit_s
+            self.lag_seen_s.extend(seen_at - us / 1e6 for us in written)
+            self.rows += len(ids)
+            if ids:
+                self.max_id = max(self.max_id, max(ids))
+            self.snapshots.append(
+                {
+                    "snapshot_id": snapshot.snapshot_id,
+                    "committed_at": commit_s,
+                    "seen_at": round(seen_at, 3),
+                    "rows": len(ids),
+                    "max_lag_s": round(max(lags), 3) if lags else None,
+                }
+            )
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def lag_stats(values: Sequence[float]) -> dict[str, float | None]:
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v, 3)
+
+    return {
+        "p50": r(percentile(values, 0.5)),
+        "p95": r(percentile(values, 0.95)),
+        "p99": r(percentile(values, 0.99)),
+        "max": r(max(values)) if values else None,
+        "min": r(min(values)) if values else None,
+    }
+
+
+def measure_lag(
+    server: MariaDBServer,
+    spec: dict[str, Any],
+    rate: int,
+    duration: float,
+    first_id: int,
+    log_path: Path,
+) -> dict[str, Any]:
+    config = make_config(spec)
+    db_before = mariadb_cpu(server)
+    with Worker(spec, log_path) as worker:
+        if not worker.wait_for(STREAM_LINE, timeout=900):
+            worker.finish(60)  # raises with the log's tail
+            raise BenchError(f"worker {spec['label']} never reached the binlog phase")
+        poller = LagPoller(config, first_id)
+        writer = InsertWriter(server, first_id, rate)
+        poller.start()
+        writer.start()
+        try:
+            time.sleep(duration)
+            written_before_stop = writer.written
+            sigterm_at = worker.terminate()
+            returned = worker.wait_for(DONE_LINE, timeout=600)
+        finally:
+            writer.stop()
+        try:
+            result = worker.finish(600)
+        finally:
+            poller.stop()
+    db_after = mariadb_cpu(server)
+    returned_at = worker.marks.get(DONE_LINE) if returned else None
+    stream_s = result.get("stream_seconds") or float("nan")
+    missing = max(0, first_id + written_before_stop - 1 - poller.max_id)
+    return {
+        **result,
+        "offered_rate": rate,
+        "duration_s": duration,
+        "interval_s": float(spec["interval"]),
+        "writer": {
+            "rows": writer.written,
+            "rows_before_sigterm": written_before_stop,
+            "seconds": round(writer.seconds, 3),
+            "achieved_rate": writer.written / writer.seconds if writer.seconds else 0.0,
+            "achieved_rate_until_sigterm": written_before_stop / duration,
+            "error": writer.error,
+        },
+        "rows_visible": poller.rows,
+        "rows_written_before_sigterm_not_visible": missing,
+        "lag_commit_s": lag_stats(poller.lag_commit_s),
+        "lag_seen_s": lag_stats(poller.lag_seen_s),
+        "lag_commit_after_first_commit_s": lag_stats(poller.lag_commit_after_first_s),
+        "rows_visible_after_first_commit": len(poller.lag_commit_after_first_s),
+        "iceberg_snapshots_seen": len(poller.snapshots),
+        "snapshot_log": poller.snapshots[:500],
+        "poller": {"polls": poller.polls, "interval_s": poller.interval, "errors": poller.errors},
+        "stop_run_returned_s": None if returned_at is None else round(returned_at - sigterm_at, 3),
+        "stop_process_exit_s": None if worker.exit_time is None else round(worker.exit_time - sigterm_at, 3),
+        "stream_cores": (result.get("stream_cpu_s") or 0.0) / stream_s if stream_s == stream_s else None,
+        "mariadb_cpu_s": None if db_before is None or db_after is None else round(db_after - db_before, 3),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# The run.
+
+
+def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
+    """Snapshots of each target that carry this pipeline's stream offset, and all snapshots of the state table."""
+    from ingest.sink.catalog import load_pyiceberg_catalog
+    from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+    from ingest.sink.targets import SUMMARY_PIPELINE
+
+    catalog = load_pyiceberg_catalog(config.sink)
+    out: dict[str, int] = {}
+    for t in TABLES:
+        table = catalog.load_table(config.target_for(DATABASE, t))
+        out[t] = 0
+        for s in table.snapshots():
+            props = s.summary.additional_properties if s.summary is not None else {}
+            if props.get(SUMMARY_PIPELINE) == PIPELINE and SUMMARY_STREAM_OFFSET in props:
+                out[t] += 1
+    namespace, _, name = config.sink.state_table.rpartition(".")
+    out["state_table"] = len(catalog.load_table((namespace, name)).snapshots())
+    return out
+
+
+def run_verify(config: PipelineConfig) -> dict[str, Any]:
+    from ingest.verify import verify
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        ok = verify(config)
+    return {"ok": ok, "output": buffer.getvalue().splitlines()}
+
+
+def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
+    password = "bench-" + secrets.token_hex(8)
+    os.environ[PASSWORD_ENV] = password  # the workers inherit it; the config references it by name
+    started_at = dt.datetime.now(dt.UTC)
+    defaults = StreamConfig()
+    results: dict[str, Any] = {
+        "benchmark": "binlog",
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_avg_1m_at_start": os.getloadavg()[0],
+        },
+        "args": {
+            "changes": args.changes,
+            "loads": args.loads,
+            "duration": args.duration,
+            "interval": args.interval,
+            "initial_rows": args.initial_rows,
+            "merge_changes": args.merge_changes,
+            "merge_base_rows": args.merge_base_rows,
+            "merge_rounds": args.merge_rounds,
+        },
+        "tables": {
+            "orders": "INT key + BIGINT, VARCHAR(16), DECIMAL(12,2) (some NULLs), DATETIME(6), BIGINT, VARCHAR(64)",
+            "customers": "BIGINT key + VARCHAR(64), VARCHAR(128), DECIMAL(14,2), TINYINT, TIMESTAMP(6)",
+            "events": "VARCHAR(40) _ci key + VARCHAR(16), TEXT, DOUBLE (some NULLs), DATETIME(3), INT",
+        },
+        "spark_master": "local[2]",
+        "catchup_stream_config": {
+            "batch_max_changes": defaults.batch_max_changes,
+            "batch_interval_seconds": defaults.batch_interval_seconds,
+        },
+        "cpu_method": CPU_METHOD,
+    }
+    scratch = Path(tempfile.mkdtemp(prefix="ingest-bench-binlog-"))
+    keep_scratch = False
+    try:
+        server = MariaDBServer()
+        with server:
+            server.create_cdc_user(CDC_USER, password)
+            warehouse = scratch / "warehouse"
+            warehouse.mkdir()  # the SQLite catalog file's directory must exist
+            base_spec = {"host": server.host, "port": server.port, "warehouse": str(warehouse)}
+            config = make_config(base_spec)
+
+            create_tables(server)
+            keys = load_initial(server, args.initial_rows)
+            results["initial_rows"] = source_counts(server)
+            _progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
+            with Worker({**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log") as w:
+                results["snapshot"] = w.finish()
+
+            _progress(f"recording a binlog of at least {args.changes:,} row changes")
+            binlog = record_binlog(server, config, keys, args.changes)
+            results["binlog"] = binlog
+            results["rows_after_binlog"] = source_counts(server)
+            _progress(
+                f"recorded {binlog['rows_affected']:,} row changes in {binlog['transactions']:,} transactions "
+                f"({binlog['seconds']:.1f}s), {binlog['start']} .. {binlog['end']}; baseline: raw parse"
+            )
+            results["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
+            _progress("BinlogReader + materialize, no Spark")
+            results["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
+
+            _progress(f"ours: catch-up with run(until_caught_up=True) (log {scratch}/catchup.log)")
+            commits_before = iceberg_commits(config)
+            catchup: dict[str, Any] = {}
+            db_before = mariadb_cpu(server)
+            with Worker({**base_spec, "kind": "catchup", "label": "catchup"}, scratch / "catchup.log") as w:
+                catchup.update(w.finish())
+            db_after = mariadb_cpu(server)
+            catchup["mariadb_cpu_s"] = None if db_before is None or db_after is None else round(db_after - db_before, 3)
+            commits_after = iceberg_commits(config)
+            catchup["iceberg_commits"] = {k: commits_after[k] - commits_before.get(k, 0) for k in commits_after}
+            stream_s = catchup["stream_seconds"]
+            catchup["changes_per_s"] = catchup["changes"] / stream_s if stream_s else None
+            catchup["cpu_s_per_million"] = per_million(catchup["stream_cpu_s"], catchup["changes"])
+            catchup["verify"] = run_verify(config)
+            results["catchup"] = catchup
+            _progress(
+                f"ours: {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, "
+                f"verify {'OK' if catchup['verify']['ok'] else 'FAILED'}"
+            )
+
+            lag_runs: list[dict[str, Any]] = []
+            first_id = keys.orders_hi + 1_000_000
+            for rate in args.loads:
+                label = f"lag{rate}"
+                _progress(
+                    f"lag at {rate}/s for {args.duration:.0f}s, trigger interval {args.interval:g}s "
+                    f"(log {scratch}/{label}.log)"
+                )
+                spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval}
+                entry = measure_lag(server, spec, rate, args.duration, first_id, scratch / f"{label}.log")
+                lag_runs.append(entry)
+                first_id += entry["writer"]["rows"] + 1_000_000
+                lc = entry["lag_commit_s"]
+                _progress(f"lag at {rate}/s: p50 {_fmt(lc['p50'], '.2f')}s, p95 {_fmt(lc['p95'], '.2f')}s")
+            results["lag"] = lag_runs
+
+            if args.merge_changes > 0:
+                merge_dir = scratch / "warehouse-merge"
+                merge_dir.mkdir()
+                _progress(
+                    f"MERGE vs append: {args.merge_changes:,} changes on {args.merge_base_rows:,} rows, "
+                    f"{args.merge_rounds} rounds (log {scratch}/merge.log)"
+                )
+                spec = {
+                    **base_spec,
+                    "warehouse": str(merge_dir),
+                    "kind": "merge",
+                    "label": "merge",
+                    "merge_changes": args.merge_changes,
+                    "merge_base_rows": args.merge_base_rows,
+                    "merge_rounds": args.merge_rounds,
+                }
+                with Worker(spec, scratch / "merge.log") as w:
+                    results["merge"] = w.finish()
+    except BaseException:
+        keep_scratch = True
+        _progress("failed")
+        raise
+    finally:
+        if keep_scratch or args.keep_logs:
+            _progress(f"worker logs kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    results["ratios"] = ratios(results)
+    results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return results
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    base = results["baseline_raw_parse"]
+    reader = results["reader_no_spark"]
+    catchup = results["catchup"]
+    out: dict[str, Any] = {}
+    out["reader_changes_per_s_vs_baseline"] = reader["rows_per_s"] / base["rows_per_s"]
+    out["reader_cpu_per_change_vs_baseline"] = reader["cpu_s_per_million"] / base["cpu_s_per_million"]
+    if catchup["changes_per_s"]:
+        out["ours_changes_per_s_vs_baseline"] = catchup["changes_per_s"] / base["rows_per_s"]
+        out["ours_cpu_per_change_vs_baseline"] = catchup["cpu_s_per_million"] / base["cpu_s_per_million"]
+    for f in (results.get("merge") or {}).get("formats", []):
+        if f["merge_vs_append"] is not None:
+            out[f"merge_vs_append_v{f['format_version']}"] = f["merge_vs_append"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Output.
+
+
+def render(results: dict[str, Any]) -> str:
+    base = results["baseline_raw_parse"]
+    reader = results["reader_no_spark"]
+    c = results["catchup"]
+    b = results["binlog"]
+    lines = [
+        f"Binlog benchmark, {results['started_at']}: {results['host']['cpus']} CPUs, "
+        f"load average at start {results['host']['load_avg_1m_at_start']:.2f}, Spark {results['spark_master']}",
+        f"tables {', '.join(f'{DATABASE}.{t}' for t in TABLES)}: initial rows {results['initial_rows']}, "
+        f"after the recorded binlog {results['rows_after_binlog']}",
+        f"binlog {b['start']} .. {b['end']}: {b['rows_affected']:,} row changes in {b['transactions']:,} "
+        f"transactions, recorded in {b['seconds']:.1f}s; snapshot took {results['snapshot']['run_seconds']:.1f}s",
+        f"CPU of ours: {results['cpu_method']}",
+        "",
+        f"Catch-up over the recorded binlog (batch_max_changes {results['catchup_stream_config']['batch_max_changes']}"
+        f", batch_interval_seconds {results['catchup_stream_config']['batch_interval_seconds']:g})",
+    ]
+    header = (
+        f"{'measurement':<44} {'changes':>9} {'changes/s':>10} {'x baseline':>10} {'wall s':>8} {'CPU s':>8} "
+        f"{'CPU s/M':>8} {'x base CPU':>10} {'MariaDB CPU s':>13}"
+    )
+    lines += [header, "-" * len(header)]
+
+    def row(name: str, rows: int, rate: float | None, wall: float | None, cpu: float, per_m: float, db: Any) -> str:
+        ratio = None if rate is None else rate / base["rows_per_s"]
+        return (
+            f"{name:<44} {rows:>9,} {_fmt(rate):>10} {_fmt(ratio, '.3f'):>10} "
+            f"{_fmt(wall, '.1f'):>8} {_fmt(cpu, '.1f'):>8} {_fmt(per_m, '.1f'):>8} "
+            f"{_fmt(per_m / base['cpu_s_per_million'], '.2f'):>10} {_fmt(db, '.1f'):>13}"
+        )
+
+    lines.append(
+        row(
+            "baseline: python-mysql-replication rows",
+            base["rows"],
+            base["rows_per_s"],
+            base["seconds"],
+            base["cpu_s"],
+            base["cpu_s_per_million"],
+            base["mariadb_cpu_s"],
+        )
+    )
+    lines.append(
+        row(
+            "BinlogReader + materialize, no Spark",
+            reader["rows"],
+            reader["rows_per_s"],
+            reader["seconds"],
+            reader["cpu_s"],
+            reader["cpu_s_per_million"],
+            reader["mariadb_cpu_s"],
+        )
+    )
+    lines.append(
+        row(
+            "ours: run(until_caught_up) binlog phase",
+            c["changes"],
+            c["changes_per_s"],
+            c["stream_seconds"],
+            c["stream_cpu_s"],
+            c["cpu_s_per_million"],
+            c["mariadb_cpu_s"],
+        )
+    )
+    commits = c["iceberg_commits"]
+    target_commits = sum(v for k, v in commits.items() if k != "state_table")
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in c["stream_cpu_s_by_part"].items())
+    lines += [
+        "",
+        f"ours: {c['batches_with_changes']} batches with changes ({c['batches']} commits of an offset), up to "
+        f"{_fmt(c['batch_changes_max'], ',')} changes, commit median {_fmt(c['batch_commit_seconds_median'], '.1f')}s; "
+        f"Iceberg commits: {target_commits} to the targets "
+        f"({', '.join(f'{t} {commits.get(t, 0)}' for t in TABLES)}) "
+        f"+ {commits.get('state_table', 0)} to the state table",
+        f"ours: binlog-phase CPU s by part: {parts}; run() in all {c['run_seconds']:.1f}s, {c['run_cpu_s']:.1f} CPU s; "
+        f"Spark start {c['spark_start_s']:.1f}s (not counted); peak RSS {c['peak_rss_mib']:,.0f} MiB, "
+        f"PSS {c['peak_pss_mib']:,.0f} MiB",
+        f"ours: verify (MySQL vs Iceberg, row by row): {'OK' if c['verify']['ok'] else 'FAILED'}"
+        + ("" if c["verify"]["ok"] else "  <-- " + "; ".join(c["verify"]["output"][-6:])),
+        f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
+        f"{reader['batches']} batches folding to {reader['final_rows']:,} final rows",
+    ]
+    if base["rows"] != c["changes"] or reader["rows"] != base["rows"]:
+        lines.append(
+            f"  <-- CHANGE COUNT MISMATCH: baseline {base['rows']:,}, reader {reader['rows']:,}, job {c['changes']:,}"
+        )
+
+    lag = results.get("lag") or []
+    if lag:
+        lines += [
+            "",
+            f"Lag, MySQL commit -> row visible in Iceberg (single-row INSERTs into {DATABASE}.orders for "
+            f"{results['args']['duration']:g}s each; committed = Iceberg snapshot timestamp_ms, seen = first poll "
+            f"that saw it, every {LAG_POLL_SECONDS:g}s)",
+        ]
+        head = (
+            f"{'offered/s':>9} {'achieved/s':>10} {'interval s':>10} {'trig obs s':>10} {'rows seen':>9} "
+            f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'seen p50':>8} {'seen p95':>8} {'seen max':>8} "
+            f"{'commits':>7} {'cores':>5} {'stop s':>6} {'exit s':>6} {'unseen':>6}"
+        )
+        lines += [head, "-" * len(head)]
+        for e in lag:
+            lc, ls, w = e["lag_commit_s"], e["lag_seen_s"], e["writer"]
+            lines.append(
+                f"{e['offered_rate']:>9,} {w['achieved_rate_until_sigterm']:>10,.0f} {e['interval_s']:>10g} "
+                f"{_fmt(e['trigger_interval_observed_median_s'], '.1f'):>10} {e['rows_visible']:>9,} "
+                f"{_fmt(lc['p50'], '.2f'):>6} {_fmt(lc['p95'], '.2f'):>6} {_fmt(lc['max'], '.2f'):>6} "
+                f"{_fmt(ls['p50'], '.2f'):>8} {_fmt(ls['p95'], '.2f'):>8} {_fmt(ls['max'], '.2f'):>8} "
+                f"{e['batches_with_changes']:>7} {_fmt(e['stream_cores'], '.2f'):>5} "
+                f"{_fmt(e['stop_run_returned_s'], '.1f'):>6} {_fmt(e['stop_process_exit_s'], '.1f'):>6} "
+                f"{e['rows_written_before_sigterm_not_visible']:>6,}"
+            )
+        for e in lag:
+            af = e["lag_commit_after_first_commit_s"]
+            notes = [
+                f"rows written after the first commit (a fresh JVM's first MERGE): "
+                f"{e['rows_visible_after_first_commit']:,}, "
+                f"p50 {_fmt(af['p50'], '.2f')}s, p95 {_fmt(af['p95'], '.2f')}s, max {_fmt(af['max'], '.2f')}s",
+                f"commit median {_fmt(e['batch_commit_seconds_median'], '.1f')}s",
+            ]
+            if e["writer"]["error"]:
+                notes.append(f"writer error: {e['writer']['error']}")
+            if e["poller"]["errors"]:
+                notes.append(f"{len(e['poller']['errors'])} failed polls, e.g. {e['poller']['errors'][0][:160]}")
+            lines.append(f"  at {e['offered_rate']}/s: " + "; ".join(notes))
+
+    merge = results.get("merge")
+    if merge and merge.get("formats"):
+        f0 = merge["formats"][0]
+        lines += [
+            "",
+            f"MERGE INTO vs append of the same batch ({f0['changes']:,} changes: {MERGE_MIX[0]:.0%} updates, "
+            f"{MERGE_MIX[1]:.0%} deletes, {MERGE_MIX[2]:.0%} inserts; {f0['base_rows']:,} rows in the table; "
+            f"median of {len(f0['rounds'])} rounds after a warm-up)",
+        ]
+        head = f"{'table':<30} {'MERGE s':>8} {'append s':>8} {'MERGE/append':>12} {'build s':>8}  deletes written"
+        lines += [head, "-" * len(head)]
+        for f in merge["formats"]:
+            s = f["rounds"][-1]["merge_summary"] if f["rounds"] else {}
+            deletes = ", ".join(
+                f"{k} {s[k]}" for k in ("added-delete-files", "added-position-deletes", "added-dvs") if k in s
+            )
+            name = f"v{f['format_version']} ({f['deletes']})"
+            lines.append(
+                f"{name:<30} {_fmt(f['merge_s_median'], '.2f'):>8} "
+                f"{_fmt(f['append_s_median'], '.2f'):>8} {_fmt(f['merge_vs_append'], '.2f'):>12} "
+                f"{_fmt(f['build_frame_s_median'], '.2f'):>8}  {deletes or '-'}"
+            )
+    if results.get("ratios"):
+        lines += ["", "Ratios:"]
+        lines += [f"  {k:<40} {v:.3f}" for k, v in results["ratios"].items()]
+    return "\n".join(lines)
+
+
+def write_results(results: dict[str, Any]) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS_DIR / f"binlog-{stamp}.json"
+    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.binlog", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--changes", type=_positive, default=200_000, help="row changes in the recorded binlog")
+    parser.add_argument(
+        "--loads", type=_int_list, default=[500, 2000], help="comma-separated offered loads, rows/s ('' skips)"
+    )
+    parser.add_argument("--duration", type=_seconds, default=60.0, help="seconds of writing per offered load (60)")
+    parser.add_argument(
+        "--interval", type=_seconds, default=5.0, help="stream.batch_interval_seconds of the lag runs (5)"
+    )
+    parser.add_argument(
+        "--initial-rows", type=_positive, default=20_000, help="initial orders (customers 1/4, events 1/2)"
+    )
+    parser.add_argument(
+        "--merge-changes", type=_non_negative, default=20_000, help="changes per MERGE batch (20000; 0 skips)"
+    )
+    parser.add_argument("--merge-base-rows", type=_positive, default=200_000, help="rows in the MERGE tables")
+    parser.add_argument("--merge-rounds", type=_positive, default=3, help="timed MERGE/append rounds (3)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
+    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.initial_rows < 2 * SLICE:
+        parser.error(f"--initial-rows must be at least {2 * SLICE}")
+    needed = (args.merge_rounds + 1) * int(args.merge_changes * (MERGE_MIX[0] + MERGE_MIX[1]))
+    if args.merge_changes and args.merge_base_rows < needed:
+        parser.error(
+            f"--merge-base-rows must hold a fresh window of updated and deleted keys per round: at least {needed:,}"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        spec = json.loads(args.worker)
+        result = worker_merge(spec) if spec["kind"] == "merge" else worker_job(spec)
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        return 0
+    results = orchestrate(args)
+    print(render(results))
+    path = write_results(results)
+    print(f"\nresults written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

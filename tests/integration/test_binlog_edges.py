@@ -1,0 +1,165 @@
+"""The binlog phase's edges: server settings it must refuse, a purged binlog, DDL, idle tables, Iceberg
+maintenance (compaction and snapshot expiry) between batches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.config import PipelineConfig, parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.errors import BinlogPurgedError, SourceError
+from ingest.pipeline import run
+from ingest.source.binlog import SchemaChangeError
+from ingest.source.mysql import connect
+from ingest.source.watermark import read_watermark
+from ingest.state.table import StateTable
+from ingest.verify import verify
+from tests.conftest import embedded_sink, source_section, spark_for_module
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spark_for_module("local[2]")
+    yield session
+    session.stop()
+
+
+def _setup(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str) -> PipelineConfig:
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT)",
+        f"CREATE TABLE {db}.other (id INT NOT NULL PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_200",
+    )
+    sink = embedded_sink(tmp_path)
+    sink["catalog_name"] = catalog
+    return parse_config(
+        {
+            "name": db,
+            "source": source_section(mariadb),
+            "tables": {"include": [rf"{db}\.t"]},
+            "sink": sink,
+            "snapshot": {"chunk_size": 50},
+            "stream": {"batch_interval_seconds": 1},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("binlog_format", "STATEMENT", "binlog_format is STATEMENT; CDC needs ROW"),
+        ("binlog_format", "MIXED", "binlog_format is MIXED; CDC needs ROW"),
+        ("binlog_row_image", "MINIMAL", "binlog_row_image is MINIMAL; CDC needs FULL"),
+        ("binlog_row_image", "NOBLOB", "binlog_row_image is NOBLOB; CDC needs FULL"),
+    ],
+)
+def test_server_settings_that_would_lose_data_are_refused(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, variable: str, value: str, message: str
+) -> None:
+    config = _setup(mariadb, "settings", tmp_path, "settings_lake")
+    mariadb.execute(f"SET GLOBAL {variable} = '{value}'")
+    try:
+        with pytest.raises(SourceError, match=message):
+            run(config, spark=spark, until_caught_up=True)
+    finally:
+        mariadb.execute(f"SET GLOBAL {variable} = '{'ROW' if variable == 'binlog_format' else 'FULL'}'")
+
+
+def test_a_minimal_row_image_from_one_writer_session_is_refused_not_written_as_nulls(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "minimal", tmp_path, "minimal_lake")
+    run(config, spark=spark, until_caught_up=True)
+    with mariadb.admin("minimal") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
+        cur.execute("UPDATE t SET n = -1 WHERE id = 3")
+    with pytest.raises(SourceError, match=r"lacks columns .* binlog_row_image must be FULL"):
+        run(config, spark=spark, until_caught_up=True)
+    assert not verify(config)  # nothing was written: the update is missing, not applied with NULLs
+
+
+def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "purged", tmp_path, "purged_lake")
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute("UPDATE purged.t SET n = 0 WHERE id = 1", "FLUSH BINARY LOGS")
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        current = cur.fetchone()[0]
+        # MariaDB keeps a file until InnoDB's binlog checkpoint has passed it: ask again until it is gone.
+        for _ in range(80):
+            cur.execute("FLUSH ENGINE LOGS")
+            cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+            cur.execute("SHOW BINARY LOGS")
+            if cur.fetchone()[0] == current:
+                break
+            time.sleep(0.25)
+        else:
+            pytest.fail("the server did not purge its old binlogs")
+    with pytest.raises(BinlogPurgedError, match=r"is no longer on the server .* Re-snapshot"):
+        run(config, spark=spark, until_caught_up=True)
+
+
+def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "ddl", tmp_path, "ddl_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute("UPDATE ddl.t SET n = -7 WHERE id = 7")
+    run(config, spark=spark, until_caught_up=True)
+    committed = StateTable.open(config).stream_offset()
+    assert committed is not None
+    mariadb.execute("ALTER TABLE ddl.t ADD COLUMN extra INT DEFAULT 5", "UPDATE ddl.t SET n = -8 WHERE id = 8")
+    with pytest.raises(SchemaChangeError, match=r"ALTER TABLE ddl.t ADD COLUMN extra"):
+        run(config, spark=spark, until_caught_up=True)
+    assert StateTable.open(config).stream_offset() == committed  # nothing after the DDL was applied
+
+
+def test_a_change_older_than_the_loaded_schema_is_refused_not_misread(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "ddl2", tmp_path, "ddl2_lake")
+    run(config, spark=spark, until_caught_up=True)
+    # The job is down while a change and then a DDL happen: at restart the schema it loads is the new one.
+    mariadb.execute("UPDATE ddl2.t SET n = -7 WHERE id = 7", "ALTER TABLE ddl2.t DROP COLUMN v")
+    with pytest.raises(SchemaChangeError, match=r"a binlog row of ddl2.t .* its schema changed"):
+        run(config, spark=spark, until_caught_up=True)
+
+
+def test_idle_captured_tables_still_move_the_offset(spark: Any, mariadb: MariaDBServer, tmp_path: Path) -> None:
+    config = _setup(mariadb, "idle", tmp_path, "idle_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(*(f"INSERT INTO idle.other VALUES ({i}, {i})" for i in range(50)))  # not captured
+    with connect(config.source) as conn:
+        goal = read_watermark(conn, "mariadb").position
+    run(config, spark=spark, until_caught_up=True)
+    offset = StateTable.open(config).stream_offset()
+    assert offset is not None and offset.position >= goal
+
+
+def test_compaction_and_expiry_down_to_one_snapshot_do_not_lose_the_offset(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "maint", tmp_path, "maint_lake")
+    run(config, spark=spark, until_caught_up=True)
+    for i in range(3):
+        mariadb.execute(f"UPDATE maint.t SET n = n + 1 WHERE id % 3 = {i}", f"DELETE FROM maint.t WHERE id = {10 + i}")
+        run(config, spark=spark, until_caught_up=True)
+    spark.sql("CALL maint_lake.system.rewrite_data_files(table => 'maint.t', options => map('min-input-files', '1'))")
+    spark.sql(
+        "CALL maint_lake.system.expire_snapshots(table => 'maint.t', older_than => TIMESTAMP '2999-01-01', "
+        "retain_last => 1)"
+    )
+    mariadb.execute("UPDATE maint.t SET v = 'after' WHERE id < 20", "INSERT INTO maint.t VALUES (500, 'x', 1)")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
