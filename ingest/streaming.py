@@ -217,7 +217,7 @@ def _commit(
     for tx in batch:
         for change in tx.changes:
             per_table[change.table_id].append(change)
-    merged = 0
+    merged = applied = 0
     for table_id, changes in sorted(per_table.items()):
         table = tables[table_id]
         if table.committed is not None:
@@ -231,9 +231,14 @@ def _commit(
         )
 
         def read_offset(t: TableStream = table) -> BinlogPosition | None:
+            # The batch is known to be newer than anything this run committed; only a commit of this very
+            # batch whose outcome was unknown needs a look at the table itself.
+            if t.committed is not None and t.committed >= end:
+                return t.committed
             namespace, name = config.target_for(t.schema.database, t.schema.table)
-            return committed_offset(load_pyiceberg_catalog(config.sink).load_table((namespace, name)), config.name)
+            return committed_offset(_catalog(config).load_table((namespace, name)), config.name)
 
+        applied += len(changes)
         if merge_into(spark, table.target, table.schema, finals, config.name, end, read_offset):
             merged += 1
         table.committed = end
@@ -241,8 +246,18 @@ def _commit(
     crash_point("stream.before_state")
     state.record_offset(Watermark(end, None))
     crash_point("stream.after_state")
-    changes_total = sum(len(v) for v in per_table.values())
-    log.info("binlog: committed %d changes to %d tables up to %s", changes_total, merged, end)
+    log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end)
+
+
+_catalogs: dict[str, Any] = {}
+
+
+def _catalog(config: PipelineConfig) -> Any:
+    """One pyiceberg catalog per sink for the whole run (loading one opens a database connection)."""
+    key = repr((config.sink.catalog_name, sorted((k, repr(v)) for k, v in config.sink.catalog.items())))
+    if key not in _catalogs:
+        _catalogs[key] = load_pyiceberg_catalog(config.sink)
+    return _catalogs[key]
 
 
 def _identity_positions(schema: TableSchema) -> tuple[int, ...]:
