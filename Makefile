@@ -29,5 +29,6 @@ lint:  ## ruff and mypy --strict
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
-bench:  ## the benchmarks of bench/ (prints ratios against baselines)
+bench:  ## the benchmarks of bench/ (snapshot, then binlog; print ratios against baselines in the same run)
 	$(PY) -m bench.snapshot
+	$(PY) -m bench.binlog

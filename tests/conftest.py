@@ -112,3 +112,11 @@ def spark_for_module(master: str) -> Any:
     for key, value in {**_BASE_CONF, **jar_conf(), "spark.driver.memory": "1g"}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A `local[2]` session shared by the tests of one module (modules may override it)."""
+    session = spark_for_module("local[2]")
+    yield session
+    session.stop()

@@ -4,7 +4,6 @@ maintenance (compaction and snapshot expiry) between batches."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +18,9 @@ from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, source_section, spark_for_module
+from tests.conftest import embedded_sink, source_section
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_for_module("local[2]")
-    yield session
-    session.stop()
 
 
 def _setup(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str) -> PipelineConfig:

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,12 @@ from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, source_section, spark_for_module
+from tests.conftest import embedded_sink, source_section
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 10
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_for_module("local[2]")
-    yield session
-    session.stop()
 
 
 def _workload(server: MariaDBServer, stop: threading.Event, done: Counter[str]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,9 @@ from ingest.source.chunks import range_predicate
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from tests.conftest import embedded_sink, source_section, spark_for_module
+from tests.conftest import embedded_sink, source_section
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_for_module("local[2]")
-    yield session
-    session.stop()
 
 
 def _writer(server: MariaDBServer, stop: threading.Event, counts: dict[str, int]) -> None:

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,12 @@ from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import SUMMARY_CHUNKS_DONE
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, source_section, spark_for_module
+from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_for_module("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

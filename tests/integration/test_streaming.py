@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,12 @@ from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, source_section, spark_for_module
+from tests.conftest import embedded_sink, source_section
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_for_module("local[2]")
-    yield session
-    session.stop()
 
 
 def _fresh_db(mariadb: MariaDBServer, db: str) -> None:
