@@ -88,17 +88,20 @@ def run(
     info = discover(config)
     stop = StopSignal()
     stop.install()
-    spark = spark_session(config) if spark is None else attach_catalog(spark, config)
-    state = StateTable.open(config)
-    for schema in info.schemas:
-        snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
-        if stop.event.is_set():
-            log.info("stopping after the current commit, as asked")
+    try:
+        spark = spark_session(config) if spark is None else attach_catalog(spark, config)
+        state = StateTable.open(config)
+        for schema in info.schemas:
+            snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
+            if stop.event.is_set():
+                log.info("stopping after the current commit, as asked")
+                return
+        if snapshot_only or config.startup_mode == "snapshot_only":
             return
-    if snapshot_only or config.startup_mode == "snapshot_only":
-        return
-    end = stream(spark, config, state, info.schemas, info.flavor, until_caught_up, stop)
-    log.info("binlog phase stopped at %s", end)
+        end = stream(spark, config, state, info.schemas, info.flavor, until_caught_up, stop)
+        log.info("binlog phase stopped at %s", end)
+    finally:
+        stop.uninstall()
 
 
 def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:

@@ -125,11 +125,18 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.event.set())
+                self._previous[sig] = signal.signal(sig, lambda *_: self.event.set())
+
+    def uninstall(self) -> None:
+        """Give the process its own handlers back (the job may run inside a longer-lived process)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
 
 def stream(

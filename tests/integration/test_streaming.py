@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,54 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
     after = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     # Each table commits the batch once: a table that committed before the crash gets no new snapshot.
     assert after[0] - counts[0] + after[1] - counts[1] == {"stream.after_table_commit:1": 1}.get(crash_at, 0)
+
+
+def test_sigterm_stops_the_running_job_after_its_current_commit(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "termflow"
+    _fresh_db(mariadb, db)
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": db,
+                "source": source_section(mariadb),
+                "tables": {"include": [rf"{db}\..*"]},
+                "sink": {**embedded_sink(tmp_path), "catalog_name": "term_lake"},
+                "snapshot": {"chunk_size": 100},
+                "stream": {"batch_interval_seconds": 1},
+            }
+        )
+    )
+    config = parse_config(yaml.safe_load(config_file.read_text()), tmp_path)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != CRASH_ENV},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        n = 0
+        while time.monotonic() < deadline and job.poll() is None:
+            n += 1  # keep changing the source until the job has committed a binlog batch
+            mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{n}' WHERE id < 50")
+            try:
+                if StateTable.open(config).stream_offset() is not None:
+                    break
+            except Exception:  # noqa: BLE001 - the catalog is created by the job
+                pass
+            time.sleep(1)
+        assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, err[-3000:]
+    assert "binlog phase stopped at" in err
+    assert verify(config)
