@@ -343,27 +343,18 @@ def _measured(server: MariaDBServer, body: Callable[[], dict[str, Any]]) -> dict
 
 def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
     """python-mysql-replication alone: every row of every Write/Update/DeleteRowsEvent in the range, no sink."""
-    from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    from ingest.source.binlog import open_stream
 
     first, last = BinlogPosition.parse(start), BinlogPosition.parse(end)
 
     def body() -> dict[str, Any]:
         source = config.source
-        stream = BinLogStreamReader(
-            connection_settings={
-                "host": source.host,
-                "port": source.port,
-                "user": source.user,
-                "passwd": source.password.reveal(),
-                "charset": "utf8mb4",
-            },
-            server_id=BASELINE_SERVER_ID,
-            log_file=first.file,
-            log_pos=first.pos,
-            resume_stream=True,
-            blocking=False,
-            is_mariadb=False,
+        stream = open_stream(
+            source,
+            first,
+            BASELINE_SERVER_ID,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         )
         rows = events = 0

@@ -233,8 +233,8 @@ def _commit(
         if not changes:
             continue
         finals = materialize(
-            (Change((_file_number(c.position), c.position.pos, c.row_index), c.before, c.after) for c in changes),
-            _identity_positions(table.schema),
+            (Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes),
+            table.schema.primary_key_positions(),
         )
 
         def read_offset(t: TableStream = table) -> BinlogPosition | None:
@@ -265,11 +265,3 @@ def _catalog(config: PipelineConfig) -> Any:
     if key not in _catalogs:
         _catalogs[key] = load_pyiceberg_catalog(config.sink)
     return _catalogs[key]
-
-
-def _identity_positions(schema: TableSchema) -> tuple[int, ...]:
-    return tuple(schema.column_names.index(k) for k in schema.primary_key)
-
-
-def _file_number(position: BinlogPosition) -> int:
-    return position.file_number

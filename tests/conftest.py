@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,3 +122,22 @@ def spark() -> Iterator[Any]:
     session = spark_for_module("local[2]")
     yield session
     session.stop()
+
+
+def run_ingest(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`ingest ARGS` as a separate job in a process group of its own (so a crash point kills only it)."""
+    from ingest.faults import ENV as CRASH_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    if crash_at:
+        env[CRASH_ENV] = crash_at
+    return subprocess.run(
+        [sys.executable, "-m", "ingest.cli", *args],
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+        check=False,
+    )

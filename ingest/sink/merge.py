@@ -43,11 +43,7 @@ def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None
 
 def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
     targets = [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in target_columns(schema)]
-    positions = (
-        schema.key_positions()
-        if schema.chunk_key == schema.primary_key
-        else tuple(schema.column_names.index(k) for k in schema.primary_key)
-    )
+    positions = schema.primary_key_positions()
     width = len(targets)
     rows, ops = [], []
     for key, row in finals.items():

@@ -73,6 +73,36 @@ def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPos
         )
 
 
+def open_stream(
+    source: SourceConfig,
+    start: BinlogPosition,
+    server_id: int,
+    *,
+    blocking: bool = False,
+    heartbeat_seconds: float | None = None,
+    **filters: Any,
+) -> BinLogStreamReader:
+    """A replication stream from a file/position as the CDC user; `filters` are the library's only_* options."""
+    return BinLogStreamReader(
+        connection_settings={
+            "host": source.host,
+            "port": source.port,
+            "user": source.user,
+            "passwd": source.password.reveal(),
+            "charset": "utf8mb4",
+        },
+        server_id=server_id,
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=blocking,
+        slave_heartbeat=heartbeat_seconds if blocking else None,
+        # File/position streaming; with is_mariadb=True the library would start at the file's head.
+        is_mariadb=False,
+        **filters,
+    )
+
+
 class BinlogReader:
     """Transactions of the captured tables, in commit order, starting at a transaction boundary."""
 
@@ -91,22 +121,12 @@ class BinlogReader:
         self.start = start
         self.position = start
         self.on_ddl = on_ddl
-        self._stream = BinLogStreamReader(
-            connection_settings={
-                "host": source.host,
-                "port": source.port,
-                "user": source.user,
-                "passwd": source.password.reveal(),
-                "charset": "utf8mb4",
-            },
-            server_id=source.server_id,
-            log_file=start.file,
-            log_pos=start.pos,
-            resume_stream=True,
+        self._stream = open_stream(
+            source,
+            start,
+            source.server_id,
             blocking=blocking,
-            slave_heartbeat=heartbeat_seconds if blocking else None,
-            # File/position streaming; with is_mariadb=True the library would start at the file's head.
-            is_mariadb=False,
+            heartbeat_seconds=heartbeat_seconds,
             only_events=[
                 WriteRowsEvent,
                 UpdateRowsEvent,

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
 from ingest.faults import crash_point
+from ingest.source.binlog import open_stream
 from ingest.source.binlog_values import driver_form, row_images
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
@@ -97,22 +97,11 @@ def read_chunk(task: ChunkTask) -> ChunkResult:
 def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[RowChange]:
     """(before, after) images of this table's row changes with low < position <= high, in binlog order."""
     schema = task.schema
-    stream = BinLogStreamReader(
-        connection_settings={
-            "host": task.source.host,
-            "port": task.source.port,
-            "user": task.source.user,
-            "passwd": task.source.password.reveal(),
-            "charset": "utf8mb4",
-        },
+    stream = open_stream(
+        task.source,
+        low.position,
         # Each concurrent dump connection needs its own server id, or the server drops the older one.
-        server_id=random.randint(1 << 20, (1 << 31) - 1),
-        log_file=low.position.file,
-        log_pos=low.position.pos,
-        resume_stream=True,
-        blocking=False,
-        # File/position streaming; with is_mariadb=True the library starts from the file's head.
-        is_mariadb=False,
+        random.randint(1 << 20, (1 << 31) - 1),
         only_schemas=[schema.database],
         only_tables=[schema.table],
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],

@@ -126,6 +126,11 @@ class TableSchema:
         names = self.column_names
         return tuple(names.index(k) for k in self.chunk_key)
 
+    def primary_key_positions(self) -> tuple[int, ...]:
+        """Where the primary key (the Iceberg identifier) sits in a row; may differ from the chunk key."""
+        names = self.column_names
+        return tuple(names.index(k) for k in self.primary_key)
+
     def key_column(self, name: str) -> SourceColumn:
         return next(c for c in self.columns if c.name == name)
 

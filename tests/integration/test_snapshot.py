@@ -26,7 +26,7 @@ from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import SUMMARY_CHUNKS_DONE
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, source_section
+from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, run_ingest, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
 pytestmark = pytest.mark.integration
@@ -123,22 +123,6 @@ CRASH_POINTS = [
 ]
 
 
-def _job(config_file: Path, crash_at: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    if crash_at:
-        env[CRASH_ENV] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file), "--snapshot-only"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)
 def test_kill_9_at_a_named_point_then_resume_reads_no_chunk_twice_and_loses_none(
     spark: Any, mariadb: MariaDBServer, shop: str, tmp_path: Path, crash_at: str
@@ -153,7 +137,7 @@ def test_kill_9_at_a_named_point_then_resume_reads_no_chunk_twice_and_loses_none
     config_file.write_text(yaml.safe_dump(data))
     assert os.environ[CDC_PASSWORD_ENV]
 
-    crashed = _job(config_file, crash_at)
+    crashed = run_ingest("run", "--config", str(config_file), "--snapshot-only", crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     config = parse_config(data, tmp_path)
     run(config, spark=spark)  # the resume, as a fresh process would: all it knows is in Iceberg

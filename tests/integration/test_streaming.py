@@ -22,7 +22,7 @@ from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, source_section
+from tests.conftest import embedded_sink, run_ingest, source_section
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
 pytestmark = pytest.mark.integration
@@ -168,17 +168,7 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
             }
         )
     )
-    env = {**os.environ, CRASH_ENV: crash_at}
-    crashed = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file), "--until-caught-up"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
-        check=False,
-    )
+    crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     counts = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     run(config, spark=spark, until_caught_up=True)
