@@ -109,6 +109,7 @@ class SnapshotConfig:
     chunk_size: int = 8192
     parallelism: int = 2
     chunks_per_commit: int = 32
+    driver: Literal["auto", "mysqlclient", "pymysql"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -342,11 +343,15 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             ) from None
     snk.done()
 
-    snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit"))
+    snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit", "driver"))
     snapshot = SnapshotConfig(
         chunk_size=snp.positive_int("chunk_size", 8192),
         parallelism=snp.positive_int("parallelism", 2),
         chunks_per_commit=snp.positive_int("chunks_per_commit", 32),
+        driver=cast(
+            Literal["auto", "mysqlclient", "pymysql"],
+            snp.choice("driver", ("auto", "mysqlclient", "pymysql"), "auto"),
+        ),
     )
     snp.done()
 

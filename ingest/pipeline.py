@@ -137,7 +137,7 @@ def snapshot_table(
     started = time.monotonic()
     rows_done = 0
     for batch in _batched(todo, config.snapshot.chunks_per_commit):
-        tasks = [ChunkTask(config.source, flavor, schema, c, hook) for c in batch]
+        tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver) for c in batch]
         records = _commit_batch(spark, config, target, tasks, targets, set(done))
         crash_point("snapshot.after_commit")  # data committed, state table not yet written
         state.record_chunks(records)

@@ -14,7 +14,13 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
-packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless)
+# libmariadb-dev, pkg-config and a C compiler build mysqlclient, the snapshot's fast driver (the `fast` extra).
+packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless libmariadb-dev pkg-config build-essential)
+# mysqlclient also needs the headers of the Python that builds the venv (pyenv and python.org builds ship them).
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  packages+=("python3-dev")
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,11 +47,10 @@ fi
 "$CACHE/bin/minio" --version | head -1
 
 step "Python virtualenv (.venv)"
-PY="${PYTHON:-python3}"
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -c constraints.txt -e '.[dev]'
+.venv/bin/pip install -q -c constraints.txt -e '.[dev,fast]'
 
 step "Iceberg jars (Maven Central)"
 INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.jars

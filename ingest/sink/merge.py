@@ -7,6 +7,7 @@ batch is skipped (zero new snapshots), and a commit whose outcome is unknown is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -17,7 +18,7 @@ import pyarrow as pa
 
 from ingest.errors import CommitConflictError
 from ingest.sink.targets import SUMMARY_PIPELINE, target_columns
-from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
+from ingest.sink.types import quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition
 
@@ -42,7 +43,7 @@ def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None
 
 
 def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
-    targets = [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in target_columns(schema)]
+    targets = [dataclasses.replace(t, nullable=True) for t in target_columns(schema)]
     positions = schema.primary_key_positions()
     width = len(targets)
     rows, ops = [], []

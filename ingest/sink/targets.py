@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -27,9 +28,7 @@ def target_columns(schema: TableSchema) -> list[TargetColumn]:
     """Iceberg columns of a source table; key columns are always required (identifier fields must be)."""
     targets = map_columns(schema.table_id, schema.columns)
     keys = set(schema.primary_key)
-    return [
-        TargetColumn(t.name, t.spark_type, t.arrow_type, False, t.convert) if t.name in keys else t for t in targets
-    ]
+    return [dataclasses.replace(t, nullable=False) if t.name in keys else t for t in targets]
 
 
 def qualified(config: PipelineConfig, namespace: str, name: str) -> str:

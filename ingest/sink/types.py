@@ -31,6 +31,7 @@ __all__ = [
     "quote_identifier",
     "rows_to_record_batch",
     "spark_ddl",
+    "text_rows_to_record_batch",
 ]
 
 # Iceberg (and Spark) decimals stop at 38 digits; MySQL/MariaDB allow 65.
@@ -115,6 +116,8 @@ class TargetColumn:
     arrow_type: Any  # pyarrow.DataType; pyarrow ships no type stubs
     nullable: bool
     convert: Callable[[Any], Any] = identity
+    text_form: str = "convert"
+    """How the server's text-protocol bytes of this column become arrow values (see ``text_to_array``)."""
 
     @property
     def needs_conversion(self) -> bool:
@@ -128,31 +131,75 @@ class TargetColumn:
             return self.convert.to_array(values, self.arrow_type)
         return pa.array([self.convert(v) for v in values], type=self.arrow_type)
 
+    def text_to_array(self, values: Sequence[bytes | None]) -> Any:
+        """Build the arrow array from the bytes the server sends in the text protocol (no driver converters).
+
+        This is the snapshot's fast path (mysqlclient returning raw bytes): numbers, decimals, dates and
+        timestamps are parsed by Arrow in C++ for the whole column, with no Python object per value.
+        The result equals ``to_array`` of what PyMySQL returns for the same rows (tests/unit/test_types.py).
+        """
+        form = self.text_form
+        if form == "binary":
+            return pa.array(values, type=pa.binary())
+        if form == "string":
+            return pa.array(values, type=pa.string())
+        if form == "cast":
+            return pc.cast(pa.array(values, type=pa.string()), self.arrow_type)
+        if form == "via":  # parse as the wider type PyMySQL would produce, then narrow (FLOAT via double)
+            return pc.cast(pa.array(values, type=pa.string()), pa.float64()).cast(self.arrow_type)
+        if form == "unsigned":
+            return pc.cast(pa.array(values, type=pa.string()), pa.uint64()).cast(self.arrow_type)
+        if form in ("date", "datetime", "timestamp"):
+            parse_type = pa.timestamp("us") if form == "timestamp" else self.arrow_type
+            array = _parse_or_null(pa.array(values, type=pa.string()), parse_type)
+            if form == "timestamp":
+                # Session time_zone is '+00:00': the text is UTC. Zero timestamps were nulled by the parse.
+                array = array.cast(self.arrow_type)
+            return array
+        return self.to_array(values)  # "convert": the driver converter takes bytes too (BIT, DECIMAL > 38)
+
+
+def _parse_or_null(text: Any, arrow_type: Any) -> Any:
+    """Cast a string column; values Arrow cannot parse (zero or invalid dates) become NULL, as in the driver path."""
+    try:
+        return pc.cast(text, arrow_type)
+    except pa.ArrowInvalid:
+        pass
+    out = []
+    for value in text:
+        try:
+            out.append(pc.cast(value, arrow_type))
+        except pa.ArrowInvalid:
+            out.append(pa.scalar(None, type=arrow_type))
+    return pa.array([v.as_py() for v in out], type=arrow_type)
+
 
 def map_column(table: str, col: SourceColumn) -> TargetColumn:
     """Map one source column; raise ``UnsupportedTableError`` naming table and column if it cannot be."""
     t = col.data_type
 
-    def target(spark_type: str, arrow_type: Any, convert: Callable[[Any], Any] = identity) -> TargetColumn:
-        return TargetColumn(col.name, spark_type, arrow_type, col.nullable, convert)
+    def target(
+        spark_type: str, arrow_type: Any, convert: Callable[[Any], Any] = identity, text_form: str = "convert"
+    ) -> TargetColumn:
+        return TargetColumn(col.name, spark_type, arrow_type, col.nullable, convert, text_form)
 
     if t in _INT32_TYPES or (t == "int" and not col.unsigned):
-        return target("INT", pa.int32())
+        return target("INT", pa.int32(), text_form="cast")
     if t == "int" or (t == "bigint" and not col.unsigned):
-        return target("BIGINT", pa.int64())
+        return target("BIGINT", pa.int64(), text_form="cast")
     if t == "bigint":
-        return target("DECIMAL(20,0)", pa.decimal128(20, 0), _UnsignedToDecimal())
+        return target("DECIMAL(20,0)", pa.decimal128(20, 0), _UnsignedToDecimal(), "unsigned")
     if t == "year":
-        return target("INT", pa.int32())
+        return target("INT", pa.int32(), text_form="cast")
     if t == "decimal":
         precision, scale = _decimal_args(table, col)
         if precision <= MAX_DECIMAL_PRECISION:
-            return target(f"DECIMAL({precision},{scale})", pa.decimal128(precision, scale))
+            return target(f"DECIMAL({precision},{scale})", pa.decimal128(precision, scale), text_form="cast")
         return target("STRING", pa.string(), _DecimalToText(scale))
     if t == "float":
-        return target("FLOAT", pa.float32())
+        return target("FLOAT", pa.float32(), text_form="via")
     if t == "double":
-        return target("DOUBLE", pa.float64())
+        return target("DOUBLE", pa.float64(), text_form="cast")
     if t == "bit":
         bits = _bit_width(table, col)
         if bits == 1:
@@ -161,18 +208,19 @@ def map_column(table: str, col: SourceColumn) -> TargetColumn:
             return target("BIGINT", pa.int64(), _BitToInt())
         return target("DECIMAL(20,0)", pa.decimal128(20, 0), _BitToDecimal())
     if t in _STRING_TYPES:
-        return target("STRING", pa.string())
+        return target("STRING", pa.string(), text_form="string")
     if t in _BINARY_TYPES or t in _SPATIAL_TYPES:
-        return target("BINARY", pa.binary())
+        return target("BINARY", pa.binary(), text_form="binary")
     # Zero dates become NULL, so date-like targets are optional even when the source is NOT NULL.
     if t == "date":
-        return TargetColumn(col.name, "DATE", pa.date32(), True, _ToDate())
+        return TargetColumn(col.name, "DATE", pa.date32(), True, _ToDate(), "date")
     if t == "datetime":
-        return TargetColumn(col.name, "TIMESTAMP_NTZ", pa.timestamp("us"), True, _ToNaiveDatetime())
+        return TargetColumn(col.name, "TIMESTAMP_NTZ", pa.timestamp("us"), True, _ToNaiveDatetime(), "datetime")
     if t == "timestamp":
-        return TargetColumn(col.name, "TIMESTAMP", pa.timestamp("us", tz="UTC"), True, _ToUtcDatetime())
+        return TargetColumn(col.name, "TIMESTAMP", pa.timestamp("us", tz="UTC"), True, _ToUtcDatetime(), "timestamp")
     if t == "time":
-        return target("STRING", pa.string(), _TimeToText(_fsp(col)))
+        # The server's text already is MySQL's rendering, which is what _TimeToText rebuilds from a timedelta.
+        return target("STRING", pa.string(), _TimeToText(_fsp(col)), "string")
     raise _unsupported(table, col, "this job has no Iceberg mapping for it")
 
 
@@ -215,17 +263,28 @@ def rows_to_record_batch(targets: Sequence[TargetColumn], rows: Sequence[Sequenc
         raise ValueError(f"rows have different lengths; expected {len(targets)} values per row") from exc
     if len(columns) != len(targets):
         raise ValueError(f"rows have {len(columns)} values but there are {len(targets)} target columns")
-    arrays = []
-    for target, values in zip(targets, columns, strict=True):
-        array = target.to_array(values)
+    return _record_batch(targets, [t.to_array(values) for t, values in zip(targets, columns, strict=True)])
+
+
+def text_rows_to_record_batch(targets: Sequence[TargetColumn], rows: Sequence[Sequence[bytes | None]]) -> Any:
+    """Like ``rows_to_record_batch`` for rows of raw text-protocol bytes (see ``TargetColumn.text_to_array``)."""
+    if not rows:
+        return rows_to_record_batch(targets, rows)
+    columns = list(zip(*rows, strict=True))
+    if len(columns) != len(targets):
+        raise ValueError(f"rows have {len(columns)} values but there are {len(targets)} target columns")
+    return _record_batch(targets, [t.text_to_array(values) for t, values in zip(targets, columns, strict=True)])
+
+
+def _record_batch(targets: Sequence[TargetColumn], arrays: Sequence[Any]) -> Any:
+    for target, array in zip(targets, arrays, strict=True):
         # pyarrow does not enforce non-nullable fields, and Spark would read garbage instead of NULL.
         if not target.nullable and array.null_count:
             raise SourceError(
                 f"column {target.name!r} is NOT NULL in the source schema but a row has NULL in it; "
                 "the table was probably altered: re-snapshot the table."
             )
-        arrays.append(array)
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(list(arrays), schema=arrow_schema(targets))
 
 
 # --- converters -------------------------------------------------------------------------------------

@@ -14,18 +14,22 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pyarrow as pa
 import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
 from ingest.faults import crash_point
+from ingest.sink.targets import target_columns
+from ingest.sink.types import TargetColumn, rows_to_record_batch
 from ingest.source.binlog import open_stream
 from ingest.source.binlog_values import driver_form, row_images
+from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
 from ingest.source.position import BinlogPosition, Watermark
-from ingest.source.watermark import read_watermark, start_consistent_snapshot
+from ingest.source.watermark import read_watermark
 
 log = logging.getLogger(__name__)
 
@@ -44,36 +48,48 @@ class ChunkTask:
     chunk: Chunk
     hook: ChunkHook | None = None
     """Test hook fired at the three points of FAILURES.md ("Watermarks, positions, GTIDs")."""
+    driver: str = "auto"
+    """`snapshot.driver`: who runs the SELECT (ingest.source.chunk_select)."""
 
 
 @dataclass
 class ChunkResult:
-    rows: list[tuple[Any, ...]]
+    table: Any
+    """The chunk at its high watermark: a ``pyarrow.Table`` of the target columns."""
     low: Watermark
     high: Watermark
     window_events: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The rows as tuples of their Iceberg-side values (for tests and small tables)."""
+        columns = [c.to_pylist() for c in self.table.columns]
+        return list(zip(*columns, strict=True)) if columns else []
+
 
 def read_chunk(task: ChunkTask) -> ChunkResult:
     started = time.perf_counter()
     schema, chunk = task.schema, task.chunk
+    targets = target_columns(schema)
     conn = connect(task.source)
     try:
         low = read_watermark(conn, task.flavor)
-        snapshot_point = start_consistent_snapshot(conn, task.flavor)
-        if snapshot_point is not None:
-            # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
-            low = Watermark(snapshot_point.position, low.gtid)
-        if task.hook:
-            task.hook("after_low_watermark", chunk)
-        where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
-        columns = ", ".join(quote(c) for c in schema.column_names)
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params)
-            selected = cur.fetchall()
-        conn.commit()  # end the read view at once: no metadata lock is held between chunks
+        select = open_select(task.source, task.driver)
+        try:
+            snapshot_point = select.begin(task.flavor)
+            if snapshot_point is not None:
+                # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
+                low = Watermark(snapshot_point.position, low.gtid)
+            if task.hook:
+                task.hook("after_low_watermark", chunk)
+            where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
+            columns = ", ".join(quote(c) for c in schema.column_names)
+            table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
+            select.end()  # end the read view at once: no metadata lock is held between chunks
+        finally:
+            select.close()
         crash_point(f"chunk.after_select.{chunk.table_id}.{chunk.index}")
         select_done = time.perf_counter()
         if task.hook:
@@ -81,17 +97,37 @@ def read_chunk(task: ChunkTask) -> ChunkResult:
         high = read_watermark(conn, task.flavor)
         if task.hook:
             task.hook("after_high_watermark", chunk)
-        positions = schema.key_positions()
-        buffer: dict[Key, tuple[Any, ...]] = {tuple(row[i] for i in positions): tuple(row) for row in selected}
         events = 0
         if high.position > low.position:
-            events = _apply_window(task, conn, low, high, buffer)
-        result = ChunkResult(list(buffer.values()), low, high, events)
+            finals, events = window_changes(task, conn, low, high)
+            table = _apply_finals(table, targets, schema.key_positions(), finals)
+        result = ChunkResult(table, low, high, events)
     finally:
         conn.close()
     result.seconds = time.perf_counter() - started
     result.timings = {"select": select_done - started, "window": time.perf_counter() - select_done}
     return result
+
+
+def _apply_finals(
+    table: Any, targets: Sequence[TargetColumn], positions: Sequence[int], finals: dict[Key, tuple[Any, ...] | None]
+) -> Any:
+    """Replace the rows of every key the window touched by its final image (or nothing, if deleted).
+
+    Keys are compared as Iceberg-side values on both sides (the window's driver values go through the
+    same converters as the SELECT's), so a key matches exactly, byte for byte, as in the binlog.
+    """
+    if not finals:
+        return table
+    key_targets = [targets[i] for i in positions]
+    touched = {tuple(r.values()) for r in rows_to_record_batch(key_targets, [tuple(k) for k in finals]).to_pylist()}
+    key_columns = [table.column(i).to_pylist() for i in positions]
+    keep = [key not in touched for key in zip(*key_columns, strict=True)]
+    kept = table.filter(pa.array(keep, type=pa.bool_())) if keep else table
+    upserts = [row for row in finals.values() if row is not None]
+    if not upserts:
+        return kept
+    return pa.concat_tables([kept, pa.Table.from_batches([rows_to_record_batch(targets, upserts)])])
 
 
 def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[RowChange]:
@@ -124,14 +160,14 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[R
         stream.close()
 
 
-def _apply_window(
-    task: ChunkTask,
-    conn: pymysql.connections.Connection[Any],
-    low: Watermark,
-    high: Watermark,
-    buffer: dict[Key, tuple[Any, ...]],
-) -> int:
-    """Replay the window's changes onto the buffer: a delete removes the key, an insert/update sets it."""
+def window_changes(
+    task: ChunkTask, conn: pymysql.connections.Connection[Any], low: Watermark, high: Watermark
+) -> tuple[dict[Key, tuple[Any, ...] | None], int]:
+    """The final image (None: deleted) of every key of this chunk changed in (low, high], and the change count.
+
+    Keys and rows are driver values (PyMySQL's forms). Applied in binlog order, exactly as "a delete
+    removes the key, an insert/update sets it" on a buffer would: only the last change of a key counts.
+    """
     schema = task.schema
     names = schema.column_names
     positions = schema.key_positions()
@@ -149,20 +185,21 @@ def _apply_window(
     changes = [
         (None if b is None else as_row(b), None if a is None else as_row(a)) for b, a in _binlog_rows(task, low, high)
     ]
+    finals: dict[Key, tuple[Any, ...] | None] = {}
     if not changes:
-        return 0
+        return finals, 0
     keys = [tuple(image[i] for i in positions) for change in changes for image in change if image is not None]
     inside = in_chunk(conn, schema, task.chunk, keys)
     for before, after in changes:
         if before is not None:
             key = tuple(before[i] for i in positions)
             if inside[key]:
-                buffer.pop(key, None)
+                finals[key] = None
         if after is not None:
             key = tuple(after[i] for i in positions)
             if inside[key]:
-                buffer[key] = after
-    return len(changes)
+                finals[key] = after
+    return finals, len(changes)
 
 
 def in_chunk(

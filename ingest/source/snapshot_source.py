@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
+from ingest.sink.types import TargetColumn, quote_identifier
 from ingest.source.chunk_reader import ChunkTask, read_chunk
 
 CHUNK_COLUMN = "__ingest_chunk"
@@ -33,9 +33,7 @@ def source_schema(targets: Sequence[TargetColumn]) -> tuple[str, Any]:
 def chunk_batches(task: ChunkTask, targets: Sequence[TargetColumn], arrow_schema: Any) -> Iterator[Any]:
     """Read one chunk; yield its rows, then its marker row."""
     result = read_chunk(task)
-    rows = result.rows
-    for start in range(0, len(rows), ROWS_PER_BATCH):
-        data = rows_to_record_batch(targets, rows[start : start + ROWS_PER_BATCH])
+    for data in result.table.to_batches(max_chunksize=ROWS_PER_BATCH):
         n = data.num_rows
         yield pa.RecordBatch.from_arrays(
             [*data.columns, pa.nulls(n, pa.int32()), pa.nulls(n, pa.string())], schema=arrow_schema
@@ -43,7 +41,7 @@ def chunk_batches(task: ChunkTask, targets: Sequence[TargetColumn], arrow_schema
     meta = {
         "low": result.low.to_json(),
         "high": result.high.to_json(),
-        "rows": len(rows),
+        "rows": result.table.num_rows,
         "window_events": result.window_events,
         "seconds": round(result.seconds, 4),
         "timings": result.timings,

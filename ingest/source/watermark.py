@@ -43,23 +43,3 @@ def read_watermark(conn: pymysql.connections.Connection[Any], flavor: str) -> Wa
                 raise SourceError(f"cannot read the binlog position: the CDC user needs {grant}") from None
             raise
     return Watermark(BinlogPosition(str(row[0]), int(row[1])), gtid)
-
-
-def start_consistent_snapshot(conn: pymysql.connections.Connection[Any], flavor: str) -> Watermark | None:
-    """Open a consistent-snapshot transaction; on MariaDB also return the binlog position it corresponds to.
-
-    MariaDB reports `binlog_snapshot_file/position`, the exact binlog point of the read view. A position
-    taken with SHOW MASTER STATUS before the SELECT can include a transaction that is in the binlog
-    but not yet committed in InnoDB (two-phase commit), which the SELECT would then miss for good.
-    """
-    with conn.cursor() as cur:
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-        if flavor != "mariadb":
-            return None
-        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-        status = {str(k).lower(): v for k, v in cur.fetchall()}
-    file = status.get("binlog_snapshot_file")
-    pos = status.get("binlog_snapshot_position")
-    if not file or pos is None:
-        return None
-    return Watermark(BinlogPosition(str(file), int(pos)), None)

@@ -7,16 +7,20 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pymysql
 import pytest
 
 from ingest.config import PipelineConfig, TableOptions, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import UnsupportedTableError
+from ingest.sink.targets import target_columns
+from ingest.sink.types import rows_to_record_batch
 from ingest.source.chunk_reader import ChunkResult, ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, range_predicate, split_table
 from ingest.source.mysql import TableSchema, connect, load_schema, quote
 from tests.conftest import embedded_sink, source_section
+from tests.type_cases import check_iceberg_rows, create_types_table
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +69,14 @@ def _table_rows(mariadb: MariaDBServer, schema: TableSchema, chunk: Chunk | None
         return [tuple(r) for r in cur.fetchall()]
 
 
+def _as_target(schema: TableSchema, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Driver rows as the Iceberg-side values a chunk result holds."""
+    return [tuple(r.values()) for r in rows_to_record_batch(target_columns(schema), rows).to_pylist()]
+
+
 def _assert_exact_copy(mariadb: MariaDBServer, schema: TableSchema, results: list[ChunkResult]) -> None:
     got = [row for r in results for row in r.rows]
-    want = _table_rows(mariadb, schema)
+    want = _as_target(schema, _table_rows(mariadb, schema))
     assert len(got) == len(want), "every row exactly once"
     assert sorted(map(repr, got)) == sorted(map(repr, want))
 
@@ -198,7 +207,7 @@ def test_dml_at_each_hook_point_leaves_the_chunk_equal_to_the_table_at_its_high_
     after_dml = _table_rows(mariadb, schema, target)
     assert before_dml and before_dml != after_dml
     expected = before_dml if point == "after_high_watermark" else after_dml
-    assert sorted(result.rows) == sorted(expected)
+    assert sorted(result.rows) == sorted(_as_target(schema, expected))
     assert result.high.position >= result.low.position
     if point == "after_high_watermark":
         assert result.window_events == 0
@@ -252,3 +261,21 @@ def test_the_cdc_user_holds_no_metadata_lock_between_chunks(mariadb: MariaDBServ
 def test_the_cdc_user_cannot_lock_tables(mariadb: MariaDBServer, config: PipelineConfig) -> None:
     with connect(config.source) as conn, conn.cursor() as cur, pytest.raises(pymysql.err.OperationalError):
         cur.execute("FLUSH TABLES WITH READ LOCK")
+
+
+def test_both_drivers_read_every_type_case_to_the_same_exact_values(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    """mysqlclient's text path (Arrow parses the server's text) and PyMySQL's converters agree, value for value."""
+    with mariadb.admin(DB) as conn:
+        create_types_table(conn, "typed")
+    schema = _schema(config, "typed")
+    with connect(config.source) as conn:
+        chunks = split_table(conn, schema, 2)
+    tables = {}
+    for driver in ("mysqlclient", "pymysql"):
+        results = [read_chunk(ChunkTask(config.source, "mariadb", schema, c, driver=driver)) for c in chunks]
+        rows = [row for r in results for row in r.table.to_pylist()]
+        assert check_iceberg_rows(rows) == [], driver
+        tables[driver] = pa.concat_tables([r.table for r in results])
+    assert tables["mysqlclient"].equals(tables["pymysql"])

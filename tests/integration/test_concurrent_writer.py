@@ -15,7 +15,7 @@ from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.pipeline import discover, run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.source.chunk_reader import ChunkTask, _apply_window
+from ingest.source.chunk_reader import ChunkTask, window_changes
 from ingest.source.chunks import range_predicate
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
@@ -92,7 +92,14 @@ def test_each_chunk_equals_the_table_at_its_recorded_high_watermark(
                 for k, row in iceberg.items()
                 if (chunk.lower is None or (k,) >= chunk.lower) and (chunk.upper is None or (k,) < chunk.upper)
             }
-            _apply_window(ChunkTask(config.source, "mariadb", schema, chunk), conn, record.high_watermark, now, buffer)
+            finals, _ = window_changes(
+                ChunkTask(config.source, "mariadb", schema, chunk), conn, record.high_watermark, now
+            )
+            for key, row in finals.items():
+                if row is None:
+                    buffer.pop(key, None)
+                else:
+                    buffer[key] = row
             where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
             with conn.cursor() as cur:
                 cur.execute(f"SELECT id, v, s FROM busy.t WHERE {where}", params)

@@ -20,6 +20,7 @@ from ingest.sink.types import (
     map_columns,
     rows_to_record_batch,
     spark_ddl,
+    text_rows_to_record_batch,
 )
 
 UTC = dt.UTC
@@ -620,3 +621,72 @@ def test_unsupported_type_names_table_column_and_type(column_type: str) -> None:
     assert "'odd col'" in message
     assert column_type in message
     assert "xclude" in message
+
+
+# --- the text path (mysqlclient without converters) -------------------------------------------------
+
+# (column, the server's text-protocol bytes, what PyMySQL's default converters return for them)
+TEXT_CASES: list[tuple[str, dict[str, Any], bytes | None, Any]] = [
+    ("int", {}, b"-2147483648", -2147483648),
+    ("tinyint(1)", {}, b"5", 5),
+    ("int unsigned", {}, b"4294967295", 4294967295),
+    ("bigint", {}, b"-9223372036854775808", -9223372036854775808),
+    ("bigint unsigned", {}, b"18446744073709551615", 18446744073709551615),
+    ("year", {}, b"0000", 0),
+    ("decimal(10,2)", {"precision": 10, "scale": 2}, b"-3.25", Decimal("-3.25")),
+    ("decimal(65,30)", {"precision": 65, "scale": 30}, b"1.500000000000000000000000000000", Decimal("1.5")),
+    ("float", {}, b"1.25", 1.25),
+    ("float", {}, b"0.1", 0.1),
+    ("double", {}, b"1e300", 1e300),
+    ("double", {}, b"-0", -0.0),
+    ("bit(1)", {"precision": 1}, b"\x01", b"\x01"),
+    ("bit(64)", {"precision": 64}, b"\xff" * 8, b"\xff" * 8),
+    ("varchar(10)", {}, "😀é".encode(), "😀é"),
+    ("json", {}, b'{"k": [1, 2]}', '{"k": [1, 2]}'),
+    ("varbinary(4)", {}, b"\x00\xff", b"\x00\xff"),
+    ("date", {}, b"0001-01-01", dt.date(1, 1, 1)),
+    ("date", {}, b"0000-00-00", "0000-00-00"),
+    ("date", {}, b"2020-02-31", "2020-02-31"),
+    ("datetime(6)", {"fsp": 6}, b"1969-07-20 20:17:40.123456", dt.datetime(1969, 7, 20, 20, 17, 40, 123456)),
+    ("datetime(3)", {"fsp": 3}, b"2024-03-10 02:30:00.500", dt.datetime(2024, 3, 10, 2, 30, 0, 500000)),
+    ("datetime", {}, b"0000-00-00 00:00:00", "0000-00-00 00:00:00"),
+    ("timestamp(6)", {"fsp": 6}, b"2000-01-01 00:00:00.000001", dt.datetime(2000, 1, 1, 0, 0, 0, 1)),
+    ("timestamp", {}, b"0000-00-00 00:00:00", "0000-00-00 00:00:00"),
+    ("time(3)", {"fsp": 3}, b"-838:59:59.500", -dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=500000)),
+    ("time", {}, b"-00:00:01", -dt.timedelta(seconds=1)),
+    ("int", {}, None, None),
+]
+
+
+@pytest.mark.parametrize(("column_type", "kwargs", "text", "driver_value"), TEXT_CASES)
+def test_text_path_equals_the_driver_path(
+    column_type: str, kwargs: dict[str, Any], text: Any, driver_value: Any
+) -> None:
+    t = target(column_type, **kwargs)
+    from_text = t.text_to_array([text, None])
+    from_driver = t.to_array([driver_value, None])
+    assert from_text.type == t.arrow_type
+    assert from_text.to_pylist() == from_driver.to_pylist()
+
+
+def test_text_path_nulls_only_the_invalid_dates_of_a_column() -> None:
+    t = target("datetime")
+    values = [b"2020-01-01 00:00:00", b"0000-00-00 00:00:00", None, b"2020-00-10 00:00:00", b"1999-12-31 23:59:59"]
+    assert t.text_to_array(values).to_pylist() == [
+        dt.datetime(2020, 1, 1),
+        None,
+        None,
+        None,
+        dt.datetime(1999, 12, 31, 23, 59, 59),
+    ]
+
+
+def test_text_path_refuses_null_in_a_not_null_column() -> None:
+    t = target("int", nullable=False)
+    with pytest.raises(SourceError, match="NOT NULL"):
+        text_rows_to_record_batch([t], [(b"1",), (None,)])
+
+
+def test_text_path_refuses_a_number_it_cannot_parse() -> None:
+    with pytest.raises(pa.ArrowInvalid):
+        target("int").text_to_array([b"12x"])
