@@ -213,10 +213,9 @@ def _commit_batch(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    source = make_chunk_source(f"ingest_chunks_{next(_source_counter)}", tasks, targets)
+    source = make_chunk_source(f"ingest_chunks_{next(_source_counter)}", tasks, targets, config.snapshot.parallelism)
     spark.dataSource.register(source)
     df = spark.read.format(source.name()).load()
-    df = df.coalesce(min(config.snapshot.parallelism, len(tasks)))
     # Markers and rows must come from one computation: cache, take the markers, write the rows.
     # Were a cached block lost, its recomputation reads later data than the marker recorded, and an
     # earlier-than-true high watermark is safe (the binlog phase replays a little more).
