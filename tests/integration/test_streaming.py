@@ -290,3 +290,26 @@ def test_binlog_phase_in_the_s3_profile_survives_kill_9_and_commits_each_batch_o
         assert len(offsets) == len(set(offsets)) == 2, f"{table}: a batch committed twice or lost: {offsets}"
     offset = StateTable.open(config).stream_offset()
     assert offset is not None and f'"{offset.position}"' in _stream_offsets(config, db, "tag")[-1]
+
+
+def test_many_small_batches_keep_the_state_table_bounded_and_resume_still_works(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """FAILURES.md "Many small commits": one batch per transaction, the state table stays small."""
+    from ingest.state.table import MAX_SNAPSHOTS
+
+    db = "longflow"
+    _fresh_db(mariadb, db)
+    config = _config(mariadb, db, tmp_path, catalog="long_lake", batch_max_changes=1)
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute(*(f"UPDATE {db}.tag SET n = n + {i} WHERE n = {i}" for i in range(1, 21)))  # 20 transactions
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert len(_stream_offsets(config, db, "tag")) == 20  # really one batch each
+    state = StateTable.open(config)
+    assert len(state._table.snapshots()) <= MAX_SNAPSHOTS + 2
+    assert state.live_files() == 5  # per table a plan and one chunk batch, plus one offset row
+    mariadb.execute(f"DELETE FROM {db}.tag WHERE name LIKE 'c%'", f"INSERT INTO {db}.tag VALUES ('zz', 1)")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert len(_stream_offsets(config, db, "tag")) == 22
