@@ -151,9 +151,7 @@ def test_kill_9_during_maintenance_loses_no_offset_and_the_next_runs_go_on(tmp_p
         import sys
         from tests.integration.test_state_table import _at, _config
         from ingest.state.table import StateTable
-        from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+        from pathlib import Path
         state = StateTable.open(_config(Path({str(tmp_path)!r})))
         for i in range(1, 200):
             print(i, flush=True)
