@@ -31,15 +31,27 @@ MAX_ATTEMPTS = 4
 
 
 def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None:
-    """The newest stream offset this pipeline committed to the table, from its snapshot summaries."""
-    best: BinlogPosition | None = None
-    for snapshot in iceberg_table.snapshots():
+    """The newest stream offset this pipeline committed to the table, from its snapshot summaries.
+
+    Walks back from the current snapshot through parent ids and stops at the first snapshot of this
+    pipeline carrying an offset: our MERGEs commit strictly increasing offsets (a batch not newer than the
+    table's offset is skipped), so the newest ancestor of ours holds the largest one. Commits on top by
+    other writers (compaction, another pipeline, a user's DELETE) carry no offset of ours and are passed
+    over. Only the current lineage counts: a snapshot rolled back or on another branch no longer holds
+    its data, so its offset must not count. Expiry cuts the walk short where it removed a parent; then
+    the answer is None, or an older offset, and the batch is MERGEd again, which is idempotent since
+    it carries final row images.
+    """
+    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
+    snapshot = iceberg_table.current_snapshot()
+    seen: set[int] = set()
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        seen.add(snapshot.snapshot_id)
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_STREAM_OFFSET in props:
-            position = BinlogPosition.parse(json.loads(props[SUMMARY_STREAM_OFFSET])["position"])
-            if best is None or position > best:
-                best = position
-    return best
+            return BinlogPosition.parse(json.loads(props[SUMMARY_STREAM_OFFSET])["position"])
+        snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+    return None
 
 
 def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:

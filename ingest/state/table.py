@@ -1,7 +1,11 @@
 """The state table: each table's chunk plan and every chunk done, with its key range and high watermark.
 
-An append-only Iceberg table written with pyiceberg from the driver. It is written strictly after the
-data it describes; the target's own snapshot summaries cover the gap (see sink/targets.py).
+An Iceberg table written with pyiceberg from the driver. It is written strictly after the data it
+describes; the target's own snapshot summaries cover the gap (see sink/targets.py).
+
+Plans and chunk rows are appended (bounded by the plan). The stream offset is one row per pipeline,
+replaced in a single Iceberg commit per batch, and old snapshots are expired every few batches, so a
+long stream keeps a constant number of live files and snapshots (FAILURES.md "Many small commits").
 """
 
 from __future__ import annotations
@@ -9,13 +13,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
+import warnings
 from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from ingest.config import PipelineConfig
+from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunks import Chunk, decode_key, encode_key
 from ingest.source.position import Watermark
@@ -25,6 +33,19 @@ log = logging.getLogger(__name__)
 KIND_PLAN = "plan"
 KIND_CHUNK = "chunk"
 KIND_OFFSET = "offset"
+
+# pyiceberg honours these: appends merge small manifests, and old metadata.json files are deleted.
+MAINTENANCE_PROPERTIES = {
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "4",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "8",
+}
+# Expire state-table snapshots once there are more than MAX_SNAPSHOTS, down to the newest KEEP_SNAPSHOTS.
+# Only the current snapshot is ever read, so this loses nothing; keeping a few helps debugging.
+MAX_SNAPSHOTS = 24
+KEEP_SNAPSHOTS = 4
+COMMIT_ATTEMPTS = 4
 
 STATE_ARROW_SCHEMA = pa.schema(
     [
@@ -59,9 +80,13 @@ class ChunkRecord:
 class StateTable:
     """Plans and chunk records of one pipeline."""
 
-    def __init__(self, table: Any, pipeline: str) -> None:
+    def __init__(
+        self, table: Any, pipeline: str, max_snapshots: int = MAX_SNAPSHOTS, keep_snapshots: int = KEEP_SNAPSHOTS
+    ) -> None:
         self._table = table
         self.pipeline = pipeline
+        self.max_snapshots = max_snapshots
+        self.keep_snapshots = keep_snapshots
         self._plans: dict[str, list[Chunk]] = {}
         self._planned_at: dict[str, Watermark | None] = {}
         self._offset: Watermark | None = None
@@ -83,15 +108,20 @@ class StateTable:
                 pass
             try:
                 table = catalog.create_table(
-                    (namespace, name), schema=STATE_ARROW_SCHEMA, properties={"format-version": "2"}
+                    (namespace, name),
+                    schema=STATE_ARROW_SCHEMA,
+                    properties={"format-version": "2", **MAINTENANCE_PROPERTIES},
                 )
             except TableAlreadyExistsError:
                 table = catalog.load_table((namespace, name))
+        missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if table.properties.get(k) != v}
+        if missing:  # a state table created by an older version
+            _retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
         return cls(table, config.name)
 
     def _load(self) -> None:
         self._table.refresh()
-        rows = self._table.scan(row_filter=f"pipeline = '{self.pipeline}'").to_arrow().to_pylist()
+        rows = self._table.scan(row_filter=f"pipeline = {_quote(self.pipeline)}").to_arrow().to_pylist()
         plans: dict[str, list[Chunk]] = defaultdict(list)
         for r in sorted(rows, key=lambda r: (r["recorded_at"], r["chunk_index"])):
             chunk = Chunk(
@@ -133,20 +163,69 @@ class StateTable:
         return self._offset
 
     def record_offset(self, offset: Watermark) -> None:
-        """Written strictly after all targets committed the batch ending at `offset`."""
+        """Written strictly after all targets committed the batch ending at `offset`.
+
+        The pipeline's offset row is replaced, not added: delete and append are one Iceberg commit, so a
+        reader (or a crash) sees the old offset or the new one, never none and never both.
+        """
         now = dt.datetime.now(dt.UTC)
-        self._append(
-            [
-                _row(
-                    self.pipeline,
-                    KIND_OFFSET,
-                    Chunk("*", -1, None, None),
-                    now,
-                    ChunkRecord(Chunk("*", -1, None, None), offset),
-                )
-            ]
+        marker = Chunk("*", -1, None, None)
+        rows = pa.Table.from_pylist(
+            [_row(self.pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))], schema=STATE_ARROW_SCHEMA
         )
+        ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first offset
+            _retry_commit(self._table, lambda: self._table.overwrite(rows, overwrite_filter=ours))
         self._offset = offset
+        try:
+            self.expire_snapshots()
+        except Exception as e:  # noqa: BLE001 - maintenance must never fail a batch that is already recorded
+            log.warning("state table: maintenance failed, will try again after a later batch: %s", e)
+
+    def expire_snapshots(self) -> list[int]:
+        """Expire old state-table snapshots once there are too many; return the ids expired.
+
+        Best effort: expiry is one commit that only drops history (the current snapshot, which holds every
+        row this class reads, is never expired), so a crash or a conflict here loses nothing.
+        """
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = self._table
+        protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+        expired = snapshots_to_expire(
+            [(s.snapshot_id, s.sequence_number) for s in table.snapshots()],
+            protected,
+            self.keep_snapshots,
+            self.max_snapshots,
+        )
+        if not expired:
+            return []
+        gone = set(expired)
+        unreferenced = _files_of(table, [s for s in table.snapshots() if s.snapshot_id in gone]) - _files_of(
+            table, [s for s in table.snapshots() if s.snapshot_id not in gone]
+        )
+        crash_point("state.before_expire")
+        try:
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+        except CommitFailedException as e:
+            log.info("state table: snapshot expiry skipped this time (%s)", e)
+            table.refresh()
+            return []
+        crash_point("state.after_expire")
+        # pyiceberg's expiry only edits metadata; the files no retained snapshot references are ours to delete.
+        # A crash before (or during) this loop leaves orphans behind, never a missing file.
+        for path in sorted(unreferenced):
+            try:
+                table.io.delete(path)
+            except Exception as e:  # noqa: BLE001 - an orphan left behind is harmless
+                log.debug("state table: could not delete %s: %s", path, e)
+        log.debug("state table: expired %d snapshots, deleted %d files", len(expired), len(unreferenced))
+        return expired
+
+    def live_files(self) -> int:
+        """Data files of the current state-table snapshot (for status and tests)."""
+        return len(self._table.scan().plan_files())
 
     def planned_at(self, table_id: str) -> Watermark | None:
         """The binlog position when the table was split: earlier than every chunk's high watermark."""
@@ -168,7 +247,52 @@ class StateTable:
             self._done[r.chunk.table_id][r.chunk.index].append(r)
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
-        self._table.append(pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA))
+        data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)
+        _retry_commit(self._table, lambda: self._table.append(data))
+
+
+def snapshots_to_expire(
+    snapshots: Sequence[tuple[int, int]], protected: Collection[int], keep: int, max_snapshots: int
+) -> list[int]:
+    """Ids of (snapshot id, sequence number) pairs to expire: none while there are at most `max_snapshots`,
+    else all but the newest `keep`; a protected snapshot (a branch or tag head) is never expired."""
+    if len(snapshots) <= max_snapshots:
+        return []
+    newest_first = sorted(snapshots, key=lambda s: s[1], reverse=True)
+    return sorted(sid for sid, _ in newest_first[max(keep, 1) :] if sid not in protected)
+
+
+def _files_of(table: Any, snapshots: Sequence[Any]) -> set[str]:
+    """Manifest lists, manifests and data files (live or deleted entries alike) the snapshots reference."""
+    files: set[str] = set()
+    for snapshot in snapshots:
+        files.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            files.add(manifest.manifest_path)
+            files.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
+    return files
+
+
+def _retry_commit(table: Any, commit: Callable[[], Any]) -> None:
+    """Run a pyiceberg commit; on a conflict (another pipeline sharing the state table committed first)
+    refresh and run it again from fresh metadata, never reusing the failed one."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            commit()
+            return
+        except CommitFailedException:
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            log.info("state table: commit conflict at attempt %d, retrying from fresh metadata", attempt)
+            table.refresh()
+            time.sleep(0.1 * attempt)
+
+
+def _quote(value: str) -> str:
+    """A string literal of pyiceberg's filter syntax."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _loads(text: str | None) -> Any:

@@ -1,5 +1,5 @@
-"""The snapshot with executors in separate JVMs and Python processes (`local-cluster`), so everything a
-chunk read needs is proven to pickle, ship and run outside the driver."""
+"""Snapshot and binlog with executors in separate JVMs and Python processes (`local-cluster`), so everything a
+chunk read and a MERGE need is proven to pickle, ship and run outside the driver."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def test_chunks_are_read_by_executor_processes_and_land_exactly_once(
+def test_chunks_and_binlog_batches_run_on_executor_processes_and_land_exactly_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     mariadb.execute(
@@ -47,11 +47,25 @@ def test_chunks_are_read_by_executor_processes_and_land_exactly_once(
             "tables": {"include": [r"cluster\.events"]},
             "sink": embedded_sink(tmp_path),
             "snapshot": {"chunk_size": 300, "parallelism": 2, "chunks_per_commit": 4},
-            "startup_mode": "snapshot_only",
+            "stream": {"batch_interval_seconds": 60},
         }
     )
-    run(config, spark=spark)
+    run(config, spark=spark, snapshot_only=True)
     assert verify(config, ranges=3)
     state = StateTable.open(config)
     assert set(state.times_recorded("cluster.events").values()) == {1}
     assert sum(r.row_count for r in state.done("cluster.events").values()) == 2000
+
+    # The binlog phase on the same executors: several kinds of change, one multi-statement transaction.
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("UPDATE cluster.events SET payload = NULL WHERE n % 10 = 0")
+        cur.execute("UPDATE cluster.events SET n = n + 10000 WHERE n BETWEEN 100 AND 110")  # primary-key update
+        cur.execute("DELETE FROM cluster.events WHERE n BETWEEN 500 AND 520")
+        cur.execute("COMMIT")
+        cur.execute("INSERT INTO cluster.events VALUES ('C', 500, NULL, '2025-02-01')")  # re-insert, other case
+        cur.execute("INSERT INTO cluster.events VALUES ('z', 1, 0x00ff, '2025-03-01')")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config, ranges=3)
+    offset = StateTable.open(config).stream_offset()
+    assert offset is not None

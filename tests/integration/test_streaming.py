@@ -17,12 +17,16 @@ import yaml
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.devservers.minio import MinioServer
+from ingest.devservers.postgres import PostgresServer
 from ingest.faults import ENV as CRASH_ENV
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.targets import SUMMARY_PIPELINE
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, run_ingest, source_section
+from tests.conftest import embedded_sink, minio_sink, run_ingest, source_section
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
 pytestmark = pytest.mark.integration
@@ -70,6 +74,17 @@ DML = [
 
 def _snapshot_count(config: PipelineConfig, namespace: str, table: str) -> int:
     return len(load_pyiceberg_catalog(config.sink).load_table((namespace, table)).snapshots())
+
+
+def _stream_offsets(config: PipelineConfig, namespace: str, table: str) -> list[str]:
+    """The binlog offset of every stream commit of this pipeline to one target, in commit order."""
+    table_ = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
+    out = []
+    for snapshot in sorted(table_.snapshots(), key=lambda s: s.sequence_number):
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if props.get(SUMMARY_PIPELINE) == config.name and SUMMARY_STREAM_OFFSET in props:
+            out.append(props[SUMMARY_STREAM_OFFSET])
+    return out
 
 
 def test_changes_after_the_snapshot_are_applied_exactly_once(
@@ -227,3 +242,74 @@ def test_sigterm_stops_the_running_job_after_its_current_commit(
     assert job.returncode == 0, err[-3000:]
     assert "binlog phase stopped at" in err
     assert verify(config)
+
+
+def test_binlog_phase_in_the_s3_profile_survives_kill_9_and_commits_each_batch_once(
+    spark: Any, mariadb: MariaDBServer, minio: MinioServer, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """The S3 profile (MinIO through S3FileIO, JDBC catalog on PostgreSQL): catch-up, then kill -9 mid-batch."""
+    db = "s3flow"
+    _fresh_db(mariadb, db)
+    data = {
+        "name": db,
+        "source": source_section(mariadb),
+        "tables": {"include": [rf"{db}\..*"]},
+        "sink": {
+            **minio_sink(minio, postgres, minio.bucket("stream-profile")),
+            "state_table": f"ingest_meta.state_{db}",
+        },
+        "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
+        "stream": {"batch_interval_seconds": 60},
+    }
+    config = parse_config(data)
+    run(config, spark=spark, snapshot_only=True)
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")  # one multi-statement transaction: insert, update, PK update, delete + re-insert
+        for statement in DML:
+            cur.execute(statement.format(db=db))
+        cur.execute("COMMIT")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+
+    mariadb.execute(
+        f"UPDATE {db}.acct SET id = id + 5000 WHERE id BETWEEN 200 AND 205",
+        f"DELETE FROM {db}.tag WHERE n < 10",
+        f"INSERT INTO {db}.tag VALUES ('b4', 40)",  # re-insert of a deleted key, another case
+        f"UPDATE {db}.acct SET owner = 'late' WHERE id > 250",
+    )
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    crashed = run_ingest(
+        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_table_commit:1"
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    run(config, spark=spark, until_caught_up=True)  # the resume
+    assert verify(config)
+    for table in ("acct", "tag"):
+        offsets = _stream_offsets(config, db, table)
+        assert len(offsets) == len(set(offsets)) == 2, f"{table}: a batch committed twice or lost: {offsets}"
+    offset = StateTable.open(config).stream_offset()
+    assert offset is not None and f'"{offset.position}"' in _stream_offsets(config, db, "tag")[-1]
+
+
+def test_many_small_batches_keep_the_state_table_bounded_and_resume_still_works(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """FAILURES.md "Many small commits": one batch per transaction, the state table stays small."""
+    from ingest.state.table import MAX_SNAPSHOTS
+
+    db = "longflow"
+    _fresh_db(mariadb, db)
+    config = _config(mariadb, db, tmp_path, catalog="long_lake", batch_max_changes=1)
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute(*(f"UPDATE {db}.tag SET n = n + {i} WHERE n = {i}" for i in range(1, 21)))  # 20 transactions
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert len(_stream_offsets(config, db, "tag")) == 20  # really one batch each
+    state = StateTable.open(config)
+    assert len(state._table.snapshots()) <= MAX_SNAPSHOTS + 2
+    assert state.live_files() == 5  # per table a plan and one chunk batch, plus one offset row
+    mariadb.execute(f"DELETE FROM {db}.tag WHERE name LIKE 'c%'", f"INSERT INTO {db}.tag VALUES ('zz', 1)")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert len(_stream_offsets(config, db, "tag")) == 22

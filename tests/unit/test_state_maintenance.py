@@ -1,0 +1,101 @@
+"""Unit tests of the bounded state table and of finding a target's committed offset: pure logic, fake snapshots."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET, committed_offset
+from ingest.sink.targets import SUMMARY_PIPELINE
+from ingest.source.position import BinlogPosition
+from ingest.state.table import _quote, snapshots_to_expire
+
+# --------------------------------------------------------------------------------------------------
+# Which state-table snapshots to expire
+# --------------------------------------------------------------------------------------------------
+
+
+def test_nothing_is_expired_up_to_the_limit() -> None:
+    snapshots = [(100 + i, i) for i in range(10)]
+    assert snapshots_to_expire(snapshots, {109}, keep=2, max_snapshots=10) == []
+
+
+def test_over_the_limit_all_but_the_newest_are_expired_whatever_the_id_order() -> None:
+    # Ids are random in Iceberg; age is the sequence number.
+    snapshots = [(9, 1), (3, 2), (7, 3), (1, 4), (5, 5)]
+    assert snapshots_to_expire(snapshots, {5}, keep=2, max_snapshots=4) == [3, 7, 9]
+
+
+def test_a_branch_or_tag_head_is_never_expired_and_the_current_one_always_stays() -> None:
+    snapshots = [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert snapshots_to_expire(snapshots, {2, 4}, keep=1, max_snapshots=2) == [1, 3]
+    assert snapshots_to_expire(snapshots, {4}, keep=0, max_snapshots=2) == [1, 2, 3]  # keep is at least 1
+
+
+def test_pipeline_names_are_quoted_for_pyiceberg_filters() -> None:
+    assert _quote("shop") == "'shop'"
+    assert _quote("o'brien") == "'o''brien'"
+
+
+# --------------------------------------------------------------------------------------------------
+# committed_offset: walk back from the current snapshot
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeSummary:
+    additional_properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FakeSnapshot:
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    summary: FakeSummary
+
+
+class FakeTable:
+    def __init__(self, snapshots: list[FakeSnapshot], current: int | None) -> None:
+        self._snapshots = snapshots
+        self._current = current
+
+    def snapshots(self) -> list[FakeSnapshot]:
+        return self._snapshots
+
+    def current_snapshot(self) -> FakeSnapshot | None:
+        return next((s for s in self._snapshots if s.snapshot_id == self._current), None)
+
+
+def ours(sid: int, parent: int | None, pos: int, pipeline: str = "p") -> FakeSnapshot:
+    props = {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: json.dumps({"position": f"bin.000001:{pos}"})}
+    return FakeSnapshot(sid, parent, FakeSummary(props))
+
+
+def other(sid: int, parent: int | None) -> FakeSnapshot:
+    return FakeSnapshot(sid, parent, FakeSummary({"spark.app.id": "compaction"}))
+
+
+def offset(table: Any) -> BinlogPosition | None:
+    return committed_offset(table, "p")
+
+
+def test_the_newest_ancestor_of_ours_is_the_offset_even_under_other_writers_commits() -> None:
+    chain = [ours(1, None, 100), ours(2, 1, 200), other(3, 2), ours(4, 3, 150, pipeline="q"), other(5, 4)]
+    assert offset(FakeTable(chain, 5)) == BinlogPosition.parse("bin.000001:200")
+
+
+def test_a_rolled_back_snapshot_does_not_count() -> None:
+    # 3 committed offset 300, then the table was rolled back to 2: 3 is no longer in the lineage.
+    chain = [ours(1, None, 100), ours(2, 1, 200), ours(3, 2, 300), other(4, 2)]
+    assert offset(FakeTable(chain, 4)) == BinlogPosition.parse("bin.000001:200")
+
+
+def test_expired_parents_end_the_walk() -> None:
+    assert offset(FakeTable([other(7, 6)], 7)) is None  # compaction, then expiry down to one snapshot
+    assert offset(FakeTable([ours(6, 5, 600), other(7, 6)], 7)) == BinlogPosition.parse("bin.000001:600")
+    assert offset(FakeTable([], None)) is None
+
+
+def test_a_cycle_in_broken_metadata_does_not_loop_forever() -> None:
+    assert offset(FakeTable([other(1, 2), other(2, 1)], 1)) is None
