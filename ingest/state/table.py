@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.config import PipelineConfig
+from ingest.errors import SinkError
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunks import Chunk, decode_key, encode_key
 from ingest.source.position import Watermark
@@ -40,8 +41,13 @@ STATE_ARROW_SCHEMA = pa.schema(
         pa.field("window_events", pa.int64()),
         pa.field("target_snapshot_id", pa.int64()),
         pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        # Offset rows: when the source was at that position (the commit time of the batch's last
+        # transaction, or when a heartbeat showed the source idle there); `ingest status` derives lag from it.
+        pa.field("source_commit_time", pa.timestamp("us", tz="UTC")),
     ]
 )
+# Columns added after the first release, added to older state tables when they are opened.
+_ADDED_COLUMNS = ("source_commit_time",)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class StateTable:
         self._plans: dict[str, list[Chunk]] = {}
         self._planned_at: dict[str, Watermark | None] = {}
         self._offset: Watermark | None = None
+        self._offset_source_time: int | None = None
+        self._offset_recorded_at: dt.datetime | None = None
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
         self._load()
 
@@ -87,6 +95,7 @@ class StateTable:
                 )
             except TableAlreadyExistsError:
                 table = catalog.load_table((namespace, name))
+        _add_missing_columns(table)
         return cls(table, config.name)
 
     def _load(self) -> None:
@@ -102,6 +111,9 @@ class StateTable:
                 self._planned_at[r["table_id"]] = _watermark(r["low_watermark"])
             elif r["kind"] == KIND_OFFSET:
                 self._offset = _watermark(r["high_watermark"])
+                source_time = r.get("source_commit_time")
+                self._offset_source_time = None if source_time is None else int(source_time.timestamp())
+                self._offset_recorded_at = r["recorded_at"]
             elif r["kind"] == KIND_CHUNK:
                 self._done[r["table_id"]][chunk.index].append(
                     ChunkRecord(
@@ -132,21 +144,30 @@ class StateTable:
         """The binlog position up to which every target has committed every change (None before streaming)."""
         return self._offset
 
-    def record_offset(self, offset: Watermark) -> None:
+    def offset_source_time(self) -> int | None:
+        """Seconds since the epoch when the source was at the stream offset (None if not known)."""
+        return self._offset_source_time
+
+    def offset_recorded_at(self) -> dt.datetime | None:
+        """When the job recorded the stream offset: its last binlog-phase commit."""
+        return self._offset_recorded_at
+
+    def record_offset(self, offset: Watermark, source_time: int | None = None) -> None:
         """Written strictly after all targets committed the batch ending at `offset`."""
         now = dt.datetime.now(dt.UTC)
-        self._append(
-            [
-                _row(
-                    self.pipeline,
-                    KIND_OFFSET,
-                    Chunk("*", -1, None, None),
-                    now,
-                    ChunkRecord(Chunk("*", -1, None, None), offset),
-                )
-            ]
+        row = _row(
+            self.pipeline,
+            KIND_OFFSET,
+            Chunk("*", -1, None, None),
+            now,
+            ChunkRecord(Chunk("*", -1, None, None), offset),
         )
+        if source_time is not None:
+            row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
+        self._append([row])
         self._offset = offset
+        self._offset_source_time = source_time
+        self._offset_recorded_at = now
 
     def planned_at(self, table_id: str) -> Watermark | None:
         """The binlog position when the table was split: earlier than every chunk's high watermark."""
@@ -169,6 +190,26 @@ class StateTable:
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
         self._table.append(pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA))
+
+
+def _add_missing_columns(table: Any) -> None:
+    """Evolve a state table created by an older release (adding optional columns is always safe)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.types import TimestamptzType
+
+    for _ in range(3):
+        have = {f.name for f in table.schema().fields}
+        missing = [c for c in _ADDED_COLUMNS if c not in have]
+        if not missing:
+            return
+        try:
+            with table.update_schema() as update:
+                for name in missing:
+                    update.add_column(name, TimestamptzType())
+            return
+        except CommitFailedException:
+            table.refresh()  # another job evolved it at the same time
+    raise SinkError(f"cannot add columns {missing} to the state table: other writers kept changing its schema")
 
 
 def _loads(text: str | None) -> Any:
@@ -196,4 +237,5 @@ def _row(pipeline: str, kind: str, chunk: Chunk, now: dt.datetime, record: Chunk
         "window_events": record.window_events if record else None,
         "target_snapshot_id": record.target_snapshot_id if record else None,
         "recorded_at": now,
+        "source_commit_time": None,
     }
