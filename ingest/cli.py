@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         help="stop once everything up to the binlog position current at start is committed",
     )
 
-    status = sub.add_parser("status", help="per-table phase, chunk progress, watermarks and offsets")
+    status = sub.add_parser("status", help="per-table phase, chunk progress, last commit and offsets; binlog lag")
     status.add_argument("--config", required=True, help="the pipeline YAML file")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
             return EXIT_OK
         if args.command == "status":
-            from ingest.pipeline import print_status
+            from ingest.status import print_status
 
             print_status(config, as_json=args.json)
             return EXIT_OK

@@ -87,6 +87,8 @@ class TableOptions:
     chunk_key: tuple[str, ...] | None = None
     chunk_size: int | None = None
     target: str | None = None
+    changelog: bool | None = None
+    """Keep a changelog table of this table's changes; None follows `sink.changelog`."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,12 @@ class SinkConfig:
     state_table: str = "ingest_meta.state"
     format_version: int = 2
     table_properties: Mapping[str, str] = field(default_factory=dict)
+    changelog: bool = False
+    """Default for `table_options.<table>.changelog`: keep a changelog table next to each target."""
+
+
+# The changelog table of a target is `<target name><CHANGELOG_SUFFIX>` in the target's namespace.
+CHANGELOG_SUFFIX = "_changelog"
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,14 @@ class PipelineConfig:
             return namespace, name
         values = {"database": database, "table": table, "pipeline": self.name}
         return self.sink.namespace.format(**values), self.sink.table_name.format(**values)
+
+    def changelog_for(self, database: str, table: str) -> tuple[str, str] | None:
+        """(namespace, table name) of the changelog table of one source table, or None when it has none."""
+        enabled = self.options_for(database, table).changelog
+        if not (self.sink.changelog if enabled is None else enabled):
+            return None
+        namespace, name = self.target_for(database, table)
+        return namespace, name + CHANGELOG_SUFFIX
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -296,7 +312,16 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
 
     snk = top.section(
         "sink",
-        ("catalog_name", "catalog", "namespace", "table_name", "state_table", "format_version", "table_properties"),
+        (
+            "catalog_name",
+            "catalog",
+            "namespace",
+            "table_name",
+            "state_table",
+            "format_version",
+            "table_properties",
+            "changelog",
+        ),
     )
     cat = snk.section("catalog")
     catalog: dict[str, str | Secret] = {}
@@ -333,6 +358,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         state_table=state_table,
         format_version=format_version,
         table_properties=table_properties,
+        changelog=bool(snk.get("changelog", bool, False)),
     )
     for template_key, template in (("namespace", sink.namespace), ("table_name", sink.table_name)):
         try:
@@ -383,7 +409,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         opts.seen.add(table_name)
         if not re.fullmatch(r"[^.]+\.[^.]+", str(table_name)):
             raise ConfigError(f"`table_options` keys are `database.table`, got {table_name!r}")
-        o = _Section(raw, f"table_options.{table_name}", ("chunk_key", "chunk_size", "target"))
+        o = _Section(raw, f"table_options.{table_name}", ("chunk_key", "chunk_size", "target", "changelog"))
         chunk_key = o.get("chunk_key", (list, str))
         if isinstance(chunk_key, str):
             chunk_key = [chunk_key]
@@ -394,6 +420,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             chunk_key=tuple(str(c) for c in chunk_key) if chunk_key else None,
             chunk_size=o.positive_int("chunk_size", 0) if "chunk_size" in o.data else None,
             target=target,
+            changelog=o.get("changelog", bool),
         )
         o.done()
     top.done()

@@ -20,6 +20,7 @@ from ingest.config import PipelineConfig
 from ingest.errors import ConfigError, SinkError
 from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import (
     SUMMARY_CHUNKS_DONE,
     SUMMARY_PIPELINE,
@@ -43,6 +44,9 @@ from ingest.source.position import Watermark
 from ingest.source.snapshot_source import CHUNK_COLUMN, META_COLUMN, make_chunk_source
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
+from ingest.status import print_status, table_status
+
+__all__ = ["discover", "print_status", "run", "snapshot_table", "table_status"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +74,22 @@ def discover(config: PipelineConfig) -> SourceInfo:
                 f"(patterns: {[p.pattern for p in config.tables.include]}); patterns match `database.table`"
             )
         schemas = tuple(load_schema(conn, db, t, config.options_for(db, t)) for db, t in tables)
+    _check_target_names(config, tables)
     return SourceInfo(flavor, schemas)
+
+
+def _check_target_names(config: PipelineConfig, tables: Sequence[tuple[str, str]]) -> None:
+    """Two source tables must never write one Iceberg table (a target, or a changelog table)."""
+    owner: dict[tuple[str, str], str] = {}
+    for db, t in tables:
+        names = [config.target_for(db, t), config.changelog_for(db, t)]
+        for name in (n for n in names if n is not None):
+            other = owner.setdefault(name, f"{db}.{t}")
+            if other != f"{db}.{t}":
+                raise ConfigError(
+                    f"`{other}` and `{db}.{t}` would both write the Iceberg table {'.'.join(name)}; give one of "
+                    "them another `table_options.<table>.target`, or change `sink.table_name`"
+                )
 
 
 def run(
@@ -119,6 +138,7 @@ def snapshot_table(
 ) -> None:
     table_id = schema.table_id
     target = ensure_target(spark, config, schema)
+    ensure_changelog(spark, config, schema)  # the changelog starts with the binlog phase (docs/config.md)
     plan = state.plan(table_id)
     if plan is None:
         chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
@@ -258,58 +278,3 @@ def _commit_batch(
 def _current_snapshot_id(spark: Any, target: str) -> int | None:
     rows = spark.sql(f"SELECT snapshot_id FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
     return int(rows[0][0]) if rows else None
-
-
-def table_status(config: PipelineConfig) -> list[dict[str, Any]]:
-    """Per table: chunks done / total, rows, lowest and highest high watermark."""
-    state = StateTable.open(config)
-    out = []
-    for table_id in state.tables():
-        plan = state.plan(table_id) or []
-        done = state.done(table_id)
-        highs = [r.high_watermark for r in done.values() if r.high_watermark is not None]
-        out.append(
-            {
-                "table": table_id,
-                "phase": "snapshot done" if len(done) >= len(plan) else "snapshot",
-                "chunks_done": len(done),
-                "chunks_total": len(plan),
-                "rows": sum(r.row_count for r in done.values()),
-                "low_high_watermark": str(min(highs).position) if highs else None,
-                "high_high_watermark": str(max(highs).position) if highs else None,
-            }
-        )
-    return out
-
-
-def print_status(config: PipelineConfig, as_json: bool = False) -> None:
-    rows = table_status(config)
-    offset = StateTable.open(config).stream_offset()
-    server: str | None = None
-    behind: int | None = None
-    try:
-        with connect(config.source) as conn:
-            flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
-            current = read_watermark(conn, flavor).position
-        server = str(current)
-        if offset is not None and current.file == offset.position.file:
-            behind = current.pos - offset.position.pos
-    except Exception as e:  # noqa: BLE001 - status still shows what Iceberg knows when MySQL is down
-        log.warning("cannot reach the source for the current binlog position: %s", e)
-    stream = {"offset": str(offset.position) if offset else None, "server_position": server, "bytes_behind": behind}
-    if as_json:
-        print(json.dumps({"pipeline": config.name, "binlog": stream, "tables": rows}, indent=2))
-        return
-    print(
-        f"pipeline {config.name}: {len(rows)} tables; binlog committed up to {stream['offset'] or '-'} "
-        f"(server at {server or 'unknown'}{'' if behind is None else f', {behind} bytes behind'})"
-    )
-    header = f"{'table':<32} {'phase':<14} {'chunks':>11} {'rows':>10}  high watermarks (lowest .. highest)"
-    print(header)
-    for r in rows:
-        chunks = f"{r['chunks_done']}/{r['chunks_total']}"
-        phase = "binlog" if offset is not None and r["phase"] == "snapshot done" else r["phase"]
-        print(
-            f"{r['table']:<32} {phase:<14} {chunks:>11} {r['rows']:>10}  "
-            f"{r['low_high_watermark']} .. {r['high_high_watermark']}"
-        )

@@ -3,8 +3,9 @@
 Loop: read whole transactions from the last offset every target committed, filter what a table
 already holds (its own committed offset, and the chunk high-watermark filter of Flink CDC 2.0 for
 changes inside the snapshot's window), materialize per table, MERGE each table with the batch's end
-offset in its snapshot summary, then record the offset in the state table. A crash anywhere in
-between replays the batch; each table skips what it already committed.
+offset in its snapshot summary (then append the uncollapsed changes to its changelog table, if it has
+one, tagged the same way), then record the offset in the state table. A crash anywhere in between
+replays the batch; each target and each changelog skips what it already committed.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, materialize
 from ingest.config import PipelineConfig
 from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.changelog import append_changelog
 from ingest.sink.merge import committed_offset, merge_into
 from ingest.sink.targets import qualified
 from ingest.source.binlog import BinlogReader, RowChange, SchemaChangeError, Transaction, check_not_purged
@@ -46,6 +49,10 @@ class TableStream:
     chunk_highs: list[BinlogPosition]
     committed: BinlogPosition | None
     """The newest batch end this table's target holds (from its snapshot summaries)."""
+    changelog: tuple[str, str] | None = None
+    """(namespace, name) of the table's changelog table, when it has one."""
+    changelog_committed: BinlogPosition | None = None
+    """The newest batch end the changelog table holds."""
 
     @property
     def max_high(self) -> BinlogPosition:
@@ -114,9 +121,13 @@ def _table_streams(config: PipelineConfig, state: StateTable, schemas: Sequence[
             highs.append(high.position)
         namespace, name = config.target_for(schema.database, schema.table)
         table = catalog.load_table((namespace, name))
-        out.append(
-            TableStream(schema, qualified(config, namespace, name), plan, highs, committed_offset(table, config.name))
+        stream = TableStream(
+            schema, qualified(config, namespace, name), plan, highs, committed_offset(table, config.name)
         )
+        stream.changelog = config.changelog_for(schema.database, schema.table)
+        if stream.changelog is not None:
+            stream.changelog_committed = committed_offset(catalog.load_table(stream.changelog), config.name)
+        out.append(stream)
     return out
 
 
@@ -170,10 +181,17 @@ def stream(
         last_flush = time.monotonic()
         committed = start
 
-        def flush(end: BinlogPosition) -> None:
-            nonlocal committed, last_flush, pending
+        source_time = state.offset_source_time()
+
+        def flush(end: BinlogPosition, caught_up: bool = False) -> None:
+            nonlocal committed, last_flush, pending, source_time
             if end > committed or pending:
-                _commit(spark, config, state, by_id, filters, pending, end)
+                if pending:
+                    source_time = max(tx.commit_time for tx in pending)
+                if caught_up:
+                    # A heartbeat: the source has had nothing newer than `end` until now.
+                    source_time = int(time.time())
+                _commit(spark, config, state, by_id, filters, pending, end, source_time)
                 committed = end
             pending = []
             last_flush = time.monotonic()
@@ -184,7 +202,7 @@ def stream(
         def idle() -> bool:
             # Heartbeat while captured tables are idle: move the offset, and look at the stop flag.
             if time.monotonic() - last_flush >= config.stream.batch_interval_seconds:
-                flush(reader.position)
+                flush(reader.position, caught_up=True)
             return should_stop()
 
         try:
@@ -219,41 +237,97 @@ def _commit(
     filters: dict[str, HighWatermarkFilter],
     batch: list[Transaction],
     end: BinlogPosition,
+    source_time: int | None = None,
 ) -> None:
     per_table: dict[str, list[RowChange]] = defaultdict(list)
+    transaction_of: dict[int, Transaction] = {}
     for tx in batch:
         for change in tx.changes:
             per_table[change.table_id].append(change)
+            transaction_of[id(change)] = tx
     merged = applied = 0
     for table_id, changes in sorted(per_table.items()):
         table = tables[table_id]
-        if table.committed is not None:
-            changes = [c for c in changes if c.position > table.committed]  # this table has them already
+        # What the target (and the changelog) hold already is skipped, each by its own committed offset.
+        floor = _older(table.committed, table.changelog_committed) if table.changelog else table.committed
+        if floor is not None:
+            changes = [c for c in changes if c.position > floor]
         changes = filters[table_id].keep(changes)
-        if not changes:
-            continue
-        finals = materialize(
-            (Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes),
-            table.schema.primary_key_positions(),
-        )
-
-        def read_offset(t: TableStream = table) -> BinlogPosition | None:
-            # The batch is known to be newer than anything this run committed; only a commit of this very
-            # batch whose outcome was unknown needs a look at the table itself.
-            if t.committed is not None and t.committed >= end:
-                return t.committed
-            namespace, name = config.target_for(t.schema.database, t.schema.table)
-            return committed_offset(_catalog(config).load_table((namespace, name)), config.name)
-
-        applied += len(changes)
-        if merge_into(spark, table.target, table.schema, finals, config.name, end, read_offset):
-            merged += 1
-        table.committed = end
-        crash_point("stream.after_table_commit")
+        to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
+        if to_merge:
+            merged += _merge_table(spark, config, table, to_merge, end)
+            applied += len(to_merge)
+            crash_point("stream.after_table_commit")
+        if table.changelog is not None:
+            done = table.changelog_committed
+            to_log = [c for c in changes if done is None or c.position > done]
+            if to_log:
+                crash_point("stream.before_changelog_commit")
+                _append_changelog(spark, config, table, to_log, transaction_of, end)
+                crash_point("stream.after_changelog_commit")
     crash_point("stream.before_state")
-    state.record_offset(Watermark(end, None))
+    state.record_offset(Watermark(end, None), source_time)
     crash_point("stream.after_state")
     log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end)
+
+
+def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition | None:
+    return None if a is None or b is None else min(a, b)
+
+
+def _merge_table(
+    spark: Any, config: PipelineConfig, table: TableStream, changes: list[RowChange], end: BinlogPosition
+) -> bool:
+    finals = materialize(
+        (Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes),
+        table.schema.primary_key_positions(),
+    )
+
+    def read_offset() -> BinlogPosition | None:
+        # The batch is known to be newer than anything this run committed; only a commit of this very
+        # batch whose outcome was unknown needs a look at the table itself.
+        if table.committed is not None and table.committed >= end:
+            return table.committed
+        namespace, name = config.target_for(table.schema.database, table.schema.table)
+        return committed_offset(_catalog(config).load_table((namespace, name)), config.name)
+
+    done = merge_into(spark, table.target, table.schema, finals, config.name, end, read_offset)
+    table.committed = end
+    return done
+
+
+def _append_changelog(
+    spark: Any,
+    config: PipelineConfig,
+    table: TableStream,
+    changes: list[RowChange],
+    transaction_of: dict[int, Transaction],
+    end: BinlogPosition,
+) -> None:
+    assert table.changelog is not None
+    names = table.changelog
+    rows = changelog_rows(
+        SourceChange(
+            c.position.file,
+            c.position.file_number,
+            c.position.pos,
+            c.row_index,
+            c.before,
+            c.after,
+            transaction_of[id(c)].gtid,
+            transaction_of[id(c)].commit_time,
+        )
+        for c in changes
+    )
+
+    def read_offset() -> BinlogPosition | None:
+        done = table.changelog_committed
+        if done is not None and done >= end:
+            return done
+        return committed_offset(_catalog(config).load_table(names), config.name)
+
+    append_changelog(spark, qualified(config, *names), table.schema, rows, config.name, end, read_offset)
+    table.changelog_committed = end
 
 
 _catalogs: dict[str, Any] = {}

@@ -61,6 +61,13 @@ def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
         return [str(row[0]) for row in cur.fetchall()]
 
 
+def binlog_sizes(conn: pymysql.connections.Connection[Any]) -> dict[str, int]:
+    """Each binlog file on the server and its size in bytes (`SHOW BINARY LOGS`)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return {str(row[0]): int(row[1]) for row in cur.fetchall()}
+
+
 def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPosition) -> None:
     """A purged start position is an error with the way out, never a silent gap."""
     files = binlog_files(conn)

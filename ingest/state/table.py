@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.config import PipelineConfig
+from ingest.errors import SinkError
 from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunks import Chunk, decode_key, encode_key
@@ -61,8 +62,13 @@ STATE_ARROW_SCHEMA = pa.schema(
         pa.field("window_events", pa.int64()),
         pa.field("target_snapshot_id", pa.int64()),
         pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        # Offset rows: when the source was at that position (the commit time of the batch's last
+        # transaction, or when a heartbeat showed the source idle there); `ingest status` derives lag from it.
+        pa.field("source_commit_time", pa.timestamp("us", tz="UTC")),
     ]
 )
+# Columns added after the first release, added to older state tables when they are opened.
+_ADDED_COLUMNS = ("source_commit_time",)
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,8 @@ class StateTable:
         self._plans: dict[str, list[Chunk]] = {}
         self._planned_at: dict[str, Watermark | None] = {}
         self._offset: Watermark | None = None
+        self._offset_source_time: int | None = None
+        self._offset_recorded_at: dt.datetime | None = None
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
         self._load()
 
@@ -114,6 +122,7 @@ class StateTable:
                 )
             except TableAlreadyExistsError:
                 table = catalog.load_table((namespace, name))
+        _add_missing_columns(table)
         missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if table.properties.get(k) != v}
         if missing:  # a state table created by an older version
             _retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
@@ -132,6 +141,9 @@ class StateTable:
                 self._planned_at[r["table_id"]] = _watermark(r["low_watermark"])
             elif r["kind"] == KIND_OFFSET:
                 self._offset = _watermark(r["high_watermark"])
+                source_time = r.get("source_commit_time")
+                self._offset_source_time = None if source_time is None else int(source_time.timestamp())
+                self._offset_recorded_at = r["recorded_at"]
             elif r["kind"] == KIND_CHUNK:
                 self._done[r["table_id"]][chunk.index].append(
                     ChunkRecord(
@@ -162,7 +174,15 @@ class StateTable:
         """The binlog position up to which every target has committed every change (None before streaming)."""
         return self._offset
 
-    def record_offset(self, offset: Watermark) -> None:
+    def offset_source_time(self) -> int | None:
+        """Seconds since the epoch when the source was at the stream offset (None if not known)."""
+        return self._offset_source_time
+
+    def offset_recorded_at(self) -> dt.datetime | None:
+        """When the job recorded the stream offset: its last binlog-phase commit."""
+        return self._offset_recorded_at
+
+    def record_offset(self, offset: Watermark, source_time: int | None = None) -> None:
         """Written strictly after all targets committed the batch ending at `offset`.
 
         The pipeline's offset row is replaced, not added: delete and append are one Iceberg commit, so a
@@ -170,14 +190,17 @@ class StateTable:
         """
         now = dt.datetime.now(dt.UTC)
         marker = Chunk("*", -1, None, None)
-        rows = pa.Table.from_pylist(
-            [_row(self.pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))], schema=STATE_ARROW_SCHEMA
-        )
+        row = _row(self.pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))
+        if source_time is not None:
+            row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
+        rows = pa.Table.from_pylist([row], schema=STATE_ARROW_SCHEMA)
         ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first offset
             _retry_commit(self._table, lambda: self._table.overwrite(rows, overwrite_filter=ours))
         self._offset = offset
+        self._offset_source_time = source_time
+        self._offset_recorded_at = now
         try:
             self.expire_snapshots()
         except Exception as e:  # noqa: BLE001 - maintenance must never fail a batch that is already recorded
@@ -295,6 +318,26 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _add_missing_columns(table: Any) -> None:
+    """Evolve a state table created by an older release (adding optional columns is always safe)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.types import TimestamptzType
+
+    for _ in range(3):
+        have = {f.name for f in table.schema().fields}
+        missing = [c for c in _ADDED_COLUMNS if c not in have]
+        if not missing:
+            return
+        try:
+            with table.update_schema() as update:
+                for name in missing:
+                    update.add_column(name, TimestamptzType())
+            return
+        except CommitFailedException:
+            table.refresh()  # another job evolved it at the same time
+    raise SinkError(f"cannot add columns {missing} to the state table: other writers kept changing its schema")
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -320,4 +363,5 @@ def _row(pipeline: str, kind: str, chunk: Chunk, now: dt.datetime, record: Chunk
         "window_events": record.window_events if record else None,
         "target_snapshot_id": record.target_snapshot_id if record else None,
         "recorded_at": now,
+        "source_commit_time": None,
     }

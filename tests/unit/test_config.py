@@ -640,3 +640,38 @@ def test_load_config_of_a_list_document(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "must be a mapping, got list" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Changelog tables
+# --------------------------------------------------------------------------------------------------
+
+
+def test_changelog_is_off_by_default() -> None:
+    config = parse_config(cfg())
+    assert config.sink.changelog is False
+    assert config.changelog_for("shop", "orders") is None
+
+
+def test_changelog_per_table_sits_next_to_the_target() -> None:
+    data = cfg(table_options={"shop.orders": {"changelog": True}, "shop.items": {"target": "lake.items_v2"}})
+    config = parse_config(data)
+    assert config.table_options["shop.orders"] == TableOptions(changelog=True)
+    assert config.changelog_for("shop", "orders") == ("shop", "orders_changelog")
+    assert config.changelog_for("shop", "items") is None
+
+
+def test_changelog_global_default_and_per_table_opt_out() -> None:
+    data = with_sink(changelog=True, namespace="raw_{database}")
+    data["table_options"] = {"shop.items": {"changelog": False, "target": "lake.sub.items_v2"}}
+    config = parse_config(data)
+    assert config.changelog_for("shop", "orders") == ("raw_shop", "orders_changelog")
+    assert config.changelog_for("shop", "items") is None
+    data["table_options"]["shop.items"]["changelog"] = True
+    assert parse_config(data).changelog_for("shop", "items") == ("lake.sub", "items_v2_changelog")
+
+
+def test_changelog_must_be_a_boolean() -> None:
+    assert error_of(with_sink(changelog="yes")) == "`sink.changelog` must be bool, got 'yes'"
+    data = cfg(table_options={"db.t": {"changelog": 1}})
+    assert error_of(data) == "`table_options.db.t.changelog` must be bool, got 1"

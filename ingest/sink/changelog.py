@@ -1,0 +1,112 @@
+"""Changelog tables: an append-only Iceberg table per source table, one row per change (+I/-U/+U/-D).
+
+Exactly once the same way as MERGE (merge.py): each append carries the batch's end offset in its
+snapshot summary (`ingest.stream.offset`), a batch the table already holds is skipped, and changes at or
+before the table's own committed offset are never appended again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.changes.changelog import ChangelogRow
+from ingest.config import PipelineConfig
+from ingest.errors import UnsupportedTableError
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.targets import SUMMARY_PIPELINE, qualified, target_columns
+from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
+from ingest.source.mysql import TableSchema
+from ingest.source.position import BinlogPosition
+
+log = logging.getLogger(__name__)
+
+OP, SEQ, POSITION, GTID, COMMIT_TS = "_op", "_seq", "_position", "_gtid", "_commit_ts"
+# (name, Spark DDL type, arrow type, nullable) of the columns after the source columns.
+META_COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
+    (OP, "STRING", pa.string(), False),
+    (SEQ, "STRING", pa.string(), False),
+    (POSITION, "STRING", pa.string(), False),
+    (GTID, "STRING", pa.string(), True),
+    (COMMIT_TS, "TIMESTAMP", pa.timestamp("us", tz="UTC"), False),
+)
+
+
+def source_columns(schema: TableSchema) -> list[TargetColumn]:
+    """The source columns, all optional: a delete's image of a NOT NULL column is still a full row, but
+    optional columns let a later schema change add or drop columns without rewriting history."""
+    names = {c[0] for c in META_COLUMNS}
+    clash = [t.name for t in target_columns(schema) if t.name in names]
+    if clash:
+        raise UnsupportedTableError(
+            f"{schema.table_id}: column {clash[0]!r} has the name of a changelog column; turn `changelog` off "
+            "for this table in `table_options`"
+        )
+    return [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in target_columns(schema)]
+
+
+def ensure_changelog(spark: Any, config: PipelineConfig, schema: TableSchema) -> str | None:
+    """Create the changelog table if the table has one configured and it is missing; return its name."""
+    names = config.changelog_for(schema.database, schema.table)
+    if names is None:
+        return None
+    namespace, name = names
+    table = qualified(config, namespace, name)
+    if not spark.catalog.tableExists(f"{config.sink.catalog_name}.{namespace}.{name}"):
+        columns = [f"{quote_identifier(t.name)} {t.spark_type}" for t in source_columns(schema)]
+        columns += [
+            f"{quote_identifier(n)} {ddl}{'' if nullable else ' NOT NULL'}" for n, ddl, _, nullable in META_COLUMNS
+        ]
+        props = {"format-version": str(config.sink.format_version), **config.sink.table_properties}
+        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}) USING iceberg TBLPROPERTIES ({tblprops})")
+        log.info("created changelog %s for %s", table, schema.table_id)
+    return table
+
+
+def changelog_arrow(schema: TableSchema, rows: Sequence[ChangelogRow]) -> Any:
+    """The `pyarrow.Table` of changelog rows: converted source columns, then the change columns."""
+    batch = rows_to_record_batch(source_columns(schema), [r.image for r in rows])
+    table = pa.Table.from_batches([batch])
+    values: dict[str, list[Any]] = {
+        OP: [r.op for r in rows],
+        SEQ: [r.seq for r in rows],
+        POSITION: [r.position for r in rows],
+        GTID: [r.gtid for r in rows],
+        COMMIT_TS: [r.commit_time * 1_000_000 for r in rows],
+    }
+    for name, _, arrow_type, nullable in META_COLUMNS:
+        array = pa.array(values[name], pa.int64()).cast(arrow_type) if name == COMMIT_TS else pa.array(values[name])
+        table = table.append_column(pa.field(name, arrow_type, nullable=nullable), array)
+    return table
+
+
+def append_changelog(
+    spark: Any,
+    table: str,
+    schema: TableSchema,
+    rows: Sequence[ChangelogRow],
+    pipeline: str,
+    end: BinlogPosition,
+    read_offset: Callable[[], BinlogPosition | None],
+) -> bool:
+    """Append one batch's changelog rows; False when the table already holds the batch.
+
+    Appends never conflict with other writers in Iceberg (the commit is retried by Iceberg itself), so
+    the only check is whether an earlier attempt, whose outcome was unknown, committed already.
+    """
+    done = read_offset()
+    if done is not None and done >= end:
+        return False
+    frame = spark.createDataFrame(changelog_arrow(schema, rows))
+    (
+        frame.writeTo(table)
+        .option(f"snapshot-property.{SUMMARY_PIPELINE}", pipeline)
+        .option(f"snapshot-property.{SUMMARY_STREAM_OFFSET}", json.dumps({"position": str(end)}))
+        .append()
+    )
+    return True

@@ -1,0 +1,189 @@
+"""`ingest status`: what the job has committed, per table and job-wide, and how far behind the source it is.
+
+Everything comes from Iceberg (state table, target snapshots) plus two cheap source queries (`SHOW
+MASTER STATUS`, `SHOW BINARY LOGS`), so status works while the job runs or is down, and needs no more
+grants than the job. Lag is given in binlog bytes and files (exact and cheap) and in seconds (an upper
+bound, see `lag_seconds`); counting events would mean reading the binlog.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ingest.config import PipelineConfig
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.merge import committed_offset
+from ingest.source.binlog import binlog_sizes
+from ingest.source.mysql import connect, server_flavor
+from ingest.source.position import BinlogPosition
+from ingest.source.watermark import read_watermark
+from ingest.state.table import StateTable
+
+log = logging.getLogger(__name__)
+
+
+def bytes_behind(committed: BinlogPosition, current: BinlogPosition, sizes: Mapping[str, int]) -> int | None:
+    """Binlog bytes from `committed` to `current`: the rest of the committed file, the whole files in
+    between, and the current file up to `current`. None when a file size is unknown or the binlogs are
+    not comparable (another base name, e.g. after a failover)."""
+    if committed.base_name != current.base_name:
+        return None
+    if committed >= current:
+        return 0
+    if committed.file == current.file:
+        return current.pos - committed.pos
+    between = [
+        f
+        for f in sizes
+        if BinlogPosition(f, 0).base_name == committed.base_name
+        and committed.file_number < BinlogPosition(f, 0).file_number < current.file_number
+    ]
+    if committed.file not in sizes or len(between) != current.file_number - committed.file_number - 1:
+        return None
+    return sizes[committed.file] - committed.pos + sum(sizes[f] for f in between) + current.pos
+
+
+def lag_seconds(caught_up: bool | None, source_time: int | None, now: float) -> float | None:
+    """0 when caught up; else the seconds since the source was last known to be at the committed offset.
+
+    That time is the commit time of the last committed transaction, or a heartbeat's time when the job
+    committed while the source was idle, so the value is an upper bound of how old the oldest change
+    missing from Iceberg is. None when unknown (the source unreachable, or nothing streamed yet).
+    """
+    if caught_up:
+        return 0.0
+    if caught_up is None or source_time is None:
+        return None
+    return max(0.0, round(now - source_time, 3))
+
+
+def _iso(value: dt.datetime | float | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime.fromtimestamp(value, dt.UTC)
+    return value.astimezone(dt.UTC).isoformat(timespec="seconds")
+
+
+def _table_commits(config: PipelineConfig, table_id: str) -> dict[str, Any]:
+    """The target's last commit time and stream offset, and its changelog's, from Iceberg metadata."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    database, _, table = table_id.partition(".")
+    catalog = load_pyiceberg_catalog(config.sink)
+    out: dict[str, Any] = {"last_commit": None, "stream_offset": None}
+    names = {"": config.target_for(database, table)}
+    changelog = config.changelog_for(database, table)
+    if changelog is not None:
+        names["changelog_"] = changelog
+        out["changelog"] = ".".join(changelog)
+    for prefix, name in names.items():
+        try:
+            iceberg_table = catalog.load_table(name)
+        except NoSuchTableError:
+            out[f"{prefix}last_commit"] = out[f"{prefix}stream_offset"] = None
+            continue
+        current = iceberg_table.current_snapshot()
+        out[f"{prefix}last_commit"] = None if current is None else _iso(current.timestamp_ms / 1000)
+        offset = committed_offset(iceberg_table, config.name)
+        out[f"{prefix}stream_offset"] = None if offset is None else str(offset)
+    return out
+
+
+def table_status(config: PipelineConfig, state: StateTable | None = None) -> list[dict[str, Any]]:
+    """Per table: phase, chunks done / total, rows, high watermarks, last commit and committed offsets."""
+    state = StateTable.open(config) if state is None else state
+    out = []
+    for table_id in state.tables():
+        plan = state.plan(table_id) or []
+        done = state.done(table_id)
+        highs = [r.high_watermark for r in done.values() if r.high_watermark is not None]
+        out.append(
+            {
+                "table": table_id,
+                "phase": "snapshot done" if len(done) >= len(plan) else "snapshot",
+                "chunks_done": len(done),
+                "chunks_total": len(plan),
+                "rows": sum(r.row_count for r in done.values()),
+                "low_high_watermark": str(min(highs).position) if highs else None,
+                "high_high_watermark": str(max(highs).position) if highs else None,
+                **_table_commits(config, table_id),
+            }
+        )
+    return out
+
+
+def binlog_status(config: PipelineConfig, state: StateTable, now: float | None = None) -> dict[str, Any]:
+    """Job-wide: committed offset, the source's position, and the lag between them."""
+    now = time.time() if now is None else now
+    offset = state.stream_offset()
+    committed = offset.position if offset is not None else None
+    source_time = state.offset_source_time()
+    server: BinlogPosition | None = None
+    sizes: dict[str, int] = {}
+    try:
+        with connect(config.source) as conn:
+            flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
+            server = read_watermark(conn, flavor).position
+            sizes = binlog_sizes(conn)
+    except Exception as e:  # noqa: BLE001 - status still shows what Iceberg knows when MySQL is down
+        log.warning("cannot reach the source for the current binlog position: %s", e)
+    behind = files = None
+    caught_up: bool | None = None
+    if committed is not None and server is not None:
+        behind = bytes_behind(committed, server, sizes)
+        if committed.base_name == server.base_name:
+            files = max(0, server.file_number - committed.file_number)
+            caught_up = committed >= server
+    return {
+        "committed_offset": None if committed is None else str(committed),
+        "server_position": None if server is None else str(server),
+        "caught_up": caught_up,
+        "bytes_behind": behind,
+        "files_behind": files,
+        "source_time_at_offset": _iso(source_time),
+        "lag_seconds": lag_seconds(caught_up, source_time, now),
+        "last_commit": _iso(state.offset_recorded_at()),
+    }
+
+
+def print_status(config: PipelineConfig, as_json: bool = False) -> None:
+    state = StateTable.open(config)
+    rows = table_status(config, state)
+    binlog = binlog_status(config, state)
+    if as_json:
+        print(json.dumps({"pipeline": config.name, "binlog": binlog, "tables": rows}, indent=2))
+        return
+    if binlog["committed_offset"] is None:
+        stream = "binlog phase not started"
+    else:
+        lag = binlog["lag_seconds"]
+        stream = (
+            f"binlog committed up to {binlog['committed_offset']} at {binlog['last_commit']}; server at "
+            f"{binlog['server_position'] or 'unknown'}"
+            + ("" if binlog["bytes_behind"] is None else f", {binlog['bytes_behind']} bytes")
+            + ("" if binlog["files_behind"] is None else f" / {binlog['files_behind']} files behind")
+            + ("" if lag is None else f", lag {lag:.0f} s")
+        )
+    print(f"pipeline {config.name}: {len(rows)} tables; {stream}")
+    print(
+        f"{'table':<32} {'phase':<14} {'chunks':>11} {'rows':>10}  {'last commit':<25} {'committed offset':<28} "
+        "high watermarks (lowest .. highest)"
+    )
+    for r in rows:
+        chunks = f"{r['chunks_done']}/{r['chunks_total']}"
+        phase = "binlog" if binlog["committed_offset"] is not None and r["phase"] == "snapshot done" else r["phase"]
+        print(
+            f"{r['table']:<32} {phase:<14} {chunks:>11} {r['rows']:>10}  {r['last_commit'] or '-':<25} "
+            f"{r['stream_offset'] or '-':<28} {r['low_high_watermark']} .. {r['high_high_watermark']}"
+        )
+        if "changelog" in r:
+            print(
+                f"{'  changelog ' + r['changelog']:<71} {r['changelog_last_commit'] or '-':<25} "
+                f"{r['changelog_stream_offset'] or '-':<28}"
+            )
