@@ -401,7 +401,7 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
     from ingest.source.chunk_reader import ChunkTask
     from ingest.source.chunks import split_table
     from ingest.source.mysql import connect
-    from ingest.source.snapshot_source import META_COLUMN, chunk_batches, source_schema
+    from ingest.source.snapshot_source import chunk_batches, source_schema
 
     spec = {
         "host": server.host,
@@ -424,11 +424,12 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
     started = time.perf_counter()
     rows = events = 0
     select_s = window_s = read_s = 0.0
+    reports: dict[int, dict[str, Any]] = {}
     for chunk in plan:
-        last: Any = None
-        for batch in chunk_batches(ChunkTask(config.source, info.flavor, schema, chunk), targets, arrow_schema):
-            last = batch  # the last batch of a chunk is its marker row
-        meta = json.loads(last.column(arrow_schema.get_field_index(META_COLUMN))[0].as_py())
+        task = ChunkTask(config.source, info.flavor, schema, chunk)
+        for _batch in chunk_batches(task, targets, arrow_schema, lambda i, m: reports.__setitem__(i, m)):
+            pass
+        meta = reports[chunk.index]
         rows += int(meta["rows"])
         events += int(meta["window_events"])
         select_s += float(meta["timings"]["select"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.config import PipelineConfig
-from ingest.errors import ConfigError, SinkError
+from ingest.errors import ConfigError
 from ingest.faults import crash_point
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
@@ -41,7 +41,7 @@ from ingest.source.mysql import (
     server_flavor,
 )
 from ingest.source.position import Watermark
-from ingest.source.snapshot_source import CHUNK_COLUMN, META_COLUMN, make_chunk_source
+from ingest.source.snapshot_source import chunk_reports, make_chunk_source
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
 from ingest.status import print_status, table_status
@@ -158,7 +158,9 @@ def snapshot_table(
     rows_done = 0
     for batch in _batched(todo, config.snapshot.chunks_per_commit):
         tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver) for c in batch]
-        records = _commit_batch(spark, config, target, tasks, targets, set(done))
+        with connect(config.source) as conn:
+            floor = read_watermark(conn, flavor)
+        records = _commit_batch(spark, config, target, tasks, targets, set(done), floor)
         crash_point("snapshot.after_commit")  # data committed, state table not yet written
         state.record_chunks(records)
         crash_point("snapshot.after_state")
@@ -214,7 +216,15 @@ def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) != pipeline or SUMMARY_BATCH not in props:
             continue
-        for item in json.loads(props[SUMMARY_BATCH]):
+        batch = json.loads(props[SUMMARY_BATCH])
+        if isinstance(batch, dict):  # the batch's floor: earlier than its chunks' watermarks (see _commit_batch)
+            floor = Watermark.from_json(batch["floor"])
+            for index in batch["chunks"]:
+                out[int(index)] = ChunkRecord(
+                    Chunk("", int(index), None, None), floor, floor, 0, 0, snapshot.snapshot_id
+                )
+            continue
+        for item in batch:  # written by versions that took each chunk's own watermarks before the commit
             out[int(item["i"])] = ChunkRecord(
                 Chunk("", int(item["i"]), None, None),
                 Watermark.from_json(item["high"]),
@@ -227,52 +237,52 @@ def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord
 
 
 def _commit_batch(
-    spark: Any, config: PipelineConfig, target: str, tasks: list[ChunkTask], targets: list[Any], done_before: set[int]
+    spark: Any,
+    config: PipelineConfig,
+    target: str,
+    tasks: list[ChunkTask],
+    targets: list[Any],
+    done_before: set[int],
+    floor: Watermark,
 ) -> list[ChunkRecord]:
-    """Read a batch of chunks on the executors and append them to the target in one commit."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+    """Read a batch of chunks on the executors and append them to the target in one commit.
 
-    source = make_chunk_source(f"ingest_chunks_{next(_source_counter)}", tasks, targets, config.snapshot.parallelism)
+    `floor` is a binlog position read before any chunk of the batch: earlier than every chunk's low (so
+    high) watermark. The commit's summary carries it, because the chunks' own watermarks are known only
+    once the rows are written (they come back in an accumulator); a run that dies between the commit
+    and the state table's record takes the floor as their high watermark, which is safe: the binlog
+    phase then replays a little more, and replaying changes a chunk already holds repeats upserts.
+    """
+    reports = chunk_reports(spark)
+    source = make_chunk_source(
+        f"ingest_chunks_{next(_source_counter)}", tasks, targets, config.snapshot.parallelism, reports
+    )
     spark.dataSource.register(source)
-    df = spark.read.format(source.name()).load()
-    # Markers and rows must come from one computation: cache, take the markers, write the rows.
-    # Were a cached block lost, its recomputation reads later data than the marker recorded, and an
-    # earlier-than-true high watermark is safe (the binlog phase replays a little more).
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        markers = df.where(F.col(META_COLUMN).isNotNull()).select(CHUNK_COLUMN, META_COLUMN).collect()
-        by_index = {t.chunk.index: t.chunk for t in tasks}
-        if sorted(m[0] for m in markers) != sorted(by_index):
-            raise SinkError(f"chunk markers {sorted(m[0] for m in markers)} do not match the batch {sorted(by_index)}")
-        metas = {int(m[0]): json.loads(m[1]) for m in markers}
-        batch_info = [
-            {"i": i, "low": m["low"], "high": m["high"], "rows": m["rows"], "events": m["window_events"]}
-            for i, m in sorted(metas.items())
-        ]
-        data = df.where(F.col(META_COLUMN).isNull()).drop(CHUNK_COLUMN, META_COLUMN)
-        crash_point("snapshot.before_commit")
-        (
-            data.writeTo(target)
-            .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
-            .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(metas)))
-            .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
-            .append()
-        )
-    finally:
-        df.unpersist()
+    data = spark.read.format(source.name()).load()
+    by_index = {t.chunk.index: t.chunk for t in tasks}
+    batch_info = {"floor": floor.to_json(), "chunks": sorted(by_index)}
+    crash_point("snapshot.before_commit")
+    (
+        data.writeTo(target)
+        .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
+        .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(by_index)))
+        .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
+        .append()
+    )
+    metas: dict[int, dict[str, Any]] = reports.value
     snapshot_id = _current_snapshot_id(spark, target)
-    return [
-        ChunkRecord(
-            by_index[i],
-            Watermark.from_json(m["high"]),
-            Watermark.from_json(m["low"]),
-            m["rows"],
-            m["window_events"],
-            snapshot_id,
-        )
-        for i, m in sorted(metas.items())
-    ]
+    records = []
+    for index, chunk in sorted(by_index.items()):
+        m = metas.get(index)
+        if m is None:
+            log.warning(
+                "%s: chunk %d sent no report; recording the batch floor %s as its watermark", target, index, floor
+            )
+            records.append(ChunkRecord(chunk, floor, floor, 0, 0, snapshot_id))
+            continue
+        high, low = Watermark.from_json(m["high"]), Watermark.from_json(m["low"])
+        records.append(ChunkRecord(chunk, high, low, m["rows"], m["window_events"], snapshot_id))
+    return records
 
 
 def _current_snapshot_id(spark: Any, target: str) -> int | None:

@@ -1,55 +1,80 @@
 """The chunks of one commit as a Spark Python Data Source: one input partition per Spark core.
 
-Each partition runs the lock-free chunk read of its chunks, one after another, on an executor. Per
-chunk it yields the rows as Arrow batches, then one marker row carrying the chunk's watermarks and
-row count, so the driver learns them from the same computation that produced the rows (see
-pipeline.py for how the two are split).
+Each partition runs the lock-free chunk read of its chunks, one after another, on an executor, and
+yields each chunk's rows as Arrow batches. What the driver must learn about each chunk (its
+watermarks and row count) travels in a Spark accumulator filled by the same computation that
+produced the rows, so the rows are read once and written once, with nothing cached in between
+(see pipeline.py for what the commit does when a chunk's report is missing).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
 
 from ingest.sink.types import TargetColumn, quote_identifier
 from ingest.source.chunk_reader import ChunkTask, read_chunk
+from ingest.source.position import Watermark
 
-CHUNK_COLUMN = "__ingest_chunk"
-META_COLUMN = "__ingest_meta"
 ROWS_PER_BATCH = 8192
+
+ChunkReport = Callable[[int, dict[str, Any]], None]
 
 
 def source_schema(targets: Sequence[TargetColumn]) -> tuple[str, Any]:
-    """(Spark DDL, arrow schema): every column nullable because marker rows carry no data."""
+    """(Spark DDL, arrow schema) of the rows; NOT NULL is checked when rows are converted, not by Spark."""
     ddl = ", ".join(f"{quote_identifier(t.name)} {t.spark_type}" for t in targets)
-    ddl += f", {CHUNK_COLUMN} INT, {META_COLUMN} STRING"
-    fields = [pa.field(t.name, t.arrow_type, nullable=True) for t in targets]
-    fields += [pa.field(CHUNK_COLUMN, pa.int32()), pa.field(META_COLUMN, pa.string())]
-    return ddl, pa.schema(fields)
+    return ddl, pa.schema([pa.field(t.name, t.arrow_type, nullable=True) for t in targets])
 
 
-def chunk_batches(task: ChunkTask, targets: Sequence[TargetColumn], arrow_schema: Any) -> Iterator[Any]:
-    """Read one chunk; yield its rows, then its marker row."""
+def chunk_batches(
+    task: ChunkTask, targets: Sequence[TargetColumn], arrow_schema: Any, report: ChunkReport
+) -> Iterator[Any]:
+    """Read one chunk and yield its rows; once all are yielded, report the chunk's watermarks and row count."""
     result = read_chunk(task)
     for data in result.table.to_batches(max_chunksize=ROWS_PER_BATCH):
-        n = data.num_rows
-        yield pa.RecordBatch.from_arrays(
-            [*data.columns, pa.nulls(n, pa.int32()), pa.nulls(n, pa.string())], schema=arrow_schema
-        )
-    meta = {
-        "low": result.low.to_json(),
-        "high": result.high.to_json(),
-        "rows": result.table.num_rows,
-        "window_events": result.window_events,
-        "seconds": round(result.seconds, 4),
-        "timings": result.timings,
-    }
-    marker = [pa.nulls(1, t.arrow_type) for t in targets]
-    marker += [pa.array([task.chunk.index], pa.int32()), pa.array([json.dumps(meta)], pa.string())]
-    yield pa.RecordBatch.from_arrays(marker, schema=arrow_schema)
+        yield pa.RecordBatch.from_arrays(data.columns, schema=arrow_schema)
+    report(
+        task.chunk.index,
+        {
+            "low": result.low.to_json(),
+            "high": result.high.to_json(),
+            "rows": result.table.num_rows,
+            "window_events": result.window_events,
+            "seconds": round(result.seconds, 4),
+            "timings": result.timings,
+        },
+    )
+
+
+Reports = dict[int, dict[str, Any]]
+
+
+class ChunkReports(AccumulatorParam[Reports]):
+    """Chunk index -> report. Should a chunk be reported twice, the earlier high watermark wins: replaying
+    the binlog from before a chunk's true high watermark only repeats changes the chunk already holds."""
+
+    def zero(self, value: Reports) -> Reports:
+        return {}
+
+    def addInPlace(self, value1: Reports, value2: Reports) -> Reports:
+        for index, meta in value2.items():
+            old = value1.get(index)
+            if old is None or _high(meta) < _high(old):
+                value1[index] = meta
+        return value1
+
+
+def _high(meta: dict[str, Any]) -> Any:
+    return Watermark.from_json(meta["high"]).position
+
+
+def chunk_reports(spark: Any) -> Any:
+    """A fresh accumulator for the reports of one batch of chunks."""
+    return spark.sparkContext.accumulator({}, ChunkReports())
 
 
 def group_tasks(tasks: Sequence[ChunkTask], partitions: int) -> list[list[ChunkTask]]:
@@ -62,8 +87,11 @@ def group_tasks(tasks: Sequence[ChunkTask], partitions: int) -> list[list[ChunkT
     return [list(tasks[i::count]) for i in range(count)]
 
 
-def make_chunk_source(name: str, tasks: Sequence[ChunkTask], targets: Sequence[TargetColumn], partitions: int) -> Any:
-    """A DataSource class bound to these chunks (pickled by value to the Python workers)."""
+def make_chunk_source(
+    name: str, tasks: Sequence[ChunkTask], targets: Sequence[TargetColumn], partitions: int, reports: Any
+) -> Any:
+    """A DataSource class bound to these chunks (pickled by value to the Python workers); `reports` is
+    the accumulator of `chunk_reports`."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     ddl, arrow_schema = source_schema(targets)
@@ -76,7 +104,7 @@ def make_chunk_source(name: str, tasks: Sequence[ChunkTask], targets: Sequence[T
 
         def read(self, partition: Any) -> Iterator[Any]:
             for task in partition.value:
-                yield from chunk_batches(task, target_list, arrow_schema)
+                yield from chunk_batches(task, target_list, arrow_schema, lambda i, m: reports.add({i: m}))
 
     class ChunkSource(DataSource):
         @classmethod
