@@ -1,0 +1,102 @@
+"""The binlog prefetch thread: order, bounded read-ahead, positions the consumer may commit at, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ingest.source.position import BinlogPosition
+from ingest.source.prefetch import End, Idle, Prefetch
+
+
+def pos(n: int) -> BinlogPosition:
+    return BinlogPosition("mysql-bin.000001", n)
+
+
+class FakeReader:
+    """Yields ("tx", n, size) items; `script` entries "idle" call the idle callback, exceptions are raised."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.position = pos(4)
+        self.read = 0
+
+    def transactions(self, idle: Callable[[], bool] | None = None) -> Iterator[Any]:
+        for entry in self.script:
+            if entry == "idle":
+                if idle is not None and idle():
+                    return
+                continue
+            if isinstance(entry, BaseException):
+                raise entry
+            self.read += 1
+            self.position = pos(entry[1])
+            yield entry
+
+
+def size(item: Any) -> int:
+    return int(item[2])
+
+
+def test_items_arrive_in_order_then_end_at_the_last_position() -> None:
+    reader = FakeReader([("tx", 10, 1), ("tx", 20, 3), "idle", ("tx", 30, 2)])
+    items = list(Prefetch(reader, 100, size))
+    txs = [i for i in items if isinstance(i, tuple)]
+    assert [t[1] for t in txs] == [10, 20, 30]
+    assert items[-1] == End(pos(30))
+    idles = [i for i in items if isinstance(i, Idle)]
+    assert all(i.position == pos(20) for i in idles)
+
+
+def test_the_reader_stays_at_most_max_changes_ahead() -> None:
+    reader = FakeReader([("tx", 10 * i, 5) for i in range(1, 21)])
+    prefetch = Prefetch(reader, 10, size)
+    it = iter(prefetch)
+    first = next(it)
+    time.sleep(0.5)  # give the thread every chance to run ahead
+    # Taken: 1 item; handed over but not taken: at most 10 changes = 2 items (one more may wait in hand).
+    assert first[1] == 10
+    assert reader.read <= 1 + 2 + 1
+    rest = [i for i in it if isinstance(i, tuple)]
+    assert len(rest) == 19
+    prefetch.close()
+
+
+def test_an_oversized_transaction_still_passes() -> None:
+    reader = FakeReader([("tx", 10, 50), ("tx", 20, 1)])
+    assert [i[1] for i in Prefetch(reader, 10, size) if isinstance(i, tuple)] == [10, 20]
+
+
+def test_an_error_reaches_the_consumer_after_everything_read_before_it() -> None:
+    reader = FakeReader([("tx", 10, 1), ("tx", 20, 1), RuntimeError("boom")])
+    got: list[Any] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        for item in Prefetch(reader, 100, size):
+            got.append(item)
+    assert [i[1] for i in got if isinstance(i, tuple)] == [10, 20]
+
+
+def test_pause_after_holds_the_reader_until_resumed() -> None:
+    reader = FakeReader([("ddl", 10, 0), ("tx", 20, 1)])
+    prefetch = Prefetch(reader, 100, size, pause_after=lambda item: item[0] == "ddl")
+    it = iter(prefetch)
+    assert next(it)[0] == "ddl"
+    time.sleep(0.3)
+    assert reader.read == 1, "the row after the DDL must wait for the new schema"
+    prefetch.resume()
+    assert next(it)[1] == 20
+    assert next(it) == End(pos(20))
+
+
+def test_close_stops_a_reader_that_waits_for_room() -> None:
+    reader = FakeReader([("tx", 10 * i, 5) for i in range(1, 1000)])
+    prefetch = Prefetch(reader, 5, size)
+    next(iter(prefetch))
+    started = time.monotonic()
+    prefetch.close()
+    assert time.monotonic() - started < 5
+    assert not any(t.name == "binlog-prefetch" and t.is_alive() for t in threading.enumerate())
