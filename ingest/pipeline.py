@@ -19,7 +19,7 @@ from typing import Any
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
-from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import (
     SUMMARY_CHUNKS_DONE,
@@ -270,7 +270,7 @@ def _commit_batch(
         .append()
     )
     metas: dict[int, dict[str, Any]] = reports.value
-    snapshot_id = _current_snapshot_id(spark, target)
+    snapshot_id = _current_snapshot_id(config, tasks[0].schema)
     records = []
     for index, chunk in sorted(by_index.items()):
         m = metas.get(index)
@@ -285,6 +285,8 @@ def _commit_batch(
     return records
 
 
-def _current_snapshot_id(spark: Any, target: str) -> int | None:
-    rows = spark.sql(f"SELECT snapshot_id FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
-    return int(rows[0][0]) if rows else None
+def _current_snapshot_id(config: PipelineConfig, schema: TableSchema) -> int | None:
+    """The target's current snapshot, read with pyiceberg (a Spark query of `.snapshots` costs a Spark job)."""
+    namespace, name = config.target_for(schema.database, schema.table)
+    snapshot = cached_pyiceberg_catalog(config.sink).load_table((namespace, name)).current_snapshot()
+    return None if snapshot is None else int(snapshot.snapshot_id)

@@ -76,3 +76,14 @@ def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
     from pyiceberg.catalog import load_catalog
 
     return load_catalog(sink.catalog_name, **pyiceberg_properties(sink))
+
+
+_cached: dict[str, Any] = {}
+
+
+def cached_pyiceberg_catalog(sink: SinkConfig) -> Any:
+    """One pyiceberg catalog per sink for the whole run (loading one opens a database connection)."""
+    key = repr((sink.catalog_name, sorted((k, repr(v)) for k, v in sink.catalog.items())))
+    if key not in _cached:
+        _cached[key] = load_pyiceberg_catalog(sink)
+    return _cached[key]
