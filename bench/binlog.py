@@ -476,9 +476,11 @@ class StreamProbe:
             filters: dict[str, HighWatermarkFilter],
             batch: list[Transaction],
             end: BinlogPosition,
+            *args: Any,
+            **kwargs: Any,
         ) -> None:
             started_wall, started = time.time(), time.perf_counter()
-            original_commit(spark, config, state, tables, filters, batch, end)
+            original_commit(spark, config, state, tables, filters, batch, end, *args, **kwargs)
             probe.batches.append(
                 {
                     "started_at": round(started_wall, 3),
