@@ -24,7 +24,7 @@ from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, materialize
 from ingest.config import PipelineConfig
 from ingest.faults import crash_point
-from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog
 from ingest.sink.merge import committed_offset, merge_into
 from ingest.sink.targets import qualified
@@ -33,6 +33,7 @@ from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
 from ingest.source.mysql import TableSchema, connect
 from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.prefetch import End, Idle, Prefetch, Tick
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
@@ -177,43 +178,60 @@ def stream(
             heartbeat_seconds=config.stream.heartbeat_seconds,
             on_ddl=config.stream.on_schema_change,
         )
+        # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
+        prefetch = Prefetch(reader, config.stream.batch_max_changes, _changes_in)
         pending: list[Transaction] = []
+        pending_changes = 0
         last_flush = time.monotonic()
         committed = start
+        taken = start
+        """Every captured change before this position has been taken from the reader (commits stop here)."""
 
         source_time = state.offset_source_time()
 
-        def flush(end: BinlogPosition, caught_up: bool = False) -> None:
-            nonlocal committed, last_flush, pending, source_time
+        def flush(end: BinlogPosition, caught_up_at: float | None = None) -> None:
+            nonlocal committed, last_flush, pending, pending_changes, source_time
             if end > committed or pending:
                 if pending:
                     source_time = max(tx.commit_time for tx in pending)
-                if caught_up:
-                    # A heartbeat: the source has had nothing newer than `end` until now.
-                    source_time = int(time.time())
+                if caught_up_at is not None:
+                    # A heartbeat: the source had nothing newer than `end` at that time.
+                    source_time = int(caught_up_at)
                 _commit(spark, config, state, by_id, filters, pending, end, source_time)
                 committed = end
             pending = []
+            pending_changes = 0
             last_flush = time.monotonic()
 
         def should_stop() -> bool:
             return stop is not None and stop.event.is_set()
 
-        def idle() -> bool:
-            # Heartbeat while captured tables are idle: move the offset, and look at the stop flag.
-            if time.monotonic() - last_flush >= config.stream.batch_interval_seconds:
-                flush(reader.position, caught_up=True)
-            return should_stop()
+        def batch_due() -> bool:
+            return time.monotonic() - last_flush >= config.stream.batch_interval_seconds
 
         try:
             try:
-                for tx in reader.transactions(idle=idle):
+                for item in prefetch:
+                    if isinstance(item, Tick):
+                        if should_stop():
+                            break
+                        continue
+                    if isinstance(item, Idle):
+                        # Captured tables idle at a heartbeat: move the offset, and look at the stop flag.
+                        taken = item.position
+                        if batch_due():
+                            flush(taken, caught_up_at=item.at)
+                        if should_stop():
+                            break
+                        continue
+                    if isinstance(item, End):
+                        taken = item.position
+                        break
+                    tx = item
                     pending.append(tx)
-                    size = sum(len(t.changes) for t in pending)
-                    if (
-                        size >= config.stream.batch_max_changes
-                        or time.monotonic() - last_flush >= config.stream.batch_interval_seconds
-                    ):
+                    pending_changes += len(tx.changes)
+                    taken = tx.end
+                    if pending_changes >= config.stream.batch_max_changes or batch_due():
                         flush(tx.end)
                     if goal is not None and tx.end >= goal and not pending:
                         break
@@ -221,12 +239,17 @@ def stream(
                         break
             except SchemaChangeError:
                 # Everything before the DDL is committed; the job stops at the statement.
-                flush(reader.position)
+                flush(taken)
                 raise
-            flush(reader.position)
+            flush(taken)
         finally:
+            prefetch.close()
             reader.close()
     return committed
+
+
+def _changes_in(item: Any) -> int:
+    return len(item.changes) if isinstance(item, Transaction) else 0
 
 
 def _commit(
@@ -283,10 +306,14 @@ def _merge_table(
         table.schema.primary_key_positions(),
     )
 
+    attempts = 0
+
     def read_offset() -> BinlogPosition | None:
-        # The batch is known to be newer than anything this run committed; only a commit of this very
-        # batch whose outcome was unknown needs a look at the table itself.
-        if table.committed is not None and table.committed >= end:
+        # This run knows what the table holds (read from it at start, then kept by its own commits): only a
+        # retry, after a commit of this very batch whose outcome was unknown, needs a look at the table.
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1 or (table.committed is not None and table.committed >= end):
             return table.committed
         namespace, name = config.target_for(table.schema.database, table.schema.table)
         return committed_offset(_catalog(config).load_table((namespace, name)), config.name)
@@ -320,9 +347,13 @@ def _append_changelog(
         for c in changes
     )
 
+    attempts = 0
+
     def read_offset() -> BinlogPosition | None:
+        nonlocal attempts  # as for the target: only a retry needs a look at the table
+        attempts += 1
         done = table.changelog_committed
-        if done is not None and done >= end:
+        if attempts == 1 or (done is not None and done >= end):
             return done
         return committed_offset(_catalog(config).load_table(names), config.name)
 
@@ -330,12 +361,5 @@ def _append_changelog(
     table.changelog_committed = end
 
 
-_catalogs: dict[str, Any] = {}
-
-
 def _catalog(config: PipelineConfig) -> Any:
-    """One pyiceberg catalog per sink for the whole run (loading one opens a database connection)."""
-    key = repr((config.sink.catalog_name, sorted((k, repr(v)) for k, v in config.sink.catalog.items())))
-    if key not in _catalogs:
-        _catalogs[key] = load_pyiceberg_catalog(config.sink)
-    return _catalogs[key]
+    return cached_pyiceberg_catalog(config.sink)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,21 @@ from typing import Any
 from ingest.source.position import BinlogPosition
 
 _POLL_SECONDS = 0.2
+_TICK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
 class Idle:
-    """The captured tables were idle at a heartbeat: everything up to `position` has been handed over."""
+    """The captured tables were idle at a heartbeat (at `at`, epoch seconds): everything up to `position`
+    has been handed over."""
 
     position: BinlogPosition
+    at: float
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Nothing arrived for a while (a busy binlog of other tables sends no heartbeats): look at the stop flag."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,11 @@ class Prefetch:
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=_TICK_SECONDS)
+            except queue.Empty:
+                yield Tick()
+                continue
             if isinstance(item, Failed):
                 raise item.error
             if not isinstance(item, Idle | End):
@@ -94,7 +107,7 @@ class Prefetch:
 
     def _idle(self) -> bool:
         if self._queue.empty():
-            self._queue.put(Idle(self._reader.position))
+            self._queue.put(Idle(self._reader.position, time.time()))
         return self._stop.is_set()
 
     def _wait_for_room(self) -> bool:
