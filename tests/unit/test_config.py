@@ -640,3 +640,13 @@ def test_load_config_of_a_list_document(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "must be a mapping, got list" in str(info.value)
+
+
+def test_schema_change_policy_defaults_to_evolve_and_names_its_choices() -> None:
+    assert parse_config(cfg()).stream.on_schema_change == "evolve"
+    for policy in ("evolve", "fail", "ignore"):
+        assert parse_config(cfg(stream={"on_schema_change": policy})).stream.on_schema_change == policy
+    assert (
+        error_of(cfg(stream={"on_schema_change": "apply"}))
+        == "`stream.on_schema_change` must be one of evolve, fail, ignore; got 'apply'"
+    )
