@@ -20,6 +20,7 @@ from ingest.errors import ConfigError
 Flavor = Literal["auto", "mysql", "mariadb"]
 TlsMode = Literal["disabled", "required", "verify_ca", "verify_identity"]
 StartupMode = Literal["initial", "snapshot_only"]
+SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
 
 
 class Secret:
@@ -127,7 +128,8 @@ class StreamConfig:
     batch_max_changes: int = 20000
     batch_interval_seconds: float = 5.0
     heartbeat_seconds: float = 1.0
-    on_schema_change: Literal["fail", "ignore"] = "fail"
+    on_schema_change: SchemaChangePolicy = "evolve"
+    """DDL on a captured table: evolve the target where Iceberg allows it (else stop), stop, or ignore."""
 
 
 @dataclass(frozen=True)
@@ -397,7 +399,9 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         batch_max_changes=stm.positive_int("batch_max_changes", 20000),
         batch_interval_seconds=_positive_float(stm, "batch_interval_seconds", 5.0),
         heartbeat_seconds=_positive_float(stm, "heartbeat_seconds", 1.0),
-        on_schema_change=cast(Literal["fail", "ignore"], stm.choice("on_schema_change", ("fail", "ignore"), "fail")),
+        on_schema_change=cast(
+            SchemaChangePolicy, stm.choice("on_schema_change", ("evolve", "fail", "ignore"), "evolve")
+        ),
     )
     stm.done()
 

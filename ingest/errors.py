@@ -28,6 +28,10 @@ class SourceError(TerminalError):
     """MySQL/MariaDB is set up in a way the job cannot work with (settings, grants, schema)."""
 
 
+class SchemaChangeError(SourceError):
+    """A captured table's schema changed in the binlog in a way the job must not (or was told not to) follow."""
+
+
 class MissingPrivilegeError(SourceError):
     """The CDC user lacks a grant the job needs; the message names it."""
 

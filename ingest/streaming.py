@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import random
 import signal
 import threading
 import time
@@ -20,18 +21,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pymysql
+import pymysql.cursors
+from pymysqlreplication.event import QueryEvent
+
 from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, materialize
 from ingest.config import PipelineConfig
+from ingest.errors import UnsupportedTableError
 from ingest.faults import crash_point
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog
-from ingest.sink.merge import committed_offset, merge_into
+from ingest.sink.evolution import (
+    SOURCE_SCHEMA_PROPERTY,
+    SchemaPlan,
+    apply_plan,
+    backfill,
+    default_kind,
+    implicit_default,
+    plan_schema_change,
+    schema_from_json,
+    store_source_schema,
+)
+from ingest.sink.merge import committed_offset, merge_into, stream_offset_properties
 from ingest.sink.targets import qualified
-from ingest.source.binlog import BinlogReader, RowChange, SchemaChangeError, Transaction, check_not_purged
+from ingest.source.binlog import (
+    BinlogReader,
+    DdlStatement,
+    RowChange,
+    SchemaChangeError,
+    Transaction,
+    check_not_purged,
+    ddl_tables,
+    open_stream,
+)
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
-from ingest.source.mysql import TableSchema, connect
+from ingest.source.mysql import TableSchema, connect, load_schema, quote
 from ingest.source.position import BinlogPosition, Watermark
 from ingest.source.prefetch import End, Idle, Prefetch, Tick
 from ingest.source.watermark import read_watermark
@@ -122,6 +148,11 @@ def _table_streams(config: PipelineConfig, state: StateTable, schemas: Sequence[
             highs.append(high.position)
         namespace, name = config.target_for(schema.database, schema.table)
         table = catalog.load_table((namespace, name))
+        stored = table.properties.get(SOURCE_SCHEMA_PROPERTY)
+        if stored and config.stream.on_schema_change != "ignore":
+            # Rows between the committed offset and a DDL not yet followed were written with the schema the
+            # target mirrors, not with the live one (which may already be past that DDL).
+            schema = schema_from_json(schema.database, schema.table, stored)
         stream = TableStream(
             schema, qualified(config, namespace, name), plan, highs, committed_offset(table, config.name)
         )
@@ -172,14 +203,19 @@ def stream(
         log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
         reader = BinlogReader(
             config.source,
-            schemas,
+            [t.schema for t in tables],
             start,
             blocking=not until_caught_up,
             heartbeat_seconds=config.stream.heartbeat_seconds,
             on_ddl=config.stream.on_schema_change,
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
-        prefetch = Prefetch(reader, config.stream.batch_max_changes, _changes_in)
+        prefetch = Prefetch(
+            reader,
+            config.stream.batch_max_changes,
+            _changes_in,
+            pause_after=lambda item: isinstance(item, DdlStatement),
+        )
         pending: list[Transaction] = []
         pending_changes = 0
         last_flush = time.monotonic()
@@ -227,6 +263,18 @@ def stream(
                     if isinstance(item, End):
                         taken = item.position
                         break
+                    if isinstance(item, DdlStatement):
+                        # The reader waits (pause_after) until the schema it must decode later rows with is set.
+                        flush(item.start)  # the batch boundary is the DDL: rows before it use the old schema
+                        for db, t in item.tables:
+                            evolve_table(spark, config, conn, flavor, by_id[f"{db}.{t}"], item, reader)
+                        crash_point("stream.before_schema_state")
+                        state.record_offset(Watermark(item.end, None))
+                        committed = taken = item.end
+                        prefetch.resume()
+                        if goal is not None and item.end >= goal:
+                            break
+                        continue
                     tx = item
                     pending.append(tx)
                     pending_changes += len(tx.changes)
@@ -246,6 +294,130 @@ def stream(
             prefetch.close()
             reader.close()
     return committed
+
+
+def evolve_table(
+    spark: Any,
+    config: PipelineConfig,
+    conn: Any,
+    flavor: str,
+    table: TableStream,
+    ddl: DdlStatement,
+    reader: BinlogReader,
+) -> None:
+    """Follow one ALTER TABLE: evolve the target, backfill added columns' defaults, decode with the new schema.
+
+    Exactly once across a crash at any point: every step looks at the target before acting (a column that
+    exists is not added again, a type already wide is not altered), the backfill runs only while the target
+    holds nothing newer than the DDL and its commit records the DDL's position as the table's offset, and
+    the source schema the target mirrors is stored last, so a restart replays the DDL with the old one.
+    """
+    old = table.schema
+    try:
+        live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
+    except UnsupportedTableError as e:
+        raise SchemaChangeError(f"{old.table_id} after the DDL at {ddl.end} ({ddl.query[:200]!r}): {e}") from None
+    _refuse_if_altered_again(config, conn, flavor, old, ddl)
+    plan = plan_schema_change(old, live, ddl.query, str(ddl.end))
+    values = _old_row_values(conn, flavor, live, plan, ddl)
+    done = apply_plan(spark, table.target, old.table_id, plan)
+    crash_point("stream.after_schema_change")
+    if values:
+        namespace, name = config.target_for(old.database, old.table)
+        held = committed_offset(_catalog(config).load_table((namespace, name)), config.name)
+        if held is None or held < ddl.end:
+            props = {**stream_offset_properties(config.name, ddl.end), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
+            backfill(spark, table.target, old.table_id, values, live.columns, props)
+            done.append(f"backfill of {sorted(values)}")
+            table.committed = ddl.end
+    crash_point("stream.after_backfill")
+    store_source_schema(spark, table.target, live)
+    table.schema = live
+    reader.set_schema(live)
+    log.info("%s: followed the schema change at %s: %s", old.table_id, ddl.end, "; ".join(done) or "nothing to do")
+
+
+SUMMARY_SCHEMA_CHANGE = "ingest.schema-change"
+"""Snapshot summary key of a default backfill: the binlog position of its DDL."""
+
+
+def _refuse_if_altered_again(
+    config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement
+) -> None:
+    """The live schema is the schema right after `ddl` only if no later DDL on the table is in the binlog.
+
+    information_schema shows only the newest schema. When the job is behind and the table was altered again
+    later, the live schema describes that later statement, and the rows in between would be decoded or
+    backfilled with the wrong columns or defaults. DDLs are therefore followed one at a time, and this case
+    stops the job with the way out. The binlog end is read after the live schema, so a DDL already visible
+    in information_schema is in the scanned range.
+    """
+    goal = read_watermark(conn, flavor).position
+    # A dump connection of its own needs its own server id, or the server drops the main reader's.
+    stream = open_stream(config.source, ddl.end, random.randint(1 << 20, (1 << 31) - 1), only_events=[QueryEvent])
+    try:
+        for event in stream:
+            position = BinlogPosition(stream.log_file, event.packet.log_pos)
+            if position > goal:
+                return
+            query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+            schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
+            if ddl_tables(query, schema, [(old.database, old.table)]):
+                raise SchemaChangeError(
+                    f"{old.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) cannot be followed because the table "
+                    f"was altered again later, at {position} ({query[:200]!r}); the server only shows the newest "
+                    "schema, not the one in between. Everything before the first DDL is committed. Re-snapshot the "
+                    "table (drop its target and state rows), and keep the job running during migrations: DDLs "
+                    "are followed one at a time"
+                )
+    finally:
+        stream.close()
+
+
+def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPlan, ddl: DdlStatement) -> dict[str, Any]:
+    """The value MySQL gave rows that existed before the DDL, per added column (NULL ones left out).
+
+    Old rows get no binlog events, so a constant default is read back from the server (`DEFAULT(col)`, in
+    the driver's form) and backfilled. A non-constant default (CURRENT_TIMESTAMP, an expression) was
+    evaluated during the ALTER and is not in the binlog: refused rather than guessed.
+    """
+    if not plan.added:
+        return {}
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_DEFAULT, EXTRA FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (schema.database, schema.table),
+        )
+        info = {str(r["COLUMN_NAME"]): r for r in cur.fetchall()}
+    values: dict[str, Any] = {}
+    for added in plan.added:
+        col = added.column
+        row = info[col.name]
+        default = None if row["COLUMN_DEFAULT"] is None else str(row["COLUMN_DEFAULT"])
+        kind = default_kind(flavor, col, default, str(row["EXTRA"] or ""))
+        if kind == "null":
+            continue
+        if kind == "implicit":
+            values[col.name] = implicit_default(col)
+            if values[col.name] is None:
+                kind = "expression"
+        if kind == "expression":
+            what = f"DEFAULT {default}" if default else f"the implicit default of {col.column_type}"
+            raise SchemaChangeError(
+                f"{schema.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) adds column {col.name!r} whose value "
+                f"in existing rows ({what}) "
+                "was computed by the server during the ALTER and is not in the binlog. Re-snapshot the table, or "
+                "add such columns as NULL (or with a constant default) and fill them with an UPDATE"
+            )
+        if kind == "constant":
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT DEFAULT({quote(col.name)}) FROM {schema.quoted} LIMIT 1")
+                found = cur.fetchone()
+            if found is None:
+                continue  # the table is empty now: every old row is deleted by a later event anyway
+            values[col.name] = found[0]
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _changes_in(item: Any) -> int:

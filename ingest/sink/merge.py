@@ -11,7 +11,8 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +53,23 @@ def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None
             return BinlogPosition.parse(json.loads(props[SUMMARY_STREAM_OFFSET])["position"])
         snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
     return None
+
+
+@contextmanager
+def snapshot_properties(spark: Any, props: Mapping[str, str]) -> Iterator[None]:
+    """Iceberg commits made by Spark inside this block carry `props` in their snapshot summary."""
+    for k, v in props.items():
+        spark.conf.set(_SNAPSHOT_PROPERTY + k, v)
+    try:
+        yield
+    finally:
+        for k in props:
+            spark.conf.unset(_SNAPSHOT_PROPERTY + k)
+
+
+def stream_offset_properties(pipeline: str, end: BinlogPosition) -> dict[str, str]:
+    """The summary entries that say "this table holds everything up to `end`"."""
+    return {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: json.dumps({"position": str(end)})}
 
 
 def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
@@ -95,16 +113,15 @@ def merge_into(
         f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
         f"VALUES ({', '.join(f's.{c}' for c in columns)})"
     )
-    props = {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: json.dumps({"position": str(end)})}
+    props = stream_offset_properties(pipeline, end)
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = read_offset()
             if done is not None and done >= end:
                 return False  # committed before (a replay, or a commit that raised after succeeding)
-            for k, v in props.items():
-                spark.conf.set(_SNAPSHOT_PROPERTY + k, v)
             try:
-                spark.sql(sql)
+                with snapshot_properties(spark, props):
+                    spark.sql(sql)
                 return True
             except Exception as e:  # noqa: BLE001 - Spark surfaces Iceberg's conflicts as generic errors
                 text = str(e)
@@ -122,9 +139,6 @@ def merge_into(
                 )
                 spark.sql(f"REFRESH TABLE {target}")
                 time.sleep(0.2 * attempt)
-            finally:
-                for k in props:
-                    spark.conf.unset(_SNAPSHOT_PROPERTY + k)
         raise CommitConflictError(f"{target}: MERGE kept conflicting with other writers after {MAX_ATTEMPTS} tries")
     finally:
         spark.catalog.dropTempView(view)

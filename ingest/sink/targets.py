@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ingest.config import PipelineConfig
+from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.types import TargetColumn, map_columns, quote_identifier
 from ingest.source.mysql import TableSchema
 
@@ -46,8 +47,14 @@ def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> st
             f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
             for t in target_columns(schema)
         )
-        props = {"format-version": str(config.sink.format_version), **MERGE_ON_READ, **config.sink.table_properties}
-        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        props = {
+            "format-version": str(config.sink.format_version),
+            **MERGE_ON_READ,
+            **config.sink.table_properties,
+            # The source schema the target mirrors; the binlog phase decodes with it until a DDL changes it.
+            SOURCE_SCHEMA_PROPERTY: schema_to_json(schema),
+        }
+        tblprops = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg TBLPROPERTIES ({tblprops})")
         keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
         spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")

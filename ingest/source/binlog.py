@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig
-from ingest.errors import BinlogPurgedError, SourceError
+from ingest.errors import BinlogPurgedError, SchemaChangeError
 from ingest.source.binlog_values import driver_form, row_images
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition
@@ -28,10 +28,45 @@ from ingest.source.position import BinlogPosition
 log = logging.getLogger(__name__)
 
 _DDL = re.compile(r"^\s*(ALTER|RENAME|DROP|TRUNCATE|CREATE\s+OR\s+REPLACE)\b", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_ALTER_TABLE = re.compile(
+    rf"^\s*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?",
+    re.IGNORECASE,
+)
+
+__all__ = ["BinlogReader", "DdlStatement", "RowChange", "SchemaChangeError", "Transaction", "ddl_tables"]
 
 
-class SchemaChangeError(SourceError):
-    """A captured table's schema changed in the binlog and the policy is to stop."""
+def _unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def ddl_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The captured tables a DDL statement changes.
+
+    ALTER TABLE names its one table, which is parsed; for the other statements (RENAME, DROP, TRUNCATE,
+    CREATE OR REPLACE, which may list several tables) any mention of a captured table's name counts.
+    """
+    if not _DDL.match(query):
+        return []
+    match = _ALTER_TABLE.match(query)
+    if match:
+        db, table = (match["a"], match["b"]) if match["b"] else (default_db, match["a"])
+        key = (_unquote(db).lower(), _unquote(table).lower())
+        return [t for t in tables if (t[0].lower(), t[1].lower()) == key]
+    names = {(quoted.replace("``", "`") or bare).lower() for quoted, bare in _IDENTIFIER.findall(query)}
+    return [(db, t) for db, t in tables if t.lower() in names and (db == default_db or db.lower() in names)]
+
+
+@dataclass(frozen=True)
+class DdlStatement:
+    """A DDL statement on captured tables; it is a transaction of its own, from `start` to `end`."""
+
+    query: str
+    tables: tuple[tuple[str, str], ...]
+    start: BinlogPosition
+    end: BinlogPosition
 
 
 @dataclass(frozen=True)
@@ -149,18 +184,31 @@ class BinlogReader:
     def close(self) -> None:
         self._stream.close()
 
+    def set_schema(self, schema: TableSchema) -> None:
+        """Decode the table's rows with `schema` from here on (after its DDL was applied downstream)."""
+        key = (schema.database, schema.table)
+        self.schemas[key] = schema
+        self._to_driver[key] = driver_form(schema.columns)
+
     def _row(self, key: tuple[str, str], values: dict[str, Any]) -> tuple[Any, ...]:
         schema = self.schemas[key]
         if len(values) != len(schema.column_names) or any(c not in values for c in schema.column_names):
+            # With binlog_row_metadata=FULL every row event names its columns, so rows are never misread.
             raise SchemaChangeError(
-                f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the table "
-                f"now has {sorted(schema.column_names)}: its schema changed after this change was written. Schema "
-                "evolution is not applied yet; re-snapshot the table (drop its target and state rows)"
+                f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the job "
+                f"expects {sorted(schema.column_names)}: its schema changed without a DDL statement the job could "
+                "follow. Re-snapshot the table (drop its target and state rows)"
             )
         return tuple(fn(values[c]) for fn, c in zip(self._to_driver[key], schema.column_names, strict=True))
 
-    def transactions(self, idle: Callable[[], bool] | None = None) -> Iterator[Transaction]:
-        """Complete transactions; with `idle`, heartbeats ask whether to stop while nothing happens."""
+    def transactions(self, idle: Callable[[], bool] | None = None) -> Iterator[Transaction | DdlStatement]:
+        """Complete transactions; with `idle`, heartbeats ask whether to stop while nothing happens.
+
+        With `on_ddl="evolve"` an ALTER TABLE of a captured table is yielded as a `DdlStatement` between
+        the transactions before and after it: the caller commits what came before, evolves the target and
+        calls `set_schema`, and the rows after it (whose table-map events carry the new column names) are
+        decoded with the new schema.
+        """
         current: Transaction | None = None
         try:
             for event in self._stream:
@@ -195,8 +243,15 @@ class BinlogReader:
                     query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
                     if query.strip().upper() == "BEGIN":
                         continue
-                    if _DDL.match(query) and self._touches_captured(event, query):
-                        self._schema_change(query, end)
+                    touched = ddl_tables(query, _text(event.schema), self._tables)
+                    if touched:
+                        start = self.position
+                        self._schema_change(query, touched, end)
+                        if self.on_ddl == "evolve":
+                            self.position = end
+                            current = None
+                            yield DdlStatement(query, tuple(touched), start, end)
+                            continue
                     if query.strip().upper() != "COMMIT":
                         # A DDL statement is a transaction of its own: its end is a boundary.
                         self.position = end
@@ -214,17 +269,25 @@ class BinlogReader:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
 
-    def _touches_captured(self, event: Any, query: str) -> bool:
-        schema = str(event.schema.decode() if isinstance(event.schema, bytes) else event.schema)
-        lowered = query.lower().replace("`", "")
-        return any(t.lower() in lowered and (db == schema or db.lower() in lowered) for db, t in self._tables)
-
-    def _schema_change(self, query: str, end: BinlogPosition) -> None:
+    def _schema_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
+        """Apply the policy's refusals; returns when the statement is to be ignored or evolved."""
+        names = ", ".join(f"{db}.{t}" for db, t in touched)
         if self.on_ddl == "ignore":
-            log.warning("ignoring schema change at %s: %s", end, query[:200])
+            log.warning("ignoring schema change of %s at %s: %s", names, end, query[:200])
             return
-        raise SchemaChangeError(
-            f"a captured table's schema changed at {end}: {query[:200]!r}. Schema evolution is not applied yet; "
-            "set `stream.on_schema_change: ignore` only if the change does not affect captured columns, or "
-            "re-snapshot the table"
+        if self.on_ddl == "evolve" and _ALTER_TABLE.match(query):
+            return
+        why = (
+            "only ALTER TABLE can be followed (a dropped, renamed, truncated or replaced table cannot)"
+            if self.on_ddl == "evolve"
+            else "`stream.on_schema_change` is `fail`"
         )
+        raise SchemaChangeError(
+            f"the schema of {names} changed at binlog position {end}: {query[:200]!r}; {why}. Everything before "
+            "the statement is committed. Set `stream.on_schema_change: evolve` to follow ALTER TABLE where "
+            "Iceberg allows it, `ignore` only if captured columns are unchanged, or re-snapshot the table"
+        )
+
+
+def _text(value: Any) -> str:
+    return str(value.decode() if isinstance(value, bytes) else value)

@@ -675,3 +675,13 @@ def test_changelog_must_be_a_boolean() -> None:
     assert error_of(with_sink(changelog="yes")) == "`sink.changelog` must be bool, got 'yes'"
     data = cfg(table_options={"db.t": {"changelog": 1}})
     assert error_of(data) == "`table_options.db.t.changelog` must be bool, got 1"
+
+
+def test_schema_change_policy_defaults_to_evolve_and_names_its_choices() -> None:
+    assert parse_config(cfg()).stream.on_schema_change == "evolve"
+    for policy in ("evolve", "fail", "ignore"):
+        assert parse_config(cfg(stream={"on_schema_change": policy})).stream.on_schema_change == policy
+    assert (
+        error_of(cfg(stream={"on_schema_change": "apply"}))
+        == "`stream.on_schema_change` must be one of evolve, fail, ignore; got 'apply'"
+    )

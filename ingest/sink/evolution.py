@@ -1,0 +1,332 @@
+"""Schema evolution of a target from a DDL in the binlog: which source changes Iceberg can follow, and how.
+
+The rule is "never silently wrong": a change is followed only when every value an old row holds in MySQL
+after the ALTER is the value Iceberg already holds (or gets from the default backfill). MySQL rewrites
+old rows during an ALTER without writing binlog events, so a value-changing ALTER (narrowing, a charset
+change, dropping or renaming a column, a new primary key) could never be mirrored from the binlog and
+stops the job with a `SchemaChangeError` instead. `plan_schema_change` is pure; the functions taking a
+Spark session apply a plan to a target idempotently, so the step can be re-run after a crash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from ingest.errors import SchemaChangeError, UnsupportedTableError
+from ingest.sink.types import SourceColumn, TargetColumn, map_column, quote_identifier, rows_to_record_batch
+
+log = logging.getLogger(__name__)
+
+SOURCE_SCHEMA_PROPERTY = "ingest.source-schema"
+"""Table property: the MySQL schema (JSON) the target mirrors at its committed offset."""
+
+_INT_RANK = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 5}
+_TEXT_CAPACITY = {"tinytext": 255, "text": 65535, "mediumtext": 16777215, "longtext": 4294967295}
+_BLOB_CAPACITY = {"tinyblob": 255, "blob": 65535, "mediumblob": 16777215, "longblob": 4294967295}
+_LENGTH = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
+_MEMBERS = re.compile(r"'((?:[^']|'')*)'")
+# Iceberg's legal type promotions, as the Spark types of ingest/sink/types.py name them.
+_DECIMAL = re.compile(r"DECIMAL\((\d+),(\d+)\)")
+
+
+@dataclass(frozen=True)
+class AddedColumn:
+    column: SourceColumn
+    after: str | None
+    """The column it follows in the source (None: it is the first)."""
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """What a target must do to follow one source schema change."""
+
+    added: tuple[AddedColumn, ...] = ()
+    widened: tuple[tuple[str, str], ...] = ()
+    """(column, new Spark type): int -> bigint, float -> double, decimal precision up."""
+    relaxed: tuple[str, ...] = ()
+    """Columns that became nullable in the source and are required in Iceberg."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.widened or self.relaxed)
+
+
+# --- the pure diff ------------------------------------------------------------------------------------
+
+
+def _length(column_type: str) -> int | None:
+    match = _LENGTH.search(column_type)
+    return int(match.group(1)) if match else None
+
+
+def _text_capacity(col: SourceColumn) -> int | None:
+    if col.data_type in ("char", "varchar", "binary", "varbinary"):
+        return _length(col.column_type)
+    return _TEXT_CAPACITY.get(col.data_type, _BLOB_CAPACITY.get(col.data_type))
+
+
+def _fsp(col: SourceColumn) -> int:
+    return col.datetime_precision or 0
+
+
+def _same_values(old: SourceColumn, new: SourceColumn) -> str | None:
+    """None when every old value is unchanged by MySQL's conversion to the new type; else why not."""
+    if old.column_type.lower() == new.column_type.lower() and old.data_type == new.data_type:
+        return None
+    a, b = old.data_type, new.data_type
+    if a in _INT_RANK and b in _INT_RANK:
+        if old.unsigned and not new.unsigned:
+            return None if _INT_RANK[b] > _INT_RANK[a] else "a narrowing integer change"
+        if not old.unsigned and new.unsigned:
+            return "signed to unsigned (negative values would change)"
+        return None if _INT_RANK[b] >= _INT_RANK[a] else "a narrowing integer change"
+    if a == "float" and b == "double":
+        return None
+    if a == "decimal" and b == "decimal":
+        if old.numeric_scale != new.numeric_scale:
+            return "a decimal scale change (values would be rounded or rescaled)"
+        if (new.numeric_precision or 0) < (old.numeric_precision or 0):
+            return "a narrowing decimal change"
+        return None
+    text = ("char", "varchar", *_TEXT_CAPACITY)
+    blobs = ("binary", "varbinary", *_BLOB_CAPACITY)
+    for family, fixed in ((text, "char"), (blobs, "binary")):
+        if a in family and b in family:
+            if old.character_set != new.character_set:
+                return "a character set change"
+            if b == fixed and a != fixed:
+                return f"a change to fixed-length {fixed.upper()} (values would be padded)"
+            if (_text_capacity(new) or 0) < (_text_capacity(old) or 0):
+                return "a shorter length (values could be truncated)"
+            return None
+    if a == b and a in ("datetime", "timestamp"):
+        return None if _fsp(new) >= _fsp(old) else "fewer fractional second digits"
+    if a == b and a in ("enum", "set"):
+        old_members, new_members = _MEMBERS.findall(old.column_type), _MEMBERS.findall(new.column_type)
+        return None if new_members[: len(old_members)] == old_members else "ENUM/SET members changed or reordered"
+    return f"a type change from {old.column_type} to {new.column_type}"
+
+
+def _iceberg_change(old: TargetColumn, new: TargetColumn) -> Literal["same", "widen"] | None:
+    """How the Iceberg type follows (None: Iceberg cannot promote it)."""
+    if old.spark_type == new.spark_type:
+        return "same"
+    if (old.spark_type, new.spark_type) in (("INT", "BIGINT"), ("FLOAT", "DOUBLE")):
+        return "widen"
+    a, b = _DECIMAL.fullmatch(old.spark_type), _DECIMAL.fullmatch(new.spark_type)
+    if a and b and a.group(2) == b.group(2) and int(b.group(1)) >= int(a.group(1)):
+        return "widen"
+    return None
+
+
+def plan_schema_change(old: Any, new: Any, statement: str = "", position: str = "") -> SchemaPlan:
+    """The plan that makes a target of `old` (a TableSchema) follow `new`, or SchemaChangeError naming why not.
+
+    Column order changes need nothing: targets are written by column name. Added columns become nullable in
+    Iceberg (a required column cannot be added to a table that has rows); their default is backfilled.
+    """
+    reasons: list[str] = []
+    table = old.table_id
+    new_by_name = {c.name: c for c in new.columns}
+    for col in old.columns:
+        if col.name not in new_by_name:
+            reasons.append(f"column {col.name!r} was dropped or renamed")
+    if tuple(old.primary_key) != tuple(new.primary_key):
+        reasons.append(f"the primary key changed from {list(old.primary_key)} to {list(new.primary_key)}")
+    widened: list[tuple[str, str]] = []
+    relaxed: list[str] = []
+    for col in old.columns:
+        after = new_by_name.get(col.name)
+        if after is None:
+            continue
+        why = _same_values(col, after)
+        if why is None:
+            try:
+                old_target, new_target = map_column(table, col), map_column(table, after)
+            except UnsupportedTableError as e:
+                reasons.append(str(e))
+                continue
+            kind = _iceberg_change(old_target, new_target)
+            if kind is None:
+                why = f"Iceberg cannot promote {old_target.spark_type} to {new_target.spark_type}"
+            elif kind == "widen":
+                widened.append((col.name, new_target.spark_type))
+            if not old_target.nullable and new_target.nullable and col.name not in new.primary_key:
+                relaxed.append(col.name)
+        if why is not None:
+            reasons.append(f"column {col.name!r}: {why} ({col.column_type} -> {after.column_type})")
+    added: list[AddedColumn] = []
+    old_names = set(old.column_names)
+    previous: str | None = None
+    for col in new.columns:
+        if col.name not in old_names:
+            try:
+                map_column(table, col)
+            except UnsupportedTableError as e:
+                reasons.append(str(e))
+            added.append(AddedColumn(col, previous))
+        previous = col.name
+    if reasons:
+        raise SchemaChangeError(
+            f"{table}: the schema change{f' at {position}' if position else ''}"
+            f"{f' ({statement[:200]!r})' if statement else ''} cannot be applied to Iceberg without making "
+            f"old rows wrong: {'; '.join(reasons)}. Nothing after it was applied; re-snapshot the table (drop its "
+            "target and its state rows) or set `stream.on_schema_change: ignore` if the change does not matter"
+        )
+    return SchemaPlan(tuple(added), tuple(widened), tuple(relaxed))
+
+
+# --- defaults of added columns ------------------------------------------------------------------------
+
+DefaultKind = Literal["null", "constant", "implicit", "expression"]
+_NUMERIC_LITERAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def default_kind(flavor: str, col: SourceColumn, column_default: str | None, extra: str) -> DefaultKind:
+    """What MySQL wrote into old rows for an added column, from information_schema.COLUMNS.
+
+    MariaDB reports COLUMN_DEFAULT as an SQL expression (literals quoted, `NULL` for a NULL default);
+    MySQL 8 reports literals bare and marks expressions with DEFAULT_GENERATED in EXTRA. "implicit" is a
+    NOT NULL column without a default: old rows hold the type's zero value.
+    """
+    if column_default is None or (flavor == "mariadb" and column_default.upper() == "NULL"):
+        return "null" if col.nullable else "implicit"
+    if flavor == "mariadb":
+        literal = column_default.startswith("'") or _NUMERIC_LITERAL.fullmatch(column_default) is not None
+        return "constant" if literal else "expression"
+    return "expression" if "DEFAULT_GENERATED" in extra.upper() else "constant"
+
+
+def implicit_default(col: SourceColumn) -> Any:
+    """The value MySQL gives old rows for a NOT NULL column added without a default, in PyMySQL's form."""
+    if col.data_type in _INT_RANK or col.data_type in ("float", "double", "year"):
+        return 0
+    if col.data_type == "decimal":
+        return Decimal(0)
+    if col.data_type in ("char", "varchar", *_TEXT_CAPACITY):
+        return ""
+    if col.data_type in ("varbinary", *_BLOB_CAPACITY):
+        return b""
+    return None  # no safe guess: the caller refuses
+
+
+# --- the source schema a target mirrors ---------------------------------------------------------------
+
+
+def schema_to_json(schema: Any) -> str:
+    return json.dumps(
+        {
+            "columns": [dataclasses.asdict(c) for c in schema.columns],
+            "primary_key": list(schema.primary_key),
+            "chunk_key": list(schema.chunk_key),
+            "collations": list(schema.collations),
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def schema_from_json(database: str, table: str, text: str) -> Any:
+    from ingest.source.mysql import TableSchema
+
+    data = json.loads(text)
+    return TableSchema(
+        database,
+        table,
+        tuple(SourceColumn(**c) for c in data["columns"]),
+        tuple(data["primary_key"]),
+        tuple(data["chunk_key"]),
+        tuple(data["collations"]),
+    )
+
+
+def spark_string(text: str) -> str:
+    """A Spark SQL string literal (backslash escapes are on by default)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# --- applying a plan with Spark (idempotent: every step looks at the table first) ----------------------
+
+
+def _iceberg_columns(spark: Any, target: str) -> dict[str, Any]:
+    spark.sql(f"REFRESH TABLE {target}")
+    return {f.name: f for f in spark.table(target).schema.fields}
+
+
+def _same_type(field: Any, spark_type: str) -> bool:
+    return str(field.dataType.simpleString()).replace(" ", "").lower() == spark_type.replace(" ", "").lower()
+
+
+def apply_plan(spark: Any, target: str, table_id: str, plan: SchemaPlan) -> list[str]:
+    """Evolve the Iceberg schema; steps already done (a re-run after a crash) are skipped. Returns the DDL run."""
+    done: list[str] = []
+    existing = _iceberg_columns(spark, target)
+    for added in plan.added:
+        name = added.column.name
+        if name in existing:
+            continue
+        spark_type = map_column(table_id, added.column).spark_type
+        # At its source position when the column before it is in the target; else at the end.
+        if added.after is None:
+            where = " FIRST"
+        elif added.after in existing:
+            where = f" AFTER {quote_identifier(added.after)}"
+        else:
+            where = ""
+        done.append(f"ALTER TABLE {target} ADD COLUMN {quote_identifier(name)} {spark_type}{where}")
+        spark.sql(done[-1])
+        existing = _iceberg_columns(spark, target)
+    for name, spark_type in plan.widened:
+        if not _same_type(existing[name], spark_type):
+            done.append(f"ALTER TABLE {target} ALTER COLUMN {quote_identifier(name)} TYPE {spark_type}")
+            spark.sql(done[-1])
+    for name in plan.relaxed:
+        if not existing[name].nullable:
+            done.append(f"ALTER TABLE {target} ALTER COLUMN {quote_identifier(name)} DROP NOT NULL")
+            spark.sql(done[-1])
+    return done
+
+
+def backfill(
+    spark: Any,
+    target: str,
+    table_id: str,
+    values: Mapping[str, Any],
+    columns: Sequence[SourceColumn],
+    snapshot_properties: Mapping[str, str],
+) -> None:
+    """Set added columns of every row to the value MySQL gave old rows, in one commit tagged with the DDL.
+
+    Called only while the target holds nothing newer than the DDL (checked by the caller through the
+    committed offset), so it touches old rows only, and once: its commit records the DDL's position.
+    """
+    from ingest.sink.merge import snapshot_properties as tagged
+
+    targets = [dataclasses.replace(map_column(table_id, c), nullable=True) for c in columns if c.name in values]
+    frame = spark.createDataFrame(
+        pa.Table.from_batches([rows_to_record_batch(targets, [tuple(values[t.name] for t in targets)])])
+    )
+    view = f"ingest_backfill_{abs(hash((target, tuple(values))))}"
+    frame.createOrReplaceTempView(view)
+    sets = ", ".join(f"t.{quote_identifier(t.name)} = s.{quote_identifier(t.name)}" for t in targets)
+    try:
+        with tagged(spark, snapshot_properties):
+            spark.sql(f"MERGE INTO {target} t USING {view} s ON TRUE WHEN MATCHED THEN UPDATE SET {sets}")
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def store_source_schema(spark: Any, target: str, schema: Any) -> None:
+    spark.sql(
+        f"ALTER TABLE {target} SET TBLPROPERTIES ({spark_string(SOURCE_SCHEMA_PROPERTY)} = "
+        f"{spark_string(schema_to_json(schema))})"
+    )

@@ -1,0 +1,162 @@
+"""Unit tests of the pure side of schema evolution: which source changes a target can follow, and how;
+which DDL statements touch which captured tables; what old rows hold for an added column."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from ingest.errors import SchemaChangeError
+from ingest.sink.evolution import (
+    AddedColumn,
+    SchemaPlan,
+    default_kind,
+    implicit_default,
+    plan_schema_change,
+    schema_from_json,
+    schema_to_json,
+    spark_string,
+)
+from ingest.sink.types import SourceColumn
+from ingest.source.binlog import ddl_tables
+from ingest.source.mysql import TableSchema
+
+
+def col(name: str, column_type: str, nullable: bool = True, **kw: object) -> SourceColumn:
+    data_type = column_type.split("(")[0].split()[0].lower()
+    args = column_type.split("(")[1].split(")")[0].split(",") if "(" in column_type else []
+    if data_type == "decimal":
+        kw.setdefault("numeric_precision", int(args[0]))
+        kw.setdefault("numeric_scale", int(args[1]))
+    if data_type in ("char", "varchar", "text"):
+        kw.setdefault("character_set", "utf8mb4")
+    return SourceColumn(name, data_type, column_type, nullable, **kw)  # type: ignore[arg-type]
+
+
+ID = col("id", "int(11)", False)
+
+
+def table(*columns: SourceColumn, key: tuple[str, ...] = ("id",)) -> TableSchema:
+    return TableSchema("db", "t", (ID, *columns), key, key, (None,) * len(key))
+
+
+def plan(old: TableSchema, new: TableSchema) -> SchemaPlan:
+    return plan_schema_change(old, new, "ALTER TABLE t ...", "bin.000001:400")
+
+
+def test_added_columns_are_placed_after_their_source_neighbour() -> None:
+    a, b, c = col("a", "int(11)"), col("b", "varchar(5)"), col("c", "int(11)", False)
+    result = plan(table(a), table(c, a, b))
+    assert result.added == (AddedColumn(c, "id"), AddedColumn(b, "a"))
+    assert not result.widened and not result.relaxed
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "widened"),
+    [
+        ("int(11)", "bigint(20)", [("v", "BIGINT")]),
+        ("tinyint(4)", "int(11)", []),  # both INT in Iceberg
+        ("smallint(5) unsigned", "int(11)", []),
+        ("int(10) unsigned", "bigint(20)", []),  # both BIGINT
+        ("float", "double", [("v", "DOUBLE")]),
+        ("decimal(10,2)", "decimal(20,2)", [("v", "DECIMAL(20,2)")]),
+        ("varchar(20)", "varchar(200)", []),
+        ("varchar(20)", "text", []),
+        ("enum('a','b')", "enum('a','b','c')", []),
+    ],
+)
+def test_value_preserving_changes_are_followed(old: str, new: str, widened: list[tuple[str, str]]) -> None:
+    result = plan(table(col("v", old)), table(col("v", new)))
+    assert list(result.widened) == widened and not result.added
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("bigint(20)", "int(11)", "narrowing integer"),
+        ("int(11)", "int(10) unsigned", "signed to unsigned"),
+        ("bigint(20)", "bigint(20) unsigned", "signed to unsigned"),
+        ("bigint(20) unsigned", "decimal(20,0)", "type change"),
+        ("decimal(10,2)", "decimal(10,3)", "scale change"),
+        ("decimal(30,2)", "decimal(40,2)", "Iceberg cannot promote DECIMAL\\(30,2\\) to STRING"),
+        ("varchar(20)", "varchar(5)", "shorter length"),
+        ("varchar(20)", "char(20)", "fixed-length CHAR"),
+        ("double", "float", "type change"),
+        ("int(11)", "varchar(20)", "type change"),
+        ("enum('a','b')", "enum('b','a')", "ENUM/SET members"),
+    ],
+)
+def test_value_changing_changes_are_refused_naming_the_column(old: str, new: str, why: str) -> None:
+    with pytest.raises(SchemaChangeError, match=rf"db\.t: the schema change at bin.000001:400 .*'v': .*{why}"):
+        plan(table(col("v", old)), table(col("v", new)))
+
+
+def test_dropped_renamed_columns_and_a_new_primary_key_are_refused() -> None:
+    v, w = col("v", "int(11)"), col("w", "int(11)")
+    with pytest.raises(SchemaChangeError, match="column 'v' was dropped or renamed"):
+        plan(table(v), table(w))
+    with pytest.raises(SchemaChangeError, match=r"primary key changed from \['id'\] to \['id', 'v'\]"):
+        plan(table(col("v", "int(11)", False)), table(col("v", "int(11)", False), key=("id", "v")))
+
+
+def test_nullability() -> None:
+    # NOT NULL -> NULL relaxes the Iceberg column; NULL -> NOT NULL keeps it optional (nothing to do).
+    assert plan(table(col("v", "int(11)", False)), table(col("v", "int(11)", True))).relaxed == ("v",)
+    assert plan(table(col("v", "int(11)", True)), table(col("v", "int(11)", False))).empty
+
+
+@pytest.mark.parametrize(
+    ("flavor", "default", "extra", "nullable", "kind"),
+    [
+        ("mariadb", "7", "", False, "constant"),
+        ("mariadb", "'x''y'", "", True, "constant"),
+        ("mariadb", "-1.5e3", "", True, "constant"),
+        ("mariadb", "NULL", "", True, "null"),
+        ("mariadb", None, "", True, "null"),
+        ("mariadb", None, "", False, "implicit"),
+        ("mariadb", "current_timestamp()", "", False, "expression"),
+        ("mariadb", "(`a` + 1)", "", True, "expression"),
+        ("mysql", "7", "", False, "constant"),
+        ("mysql", "CURRENT_TIMESTAMP", "DEFAULT_GENERATED", False, "expression"),
+        ("mysql", None, "", False, "implicit"),
+    ],
+)
+def test_default_kinds(flavor: str, default: str | None, extra: str, nullable: bool, kind: str) -> None:
+    assert default_kind(flavor, col("c", "int(11)", nullable), default, extra) == kind
+
+
+def test_implicit_defaults_are_the_zero_values_or_unknown() -> None:
+    assert implicit_default(col("c", "int(11)", False)) == 0
+    assert implicit_default(col("c", "decimal(5,2)", False)) == Decimal(0)
+    assert implicit_default(col("c", "varchar(3)", False)) == ""
+    assert implicit_default(col("c", "date", False)) is None  # a zero date: refused by the caller
+
+
+def test_source_schema_round_trips_through_json() -> None:
+    schema = table(col("v", "decimal(10,2)"), col("s", "varchar(9)"))
+    assert schema_from_json("db", "t", schema_to_json(schema)) == schema
+
+
+def test_spark_string_escapes_quotes_and_backslashes() -> None:
+    assert spark_string("""a'b\\c"d""") == """'a\\'b\\\\c"d'"""
+
+
+CAPTURED = [("shop", "t"), ("shop", "orders")]
+
+
+@pytest.mark.parametrize(
+    ("query", "default_db", "touched"),
+    [
+        ("ALTER TABLE t ADD COLUMN c INT", "shop", [("shop", "t")]),
+        ("alter online ignore table `shop`.`orders` modify x bigint", "other", [("shop", "orders")]),
+        ("ALTER TABLE t2 ADD COLUMN c INT", "shop", []),  # a table whose name contains a captured one
+        ("ALTER TABLE t ADD COLUMN c INT", "other", []),
+        ("ALTER TABLE IF EXISTS shop . t DROP c", "x", [("shop", "t")]),
+        ("DROP TABLE t", "shop", [("shop", "t")]),
+        ("RENAME TABLE orders TO orders_old", "shop", [("shop", "orders")]),
+        ("INSERT INTO t VALUES (1)", "shop", []),
+    ],
+)
+def test_ddl_tables(query: str, default_db: str, touched: list[tuple[str, str]]) -> None:
+    assert ddl_tables(query, default_db, CAPTURED) == touched
