@@ -130,6 +130,8 @@ class StreamConfig:
     heartbeat_seconds: float = 1.0
     on_schema_change: SchemaChangePolicy = "evolve"
     """DDL on a captured table: evolve the target where Iceberg allows it (else stop), stop, or ignore."""
+    concurrent_merges: int = 4
+    """Tables of one batch MERGEd at the same time (each is its own Iceberg commit)."""
 
 
 @dataclass(frozen=True)
@@ -393,7 +395,8 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     spk.done()
 
     stm = top.section(
-        "stream", ("batch_max_changes", "batch_interval_seconds", "heartbeat_seconds", "on_schema_change")
+        "stream",
+        ("batch_max_changes", "batch_interval_seconds", "heartbeat_seconds", "on_schema_change", "concurrent_merges"),
     )
     stream = StreamConfig(
         batch_max_changes=stm.positive_int("batch_max_changes", 20000),
@@ -402,6 +405,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         on_schema_change=cast(
             SchemaChangePolicy, stm.choice("on_schema_change", ("evolve", "fail", "ignore"), "evolve")
         ),
+        concurrent_merges=stm.positive_int("concurrent_merges", 4),
     )
     stm.done()
 

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from ingest.sink.evolution import (
     schema_from_json,
     store_source_schema,
 )
-from ingest.sink.merge import committed_offset, merge_into, stream_offset_properties
+from ingest.sink.merge import committed_offset, merge_into, snapshot_properties, stream_offset_properties
 from ingest.sink.targets import qualified
 from ingest.source.binlog import (
     BinlogReader,
@@ -440,26 +441,43 @@ def _commit(
         for change in tx.changes:
             per_table[change.table_id].append(change)
             transaction_of[id(change)] = tx
-    merged = applied = 0
+    work: list[tuple[TableStream, list[RowChange], list[RowChange]]] = []
     for table_id, changes in sorted(per_table.items()):
         table = tables[table_id]
         # What the target (and the changelog) hold already is skipped, each by its own committed offset.
         floor = _older(table.committed, table.changelog_committed) if table.changelog else table.committed
         if floor is not None:
             changes = [c for c in changes if c.position > floor]
-        changes = filters[table_id].keep(changes)
+        changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
         to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
+        done = table.changelog_committed
+        to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
+        if to_merge or to_log:
+            work.append((table, to_merge, to_log))
+
+    def apply(table: TableStream, to_merge: list[RowChange], to_log: list[RowChange]) -> bool:
+        merged = False
         if to_merge:
-            merged += _merge_table(spark, config, table, to_merge, end)
-            applied += len(to_merge)
+            merged = _merge_table(spark, config, table, to_merge, end)
             crash_point("stream.after_table_commit")
-        if table.changelog is not None:
-            done = table.changelog_committed
-            to_log = [c for c in changes if done is None or c.position > done]
-            if to_log:
-                crash_point("stream.before_changelog_commit")
-                _append_changelog(spark, config, table, to_log, transaction_of, end)
-                crash_point("stream.after_changelog_commit")
+        if to_log:
+            crash_point("stream.before_changelog_commit")
+            _append_changelog(spark, config, table, to_log, transaction_of, end)
+            crash_point("stream.after_changelog_commit")
+        return merged
+
+    # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
+    with snapshot_properties(spark, stream_offset_properties(config.name, end)):
+        workers = min(len(work), config.stream.concurrent_merges)
+        if workers <= 1:
+            results = [apply(*w) for w in work]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
+                futures = [pool.submit(apply, *w) for w in work]
+                wait(futures)
+                results = [f.result() for f in futures]  # the first failure is raised; the state is not written
+    merged = sum(results)
+    applied = sum(len(to_merge) for _, to_merge, _ in work)
     crash_point("stream.before_state")
     state.record_offset(Watermark(end, None), source_time)
     crash_point("stream.after_state")
@@ -490,7 +508,7 @@ def _merge_table(
         namespace, name = config.target_for(table.schema.database, table.schema.table)
         return committed_offset(_catalog(config).load_table((namespace, name)), config.name)
 
-    done = merge_into(spark, table.target, table.schema, finals, config.name, end, read_offset)
+    done = merge_into(spark, table.target, table.schema, finals, config.name, end, read_offset, set_properties=False)
     table.committed = end
     return done
 

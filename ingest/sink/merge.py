@@ -100,8 +100,13 @@ def merge_into(
     pipeline: str,
     end: BinlogPosition,
     read_offset: Any,
+    set_properties: bool = True,
 ) -> bool:
-    """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state."""
+    """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state.
+
+    With `set_properties` False the caller has already set the batch's summary (`snapshot_properties`),
+    once for MERGEs of several tables running at the same time: the session's settings are shared.
+    """
     view = f"ingest_batch_{abs(hash((target, str(end))))}"
     _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
     columns = [quote_identifier(c) for c in schema.column_names]
@@ -120,7 +125,10 @@ def merge_into(
             if done is not None and done >= end:
                 return False  # committed before (a replay, or a commit that raised after succeeding)
             try:
-                with snapshot_properties(spark, props):
+                if set_properties:
+                    with snapshot_properties(spark, props):
+                        spark.sql(sql)
+                else:
                     spark.sql(sql)
                 return True
             except Exception as e:  # noqa: BLE001 - Spark surfaces Iceberg's conflicts as generic errors
