@@ -125,7 +125,7 @@ class SnapshotConfig:
 class StreamConfig:
     """The binlog phase after the snapshot."""
 
-    batch_max_changes: int = 20000
+    batch_max_changes: int = 100_000
     batch_interval_seconds: float = 5.0
     heartbeat_seconds: float = 1.0
     on_schema_change: SchemaChangePolicy = "evolve"
@@ -399,7 +399,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         ("batch_max_changes", "batch_interval_seconds", "heartbeat_seconds", "on_schema_change", "concurrent_merges"),
     )
     stream = StreamConfig(
-        batch_max_changes=stm.positive_int("batch_max_changes", 20000),
+        batch_max_changes=stm.positive_int("batch_max_changes", 100_000),
         batch_interval_seconds=_positive_float(stm, "batch_interval_seconds", 5.0),
         heartbeat_seconds=_positive_float(stm, "heartbeat_seconds", 1.0),
         on_schema_change=cast(

@@ -228,6 +228,9 @@ def stream(
 
         def flush(end: BinlogPosition, caught_up_at: float | None = None) -> None:
             nonlocal committed, last_flush, pending, pending_changes, source_time
+            # The interval counts from the start of a commit, not its end: while it runs the reader keeps
+            # reading, so under load batches follow each other and lag stays near max(interval, commit).
+            started = time.monotonic()
             if end > committed or pending:
                 if pending:
                     source_time = max(tx.commit_time for tx in pending)
@@ -238,7 +241,7 @@ def stream(
                 committed = end
             pending = []
             pending_changes = 0
-            last_flush = time.monotonic()
+            last_flush = started
 
         def should_stop() -> bool:
             return stop is not None and stop.event.is_set()
