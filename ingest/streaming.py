@@ -246,6 +246,21 @@ def stream(
         def should_stop() -> bool:
             return stop is not None and stop.event.is_set()
 
+        stop_by: float | None = None
+
+        def stop_now() -> bool:
+            """Asked to stop, and the grace to read what the source wrote before the signal is over.
+
+            A stop waits for the reader to catch up (the next heartbeat, `Idle`) so that what was written
+            before the signal is in the last commit; under a load that never lets it idle, STOP_GRACE_SECONDS.
+            """
+            nonlocal stop_by
+            if not should_stop():
+                return False
+            if stop_by is None:
+                stop_by = time.monotonic() + STOP_GRACE_SECONDS
+            return time.monotonic() >= stop_by
+
         def batch_due() -> bool:
             return time.monotonic() - last_flush >= config.stream.batch_interval_seconds
 
@@ -253,7 +268,7 @@ def stream(
             try:
                 for item in prefetch:
                     if isinstance(item, Tick):
-                        if should_stop():
+                        if stop_now():
                             break
                         continue
                     if isinstance(item, Idle):
@@ -287,7 +302,7 @@ def stream(
                         flush(tx.end)
                     if goal is not None and tx.end >= goal and not pending:
                         break
-                    if should_stop():
+                    if stop_now():
                         break
             except SchemaChangeError:
                 # Everything before the DDL is committed; the job stops at the statement.
@@ -422,6 +437,10 @@ def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPla
                 continue  # the table is empty now: every old row is deleted by a later event anyway
             values[col.name] = found[0]
     return {k: v for k, v in values.items() if v is not None}
+
+
+STOP_GRACE_SECONDS = 10.0
+"""How long a stop (SIGTERM) waits at most for the reader to catch up before the last commit."""
 
 
 def _changes_in(item: Any) -> int:
