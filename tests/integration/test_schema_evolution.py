@@ -1,0 +1,169 @@
+"""DDL in the binlog (MISSION.md "Binlog phase"): ALTER TABLE is followed in binlog order where Iceberg allows
+it, a column added with a default shows that default in old rows, anything else stops the job after committing
+what came before, and the schema-change step is exactly once across kill -9."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ingest.config import PipelineConfig, parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.errors import SchemaChangeError
+from ingest.pipeline import run
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.state.table import StateTable
+from ingest.streaming import SUMMARY_SCHEMA_CHANGE
+from ingest.verify import verify
+from tests.conftest import embedded_sink, run_ingest, source_section
+
+pytestmark = pytest.mark.integration
+
+
+def _section(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, **stream: Any) -> dict[str, Any]:
+    return {
+        "name": db,
+        "source": source_section(mariadb),
+        "tables": {"include": [rf"{db}\.t"]},
+        "sink": {**embedded_sink(tmp_path), "catalog_name": catalog},
+        "snapshot": {"chunk_size": 40},
+        "stream": {"batch_interval_seconds": 1, **stream},
+    }
+
+
+def _setup(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, **stream: Any) -> PipelineConfig:
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT)",
+        f"INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_120",
+    )
+    return parse_config(_section(mariadb, db, tmp_path, catalog, **stream))
+
+
+def _mysql_rows(mariadb: MariaDBServer, db: str) -> list[dict[str, Any]]:
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT * FROM t ORDER BY id")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _iceberg(config: PipelineConfig, db: str) -> Any:
+    return load_pyiceberg_catalog(config.sink).load_table((db, "t"))
+
+
+def _iceberg_rows(config: PipelineConfig, db: str) -> list[dict[str, Any]]:
+    return sorted(_iceberg(config, db).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+
+
+def _backfills(config: PipelineConfig, db: str) -> int:
+    return sum(
+        1
+        for s in _iceberg(config, db).snapshots()
+        if s.summary is not None and SUMMARY_SCHEMA_CHANGE in s.summary.additional_properties
+    )
+
+
+def test_added_and_widened_columns_follow_the_binlog_and_old_rows_get_the_default(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "evo"
+    config = _setup(mariadb, db, tmp_path, "evo_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(
+        f"UPDATE {db}.t SET n = -1 WHERE id <= 5",
+        f"INSERT INTO {db}.t VALUES (500, 'before', 500)",
+        # One statement, two columns: a nullable one in the middle, a NOT NULL one with a default at the end.
+        f"ALTER TABLE {db}.t ADD COLUMN note VARCHAR(10) NULL AFTER v, ADD COLUMN seven INT NOT NULL DEFAULT 7",
+        f"UPDATE {db}.t SET seven = 1, note = 'changed' WHERE id BETWEEN 3 AND 8",
+        f"INSERT INTO {db}.t VALUES (501, 'after', 'n', 501, 70)",
+        f"DELETE FROM {db}.t WHERE id = 10",
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)
+    assert _iceberg_rows(config, db)[0] == {"id": 1, "v": "v1", "note": None, "n": -1, "seven": 7}
+    mariadb.execute(
+        f"ALTER TABLE {db}.t MODIFY n BIGINT, MODIFY v VARCHAR(64)",
+        f"UPDATE {db}.t SET n = 9000000000, v = REPEAT('x', 60) WHERE id = 11",
+        f"INSERT INTO {db}.t VALUES (502, 'big', NULL, -9000000000, 7)",
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)
+    fields = {f.name: str(f.field_type) for f in _iceberg(config, db).schema().fields}
+    assert list(fields) == ["id", "v", "note", "n", "seven"]
+    assert fields["n"] == "long" and fields["seven"] == "int" and fields["note"] == "string"
+    assert _backfills(config, db) == 1
+
+
+def test_an_unsupported_change_stops_the_job_after_committing_what_came_before(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "evo_drop"
+    config = _setup(mariadb, db, tmp_path, "evo_drop_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(
+        f"UPDATE {db}.t SET n = -3 WHERE id = 3",
+        f"ALTER TABLE {db}.t DROP COLUMN v",
+        f"UPDATE {db}.t SET n = -4 WHERE id = 4",
+    )
+    with pytest.raises(SchemaChangeError, match=rf"{db}\.t: the schema change at .*DROP COLUMN v.*'v' was dropped"):
+        run(config, spark=spark, until_caught_up=True)
+    rows = {r["id"]: r for r in _iceberg_rows(config, db)}
+    assert rows[3]["n"] == -3 and rows[4]["n"] == 4  # committed up to the DDL, nothing after it
+    assert "v" in {f.name for f in _iceberg(config, db).schema().fields}
+
+
+def test_a_table_altered_again_later_is_refused_not_guessed(spark: Any, mariadb: MariaDBServer, tmp_path: Path) -> None:
+    db = "evo_twice"
+    config = _setup(mariadb, db, tmp_path, "evo_twice_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(
+        f"UPDATE {db}.t SET n = -3 WHERE id = 3",
+        f"ALTER TABLE {db}.t ADD COLUMN a INT DEFAULT 1",
+        f"UPDATE {db}.t SET a = 5 WHERE id = 4",
+        f"ALTER TABLE {db}.t ADD COLUMN b INT DEFAULT 2",
+    )
+    with pytest.raises(SchemaChangeError, match=r"was altered again later, at .*ADD COLUMN b"):
+        run(config, spark=spark, until_caught_up=True)
+    assert {r["id"]: r for r in _iceberg_rows(config, db)}[3]["n"] == -3
+
+
+def test_a_non_constant_default_is_refused(spark: Any, mariadb: MariaDBServer, tmp_path: Path) -> None:
+    db = "evo_now"
+    config = _setup(mariadb, db, tmp_path, "evo_now_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP")
+    with pytest.raises(SchemaChangeError, match=r"adds column 'at' .*current_timestamp\(\).* not in the binlog"):
+        run(config, spark=spark, until_caught_up=True)
+
+
+@pytest.mark.parametrize("crash_at", ["stream.after_schema_change:1", "stream.after_backfill:1"])
+def test_kill_9_inside_the_schema_change_step_then_resume_applies_it_once(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+) -> None:
+    db = "evo_kill"
+    catalog = "k_" + "".join(c if c.isalnum() else "_" for c in crash_at)
+    config = _setup(mariadb, db, tmp_path, catalog)
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(
+        f"UPDATE {db}.t SET n = -1 WHERE id <= 5",
+        f"ALTER TABLE {db}.t ADD COLUMN seven INT NOT NULL DEFAULT 7",
+        f"UPDATE {db}.t SET seven = 1 WHERE id BETWEEN 3 AND 8",
+    )
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(_section(mariadb, db, tmp_path, catalog)))
+    crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert _backfills(config, db) == (1 if crash_at.startswith("stream.after_backfill") else 0)
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)
+    assert _backfills(config, db) == 1  # never redone over the rows changed after it
+    offset = StateTable.open(config).stream_offset()
+    assert offset is not None
