@@ -24,9 +24,7 @@ from tests.conftest import embedded_sink, source_section
 pytestmark = pytest.mark.integration
 
 
-def _setup(
-    mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, on_schema_change: str = "evolve"
-) -> PipelineConfig:
+def _setup(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, **stream: Any) -> PipelineConfig:
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -43,7 +41,7 @@ def _setup(
             "tables": {"include": [rf"{db}\.t"]},
             "sink": sink,
             "snapshot": {"chunk_size": 50},
-            "stream": {"batch_interval_seconds": 1, "on_schema_change": on_schema_change},
+            "stream": {"batch_interval_seconds": 1, **stream},
         }
     )
 
@@ -105,7 +103,7 @@ def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
         run(config, spark=spark, until_caught_up=True)
 
 
-def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement_under_fail(
+def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     config = _setup(mariadb, "ddl", tmp_path, "ddl_lake", on_schema_change="fail")
@@ -115,23 +113,37 @@ def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement_under_fail(
     committed = StateTable.open(config).stream_offset()
     assert committed is not None
     mariadb.execute("ALTER TABLE ddl.t ADD COLUMN extra INT DEFAULT 5", "UPDATE ddl.t SET n = -8 WHERE id = 8")
-    with pytest.raises(SchemaChangeError, match=r"ALTER TABLE ddl.t ADD COLUMN extra"):
+    with pytest.raises(
+        SchemaChangeError,
+        match=r"the schema of ddl.t changed at binlog position \S+:\d+: 'ALTER TABLE ddl.t ADD COLUMN extra.*is `fail`",
+    ):
         run(config, spark=spark, until_caught_up=True)
     assert StateTable.open(config).stream_offset() == committed  # nothing after the DDL was applied
 
 
-def test_a_change_older_than_the_live_schema_decodes_with_the_schema_the_target_mirrors(
+def test_a_change_older_than_the_live_schema_is_decoded_with_the_schema_the_target_mirrors(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     config = _setup(mariadb, "ddl2", tmp_path, "ddl2_lake")
     run(config, spark=spark, until_caught_up=True)
     # The job is down while a change and then a DDL happen: at restart the live schema is already the new one,
-    # but the UPDATE before the DROP was written with the old columns and must be read with them.
+    # but the change before the DDL is decoded with the schema stored in the target, and committed.
     mariadb.execute("UPDATE ddl2.t SET n = -7 WHERE id = 7", "ALTER TABLE ddl2.t DROP COLUMN v")
-    with pytest.raises(SchemaChangeError, match=r"DROP COLUMN v.*column 'v' was dropped or renamed"):
+    with pytest.raises(SchemaChangeError, match=r"ddl2.t: the schema change at .* 'v' was dropped or renamed"):
         run(config, spark=spark, until_caught_up=True)
-    rows = load_pyiceberg_catalog(config.sink).load_table(("ddl2", "t")).scan(row_filter="id = 7").to_arrow()
-    assert rows.to_pylist() == [{"id": 7, "v": "v7", "n": -7}], "the change before the DDL is applied, exactly"
+    table = load_pyiceberg_catalog(config.sink).load_table(("ddl2", "t"))
+    assert {r["id"]: r["n"] for r in table.scan().to_arrow().to_pylist()}[7] == -7
+
+
+def test_a_change_older_than_the_loaded_schema_is_refused_not_misread(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    # With `ignore` the job decodes with the live schema; a row written before the DDL must not be misread.
+    config = _setup(mariadb, "ddl3", tmp_path, "ddl3_lake", on_schema_change="ignore")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute("UPDATE ddl3.t SET n = -7 WHERE id = 7", "ALTER TABLE ddl3.t DROP COLUMN v")
+    with pytest.raises(SchemaChangeError, match=r"a binlog row of ddl3.t .* has columns .* but the job expects"):
+        run(config, spark=spark, until_caught_up=True)
 
 
 def test_idle_captured_tables_still_move_the_offset(spark: Any, mariadb: MariaDBServer, tmp_path: Path) -> None:
