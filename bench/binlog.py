@@ -53,6 +53,7 @@ from bench.snapshot import (
     ROOT,
     STARTED_LINE,
     BenchError,
+    PacedWriter,
     TreeMonitor,
     _fmt,
     _int_list,
@@ -442,45 +443,26 @@ class StreamProbe:
     def install(self) -> None:
         import ingest.streaming as streaming
         from ingest.source.binlog import Transaction
-        from ingest.source.mysql import TableSchema
-        from ingest.state.table import StateTable
-        from ingest.streaming import HighWatermarkFilter, StopSignal, TableStream
 
         original_stream, original_commit = streaming.stream, streaming._commit
         probe = self
 
-        def stream(
-            spark: Any,
-            config: PipelineConfig,
-            state: StateTable,
-            schemas: Sequence[TableSchema],
-            flavor: str,
-            until_caught_up: bool,
-            stop: StopSignal | None = None,
-        ) -> BinlogPosition:
+        def stream(*args: Any, **kwargs: Any) -> BinlogPosition:
             probe.cpu_start = tree_cpu(probe.root)
             probe.started_wall = time.time()
             probe.started = time.perf_counter()
             print(STREAM_LINE, flush=True)
             try:
-                return original_stream(spark, config, state, schemas, flavor, until_caught_up, stop)
+                return original_stream(*args, **kwargs)
             finally:
                 probe.ended = time.perf_counter()
                 probe.cpu_end = tree_cpu(probe.root)
 
-        def commit(
-            spark: Any,
-            config: PipelineConfig,
-            state: StateTable,
-            tables: dict[str, TableStream],
-            filters: dict[str, HighWatermarkFilter],
-            batch: list[Transaction],
-            end: BinlogPosition,
-            *args: Any,
-            **kwargs: Any,
-        ) -> None:
+        def commit(*args: Any, **kwargs: Any) -> None:
+            # _commit(spark, config, state, tables, filters, batch, end, ...)
+            batch: list[Transaction] = kwargs["batch"] if "batch" in kwargs else args[5]
             started_wall, started = time.time(), time.perf_counter()
-            original_commit(spark, config, state, tables, filters, batch, end, *args, **kwargs)
+            original_commit(*args, **kwargs)
             probe.batches.append(
                 {
                     "started_at": round(started_wall, 3),
@@ -661,7 +643,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
             build = time.perf_counter() - t0
             t0 = time.perf_counter()
             position = BinlogPosition("mysql-bin.000001", 4 + r)
-            merge_into(spark, names[version, "merge"], schema, batch, "bench_merge", position, _none)
+            merge_into(spark, names[version, "merge"], schema, batch, position, _none)
             merge_s = time.perf_counter() - t0
             summary = _last_summary(spark, names[version, "merge"])
             t0 = time.perf_counter()
@@ -791,52 +773,22 @@ class Worker:
 # Lag at a fixed offered load.
 
 
-class InsertWriter:
+class InsertWriter(PacedWriter):
     """Single-row autocommit INSERTs into bench.orders at about `rate` per second, ids from `first_id` up.
 
     Each row's `updated_us` is the server's clock at the statement (its commit follows at once)."""
 
     def __init__(self, server: MariaDBServer, first_id: int, rate: float) -> None:
-        self.server = server
+        super().__init__(server, rate, "insert-writer")
         self.first_id = first_id
-        self.rate = rate
-        self.written = 0
-        self.seconds = 0.0
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="insert-writer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _loop(self) -> None:
-        interval = 1.0 / self.rate
-        sql = (
+        self._sql = (
             f"INSERT INTO {DATABASE}.orders ({ORDER_COLUMNS}) "
             f"VALUES (%s, %s, 'lag', 1.00, NOW(6), {US_NOW}, 'lag probe')"
         )
-        started = time.perf_counter()
-        try:
-            with self.server.admin(DATABASE) as conn, conn.cursor() as cur:
-                next_at = started
-                while not self._stop.is_set():
-                    i = self.first_id + self.written
-                    cur.execute(sql, (i, i % 5000 + 1))
-                    self.written += 1
-                    next_at += interval
-                    delay = next_at - time.perf_counter()
-                    if delay > 0:
-                        self._stop.wait(delay)
-                    elif delay < -1.0:
-                        next_at = time.perf_counter()  # fell behind: keep the pace, do not burst
-        except Exception as e:  # reported with the results
-            self.error = f"{type(e).__name__}: {e}"
-        self.seconds = time.perf_counter() - started
+
+    def write(self, cur: Any) -> None:
+        i = self.first_id + self.written
+        cur.execute(self._sql, (i, i % 5000 + 1))
 
 
 class LagPoller:

@@ -550,19 +550,20 @@ def spawn_worker(
     return result
 
 
-class UpdateWriter:
-    """Updates random rows at about `rate` single-row autocommit transactions per second, in a thread."""
+class PacedWriter:
+    """Single-statement autocommit transactions at about `rate` per second, in a thread, as root.
 
-    def __init__(self, server: MariaDBServer, table: str, rows: int, rate: float) -> None:
+    Subclasses say what one statement is (`write`); `written` counts them. A writer that falls behind keeps
+    its pace instead of bursting. An error stops it and is reported with the results."""
+
+    def __init__(self, server: MariaDBServer, rate: float, name: str) -> None:
         self.server = server
-        self.table = table
-        self.rows = rows
         self.rate = rate
-        self.updates = 0
+        self.written = 0
         self.seconds = 0.0
         self.error: str | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="update-writer", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -572,20 +573,18 @@ class UpdateWriter:
         if self._thread.is_alive():
             self._thread.join()
 
+    def write(self, cur: Any) -> None:
+        raise NotImplementedError
+
     def _loop(self) -> None:
-        rng = random.Random(20240601)
         interval = 1.0 / self.rate
-        sql = (
-            f"UPDATE {DATABASE}.{self.table} SET c_bigint = c_bigint + 1, c_double = RAND(), "
-            "c_timestamp = NOW() WHERE id = %s"
-        )
         started = time.perf_counter()
         try:
             with self.server.admin(DATABASE) as conn, conn.cursor() as cur:
                 next_at = started
                 while not self._stop.is_set():
-                    cur.execute(sql, (rng.randint(1, self.rows),))
-                    self.updates += 1
+                    self.write(cur)
+                    self.written += 1
                     next_at += interval
                     delay = next_at - time.perf_counter()
                     if delay > 0:
@@ -596,12 +595,28 @@ class UpdateWriter:
             self.error = f"{type(e).__name__}: {e}"
         self.seconds = time.perf_counter() - started
 
+
+class UpdateWriter(PacedWriter):
+    """Updates random rows of `table` (ids 1..`rows`)."""
+
+    def __init__(self, server: MariaDBServer, table: str, rows: int, rate: float) -> None:
+        super().__init__(server, rate, "update-writer")
+        self.rows = rows
+        self._rng = random.Random(20240601)
+        self._sql = (
+            f"UPDATE {DATABASE}.{table} SET c_bigint = c_bigint + 1, c_double = RAND(), "
+            "c_timestamp = NOW() WHERE id = %s"
+        )
+
+    def write(self, cur: Any) -> None:
+        cur.execute(self._sql, (self._rng.randint(1, self.rows),))
+
     def summary(self) -> dict[str, Any]:
         return {
             "target_rate": self.rate,
-            "updates": self.updates,
+            "updates": self.written,
             "seconds": round(self.seconds, 3),
-            "achieved_rate": self.updates / self.seconds if self.seconds else 0.0,
+            "achieved_rate": self.written / self.seconds if self.seconds else 0.0,
             "error": self.error,
         }
 

@@ -70,12 +70,11 @@ def _iso(value: dt.datetime | float | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat(timespec="seconds")
 
 
-def _table_commits(config: PipelineConfig, table_id: str) -> dict[str, Any]:
+def _table_commits(config: PipelineConfig, catalog: Any, table_id: str) -> dict[str, Any]:
     """The target's last commit time and stream offset, and its changelog's, from Iceberg metadata."""
     from pyiceberg.exceptions import NoSuchTableError
 
     database, _, table = table_id.partition(".")
-    catalog = load_pyiceberg_catalog(config.sink)
     out: dict[str, Any] = {"last_commit": None, "stream_offset": None}
     names = {"": config.target_for(database, table)}
     changelog = config.changelog_for(database, table)
@@ -98,6 +97,7 @@ def _table_commits(config: PipelineConfig, table_id: str) -> dict[str, Any]:
 def table_status(config: PipelineConfig, state: StateTable | None = None) -> list[dict[str, Any]]:
     """Per table: phase, chunks done / total, rows, high watermarks, last commit and committed offsets."""
     state = StateTable.open(config) if state is None else state
+    catalog = load_pyiceberg_catalog(config.sink)
     out = []
     for table_id in state.tables():
         plan = state.plan(table_id) or []
@@ -112,7 +112,7 @@ def table_status(config: PipelineConfig, state: StateTable | None = None) -> lis
                 "rows": sum(r.row_count for r in done.values()),
                 "low_high_watermark": str(min(highs).position) if highs else None,
                 "high_high_watermark": str(max(highs).position) if highs else None,
-                **_table_commits(config, table_id),
+                **_table_commits(config, catalog, table_id),
             }
         )
     return out

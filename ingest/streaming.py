@@ -31,7 +31,7 @@ from ingest.changes.materializer import Change, materialize
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
 from ingest.faults import crash_point
-from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
+from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog
 from ingest.sink.evolution import (
     SOURCE_SCHEMA_PROPERTY,
@@ -135,7 +135,7 @@ class HighWatermarkFilter:
 
 
 def _table_streams(config: PipelineConfig, state: StateTable, schemas: Sequence[TableSchema]) -> list[TableStream]:
-    catalog = load_pyiceberg_catalog(config.sink)
+    catalog = cached_pyiceberg_catalog(config.sink)
     out = []
     for schema in schemas:
         done = state.done(schema.table_id)
@@ -343,7 +343,7 @@ def evolve_table(
     crash_point("stream.after_schema_change")
     if values:
         namespace, name = config.target_for(old.database, old.table)
-        held = committed_offset(_catalog(config).load_table((namespace, name)), config.name)
+        held = committed_offset(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)), config.name)
         if held is None or held < ddl.end:
             props = {**stream_offset_properties(config.name, ddl.end), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
             backfill(spark, table.target, old.table_id, values, live.columns, props)
@@ -528,9 +528,9 @@ def _merge_table(
         if attempts == 1 or (table.committed is not None and table.committed >= end):
             return table.committed
         namespace, name = config.target_for(table.schema.database, table.schema.table)
-        return committed_offset(_catalog(config).load_table((namespace, name)), config.name)
+        return committed_offset(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)), config.name)
 
-    done = merge_into(spark, table.target, table.schema, finals, config.name, end, read_offset, set_properties=False)
+    done = merge_into(spark, table.target, table.schema, finals, end, read_offset)
     table.committed = end
     return done
 
@@ -567,11 +567,7 @@ def _append_changelog(
         done = table.changelog_committed
         if attempts == 1 or (done is not None and done >= end):
             return done
-        return committed_offset(_catalog(config).load_table(names), config.name)
+        return committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)
 
     append_changelog(spark, qualified(config, *names), table.schema, rows, config.name, end, read_offset)
     table.changelog_committed = end
-
-
-def _catalog(config: PipelineConfig) -> Any:
-    return cached_pyiceberg_catalog(config.sink)

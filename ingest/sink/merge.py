@@ -97,15 +97,13 @@ def merge_into(
     target: str,
     schema: TableSchema,
     finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None],
-    pipeline: str,
     end: BinlogPosition,
     read_offset: Any,
-    set_properties: bool = True,
 ) -> bool:
     """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state.
 
-    With `set_properties` False the caller has already set the batch's summary (`snapshot_properties`),
-    once for MERGEs of several tables running at the same time: the session's settings are shared.
+    The caller sets the batch's summary around it (`snapshot_properties` with `stream_offset_properties`),
+    once for the MERGEs of several tables running at the same time: the session's settings are shared.
     """
     view = f"ingest_batch_{abs(hash((target, str(end))))}"
     _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
@@ -118,18 +116,13 @@ def merge_into(
         f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
         f"VALUES ({', '.join(f's.{c}' for c in columns)})"
     )
-    props = stream_offset_properties(pipeline, end)
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = read_offset()
             if done is not None and done >= end:
                 return False  # committed before (a replay, or a commit that raised after succeeding)
             try:
-                if set_properties:
-                    with snapshot_properties(spark, props):
-                        spark.sql(sql)
-                else:
-                    spark.sql(sql)
+                spark.sql(sql)
                 return True
             except Exception as e:  # noqa: BLE001 - Spark surfaces Iceberg's conflicts as generic errors
                 text = str(e)

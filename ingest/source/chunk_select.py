@@ -14,6 +14,7 @@ the session settings of ``ingest.source.mysql.connect`` (UTC, utf8mb4, TLS as co
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import Sequence
@@ -49,8 +50,11 @@ def _mysqlclient() -> Any:
     return importlib.import_module("MySQLdb")
 
 
+@functools.cache
 def resolve_driver(driver: str) -> str:
-    """The driver `auto` stands for on this machine; `mysqlclient` must import when asked for by name."""
+    """The driver `auto` stands for on this machine; `mysqlclient` must import when asked for by name.
+
+    Once per process (an executor reads many chunks): the import is tried, and a fallback warned, once."""
     if driver == "pymysql":
         return driver
     try:
