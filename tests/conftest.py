@@ -20,6 +20,20 @@ CDC_USER = "cdc"
 CDC_PASSWORD_ENV = "INGEST_TEST_MYSQL_PASSWORD"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Spark scratch space (copied jars, shuffle files, native libraries) under pytest's own temp root.
+
+    A job killed with SIGKILL cannot remove its `spark-*` directory (about 120 MB of jars), and the
+    kill tests do that dozens of times; pytest keeps only its last few temp roots.
+    """
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    # JVM options for every Spark launched from here, in-process or as a job (not printed, unlike _JAVA_OPTIONS).
+    os.environ["SPARK_SUBMIT_OPTS"] = f"-Djava.io.tmpdir={scratch}"
+    return scratch
+
+
 @pytest.fixture(scope="session")
 def cdc_password() -> str:
     password = "cdc-" + secrets.token_hex(8)
