@@ -117,7 +117,7 @@ class SnapshotConfig:
 
     chunk_size: int = 8192
     parallelism: int = 2
-    chunks_per_commit: int = 32
+    chunks_per_commit: int = 128
     driver: Literal["auto", "mysqlclient", "pymysql"] = "auto"
 
 
@@ -377,7 +377,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     snapshot = SnapshotConfig(
         chunk_size=snp.positive_int("chunk_size", 8192),
         parallelism=snp.positive_int("parallelism", 2),
-        chunks_per_commit=snp.positive_int("chunks_per_commit", 32),
+        chunks_per_commit=snp.positive_int("chunks_per_commit", 128),
         driver=cast(
             Literal["auto", "mysqlclient", "pymysql"],
             snp.choice("driver", ("auto", "mysqlclient", "pymysql"), "auto"),

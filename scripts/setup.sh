@@ -51,6 +51,8 @@ step "Python virtualenv (.venv)"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -c constraints.txt -e '.[dev,fast]'
+# Spark's Python daemons import pyspark from a zip, where Python keeps no bytecode: add it once.
+.venv/bin/python -m ingest.runtime.worker_archive
 
 step "Iceberg jars (Maven Central)"
 INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.jars

@@ -113,7 +113,7 @@ def test_minimal_config_takes_every_default() -> None:
     assert sink.format_version == 2
     assert dict(sink.table_properties) == {}
 
-    assert config.snapshot == SnapshotConfig(chunk_size=8192, parallelism=2, chunks_per_commit=32)
+    assert config.snapshot == SnapshotConfig(chunk_size=8192, parallelism=2, chunks_per_commit=128)
     assert config.spark.master == "local[2]"
     assert dict(config.spark.conf) == {}
 
