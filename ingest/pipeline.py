@@ -41,7 +41,7 @@ from ingest.source.mysql import (
     server_flavor,
 )
 from ingest.source.position import Watermark
-from ingest.source.snapshot_source import chunk_reports, make_chunk_source
+from ingest.source.snapshot_source import chunk_reports, make_chunk_source, start_warm_up
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
 from ingest.status import print_status, table_status
@@ -107,8 +107,10 @@ def run(
     info = discover(config)
     stop = StopSignal()
     stop.install()
+    warm_up = None
     try:
         spark = spark_session(config) if spark is None else attach_catalog(spark, config)
+        warm_up = start_warm_up(spark)
         state = StateTable.open(config)
         for schema in info.schemas:
             snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
@@ -121,6 +123,8 @@ def run(
         log.info("binlog phase stopped at %s", end)
     finally:
         stop.uninstall()
+        if warm_up is not None:
+            warm_up.join(timeout=60)  # not left running into a caller's spark.stop()
 
 
 def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:

@@ -9,6 +9,8 @@ produced the rows, so the rows are read once and written once, with nothing cach
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,6 +20,8 @@ from pyspark.accumulators import AccumulatorParam
 from ingest.sink.types import TargetColumn, quote_identifier
 from ingest.source.chunk_reader import ChunkTask, read_chunk
 from ingest.source.position import Watermark
+
+log = logging.getLogger(__name__)
 
 ROWS_PER_BATCH = 8192
 
@@ -118,3 +122,41 @@ def make_chunk_source(
             return ChunkReader()
 
     return ChunkSource
+
+
+def _warm_up_source() -> Any:
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class WarmUpReader(DataSourceReader):
+        def read(self, partition: Any) -> Iterator[Any]:
+            return iter(())
+
+    class WarmUpSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "ingest_warm_up"
+
+        def schema(self) -> str:
+            return "x INT"
+
+        def reader(self, schema: Any) -> Any:
+            return WarmUpReader()
+
+    return WarmUpSource
+
+
+def start_warm_up(spark: Any) -> threading.Thread:
+    """Read an empty Python data source on a thread, so the Python processes a chunk read needs (data
+    source lookup, creation, planning, the worker; each a daemon that imports pyspark, then this
+    package) start while the driver creates the target and plans chunks, not after."""
+
+    def warm() -> None:
+        try:
+            spark.dataSource.register(_warm_up_source())
+            spark.read.format("ingest_warm_up").load().collect()
+        except Exception as e:  # noqa: BLE001 - only a head start; the real read reports real errors
+            log.debug("warm-up read failed: %s", e)
+
+    thread = threading.Thread(target=warm, name="ingest-warm-up", daemon=True)
+    thread.start()
+    return thread
