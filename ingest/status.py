@@ -1,9 +1,11 @@
 """`ingest status`: what the job has committed, per table and job-wide, and how far behind the source it is.
 
 Everything comes from Iceberg (state table, target snapshots) plus two cheap source queries (`SHOW
-MASTER STATUS`, `SHOW BINARY LOGS`), so status works while the job runs or is down, and needs no more
-grants than the job. Lag is given in binlog bytes and files (exact and cheap) and in seconds (an upper
-bound, see `lag_seconds`); counting events would mean reading the binlog.
+MASTER STATUS`, `SHOW BINARY LOGS`, on MariaDB `BINLOG_GTID_POS`), so status works while the job runs or
+is down, and needs no more grants than the job. Lag is given in binlog bytes and files (exact and cheap),
+in transactions on MariaDB (GTID sequence numbers; MySQL has no function that maps a binlog position to
+its GTID set) and in seconds (an upper bound, see `lag_seconds`). Row events are not counted: that would
+mean reading the binlog.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import pymysql
+
 from ingest.config import PipelineConfig
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import committed_offset
 from ingest.source.binlog import binlog_sizes
 from ingest.source.mysql import connect, server_flavor
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, MariadbGtidPos
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
@@ -46,6 +50,21 @@ def bytes_behind(committed: BinlogPosition, current: BinlogPosition, sizes: Mapp
     if committed.file not in sizes or len(between) != current.file_number - committed.file_number - 1:
         return None
     return sizes[committed.file] - committed.pos + sum(sizes[f] for f in between) + current.pos
+
+
+def transactions_behind(cur: Any, committed: BinlogPosition, server_gtid: MariadbGtidPos) -> int | None:
+    """MariaDB: transactions between the committed offset and the server's GTID position (every database
+    of the server, like the byte count). None when the server cannot map the offset to a GTID position
+    (its binlog file was purged, or the query failed)."""
+    try:
+        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (committed.file, committed.pos))
+    except pymysql.err.MySQLError as e:
+        log.warning("cannot map the committed offset to a GTID position: %s", e)
+        return None
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        return None
+    return server_gtid.transactions_since(MariadbGtidPos.parse(str(row[0])))
 
 
 def lag_seconds(caught_up: bool | None, source_time: int | None, now: float) -> float | None:
@@ -126,11 +145,16 @@ def binlog_status(config: PipelineConfig, state: StateTable, now: float | None =
     source_time = state.offset_source_time()
     server: BinlogPosition | None = None
     sizes: dict[str, int] = {}
+    transactions: int | None = None
     try:
         with connect(config.source) as conn:
             flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
-            server = read_watermark(conn, flavor).position
+            watermark = read_watermark(conn, flavor)
+            server = watermark.position
             sizes = binlog_sizes(conn)
+            if committed is not None and isinstance(watermark.gtid, MariadbGtidPos):
+                with conn.cursor() as cur:
+                    transactions = transactions_behind(cur, committed, watermark.gtid)
     except Exception as e:  # noqa: BLE001 - status still shows what Iceberg knows when MySQL is down
         log.warning("cannot reach the source for the current binlog position: %s", e)
     behind = files = None
@@ -146,6 +170,7 @@ def binlog_status(config: PipelineConfig, state: StateTable, now: float | None =
         "caught_up": caught_up,
         "bytes_behind": behind,
         "files_behind": files,
+        "transactions_behind": transactions,
         "source_time_at_offset": _iso(source_time),
         "lag_seconds": lag_seconds(caught_up, source_time, now),
         "last_commit": _iso(state.offset_recorded_at()),
@@ -163,11 +188,19 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
         stream = "binlog phase not started"
     else:
         lag = binlog["lag_seconds"]
+        behind = [
+            f"{binlog[key]} {unit}"
+            for key, unit in (
+                ("bytes_behind", "bytes"),
+                ("files_behind", "files"),
+                ("transactions_behind", "transactions"),
+            )
+            if binlog[key] is not None
+        ]
         stream = (
             f"binlog committed up to {binlog['committed_offset']} at {binlog['last_commit']}; server at "
             f"{binlog['server_position'] or 'unknown'}"
-            + ("" if binlog["bytes_behind"] is None else f", {binlog['bytes_behind']} bytes")
-            + ("" if binlog["files_behind"] is None else f" / {binlog['files_behind']} files behind")
+            + (f", {' / '.join(behind)} behind" if behind else "")
             + ("" if lag is None else f", lag {lag:.0f} s")
         )
     print(f"pipeline {config.name}: {len(rows)} tables; {stream}")

@@ -389,6 +389,14 @@ class MariadbGtidPos:
                 best[gtid.domain_id] = gtid
         return MariadbGtidPos(tuple(best.values()))
 
+    def transactions_since(self, earlier: MariadbGtidPos) -> int:
+        """How many transactions this position is past `earlier`: per domain, the difference of the
+        sequence numbers, which the server gives out one per transaction (a domain `earlier` lacks
+        counts from 0). Domains behind `earlier` count 0, never negative."""
+        return sum(
+            max(0, g.seq_no - (0 if (e := earlier.get(g.domain_id)) is None else e.seq_no)) for g in self.entries
+        )
+
     def issubset(self, other: MariadbGtidPos) -> bool:
         """Whether every domain of `self` is in `other` with a seq no greater than `other`'s."""
         return all(other.contains(g.domain_id, g.server_id, g.seq_no) for g in self.entries)

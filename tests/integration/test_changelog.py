@@ -125,6 +125,7 @@ def test_changelog_holds_every_change_in_order_and_status_shows_the_lag(
     assert binlog["caught_up"] is True, binlog
     assert binlog["committed_offset"] == binlog["server_position"]
     assert (binlog["bytes_behind"], binlog["files_behind"], binlog["lag_seconds"]) == (0, 0, 0.0)
+    assert binlog["transactions_behind"] == 0
     assert binlog["last_commit"] is not None and binlog["source_time_at_offset"] is not None
     tables = {t["table"]: t for t in table_status(config, state)}
     acct = tables[f"{db}.acct"]
@@ -141,9 +142,12 @@ def test_changelog_holds_every_change_in_order_and_status_shows_the_lag(
     assert status.returncode == 0, status.stderr[-3000:]
     behind = json.loads(status.stdout)["binlog"]
     assert behind["caught_up"] is False and behind["bytes_behind"] > 0 and behind["files_behind"] == 0
+    assert behind["transactions_behind"] == 1  # the one autocommit UPDATE
     assert behind["lag_seconds"] >= 1 and behind["committed_offset"] == binlog["committed_offset"]
     text = run_ingest("status", "--config", str(config_file))
-    assert text.returncode == 0 and "bytes / 0 files behind, lag" in text.stdout, text.stdout + text.stderr[-2000:]
+    assert text.returncode == 0 and "bytes / 0 files / 1 transactions behind, lag" in text.stdout, (
+        text.stdout + text.stderr[-2000:]
+    )
 
 
 @pytest.mark.parametrize(

@@ -279,6 +279,16 @@ def test_mariadb_parse_normalizes(text: str, canonical: str) -> None:
     assert MariadbGtidPos.parse(str(pos)) == pos
 
 
+def test_mariadb_transactions_since_counts_seq_per_domain() -> None:
+    now = MariadbGtidPos.parse("0-1-120,1-2-9,5-3-4")
+    assert now.transactions_since(MariadbGtidPos.parse("0-1-100,1-2-7")) == 20 + 2 + 4  # domain 5 from 0
+    assert now.transactions_since(now) == 0
+    # After a failover the domain continues on another server: only the sequence numbers count.
+    assert MariadbGtidPos.parse("0-9-105").transactions_since(MariadbGtidPos.parse("0-1-100")) == 5
+    assert MariadbGtidPos.parse("0-1-90").transactions_since(MariadbGtidPos.parse("0-1-100,1-1-3")) == 0
+    assert MariadbGtidPos().transactions_since(now) == 0
+
+
 @pytest.mark.parametrize(
     ("gtid", "expected"),
     [
