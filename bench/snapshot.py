@@ -398,7 +398,7 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
     """Our executor-side work without Spark: every chunk through `chunk_batches` (lock-free read + Arrow), serially."""
     from ingest.pipeline import discover
     from ingest.sink.targets import target_columns
-    from ingest.source.chunk_reader import ChunkTask
+    from ingest.source.chunk_reader import ChunkConnections, ChunkTask
     from ingest.source.chunks import split_table
     from ingest.source.mysql import connect
     from ingest.source.snapshot_source import chunk_batches, source_schema
@@ -425,9 +425,10 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
     rows = events = 0
     select_s = window_s = read_s = 0.0
     reports: dict[int, dict[str, Any]] = {}
+    sessions = ChunkConnections(config.source, config.snapshot.driver)  # kept across chunks, as a partition does
     for chunk in plan:
         task = ChunkTask(config.source, info.flavor, schema, chunk)
-        for _batch in chunk_batches(task, targets, arrow_schema, lambda i, m: reports.__setitem__(i, m)):
+        for _batch in chunk_batches(task, targets, arrow_schema, lambda i, m: reports.__setitem__(i, m), sessions):
             pass
         meta = reports[chunk.index]
         rows += int(meta["rows"])
@@ -435,6 +436,7 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
         select_s += float(meta["timings"]["select"])
         window_s += float(meta["timings"]["window"])
         read_s += float(meta["seconds"])
+    sessions.close()
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
     db_after = mariadb_cpu(server)

@@ -69,41 +69,74 @@ class ChunkResult:
         return list(zip(*columns, strict=True)) if columns else []
 
 
-def read_chunk(task: ChunkTask) -> ChunkResult:
+class ChunkConnections:
+    """The two sessions chunk reads use, opened on first use and kept for the chunks that follow (one
+    Spark partition reads many chunks; with TLS a connection costs several round trips):
+    `conn` (PyMySQL) for watermarks and the binlog window's lookups, `select` for the read view."""
+
+    def __init__(self, source: SourceConfig, driver: str) -> None:
+        self.source, self.driver = source, driver
+        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._select: Any = None
+
+    @property
+    def conn(self) -> pymysql.connections.Connection[Any]:
+        if self._conn is None:
+            self._conn = connect(self.source)
+        return self._conn
+
+    @property
+    def select(self) -> Any:
+        if self._select is None:
+            self._select = open_select(self.source, self.driver)
+        return self._select
+
+    def close(self) -> None:
+        for closable in (self._select, self._conn):
+            if closable is not None:
+                closable.close()
+        self._select = self._conn = None
+
+    def __enter__(self) -> ChunkConnections:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_chunk(task: ChunkTask, connections: ChunkConnections | None = None) -> ChunkResult:
+    """Read one chunk; with `connections`, on sessions the caller keeps open for its next chunks."""
+    if connections is None:
+        with ChunkConnections(task.source, task.driver) as own:
+            return read_chunk(task, own)
     started = time.perf_counter()
     schema, chunk = task.schema, task.chunk
     targets = target_columns(schema)
-    conn = connect(task.source)
-    try:
-        low = read_watermark(conn, task.flavor)
-        select = open_select(task.source, task.driver)
-        try:
-            snapshot_point = select.begin(task.flavor)
-            if snapshot_point is not None:
-                # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
-                low = Watermark(snapshot_point.position, low.gtid)
-            if task.hook:
-                task.hook("after_low_watermark", chunk)
-            where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
-            columns = ", ".join(quote(c) for c in schema.column_names)
-            table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
-            select.end()  # end the read view at once: no metadata lock is held between chunks
-        finally:
-            select.close()
-        crash_point(f"chunk.after_select.{chunk.table_id}.{chunk.index}")
-        select_done = time.perf_counter()
-        if task.hook:
-            task.hook("before_high_watermark", chunk)
-        high = read_watermark(conn, task.flavor)
-        if task.hook:
-            task.hook("after_high_watermark", chunk)
-        events = 0
-        if high.position > low.position:
-            finals, events = window_changes(task, conn, low, high)
-            table = _apply_finals(table, targets, schema.key_positions(), finals)
-        result = ChunkResult(table, low, high, events)
-    finally:
-        conn.close()
+    conn = connections.conn
+    low = read_watermark(conn, task.flavor)
+    select = connections.select
+    snapshot_point = select.begin(task.flavor)
+    if snapshot_point is not None:
+        # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
+        low = Watermark(snapshot_point.position, low.gtid)
+    if task.hook:
+        task.hook("after_low_watermark", chunk)
+    where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
+    columns = ", ".join(quote(c) for c in schema.column_names)
+    table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
+    select.end()  # end the read view at once: no metadata lock is held between chunks
+    crash_point(f"chunk.after_select.{chunk.table_id}.{chunk.index}")
+    select_done = time.perf_counter()
+    if task.hook:
+        task.hook("before_high_watermark", chunk)
+    high = read_watermark(conn, task.flavor)
+    if task.hook:
+        task.hook("after_high_watermark", chunk)
+    events = 0
+    if high.position > low.position:
+        finals, events = window_changes(task, conn, low, high)
+        table = _apply_finals(table, targets, schema.key_positions(), finals)
+    result = ChunkResult(table, low, high, events)
     result.seconds = time.perf_counter() - started
     result.timings = {"select": select_done - started, "window": time.perf_counter() - select_done}
     return result

@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from ingest.sink.types import TargetColumn, quote_identifier
-from ingest.source.chunk_reader import ChunkTask, read_chunk
+from ingest.source.chunk_reader import ChunkConnections, ChunkTask, read_chunk
 from ingest.source.position import Watermark
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,14 @@ def source_schema(targets: Sequence[TargetColumn]) -> tuple[str, Any]:
 
 
 def chunk_batches(
-    task: ChunkTask, targets: Sequence[TargetColumn], arrow_schema: Any, report: ChunkReport
+    task: ChunkTask,
+    targets: Sequence[TargetColumn],
+    arrow_schema: Any,
+    report: ChunkReport,
+    connections: ChunkConnections | None = None,
 ) -> Iterator[Any]:
     """Read one chunk and yield its rows; once all are yielded, report the chunk's watermarks and row count."""
-    result = read_chunk(task)
+    result = read_chunk(task, connections)
     for data in result.table.to_batches(max_chunksize=ROWS_PER_BATCH):
         yield pa.RecordBatch.from_arrays(data.columns, schema=arrow_schema)
     report(
@@ -107,8 +111,15 @@ def make_chunk_source(
             return [InputPartition(group) for group in groups]
 
         def read(self, partition: Any) -> Iterator[Any]:
-            for task in partition.value:
-                yield from chunk_batches(task, target_list, arrow_schema, lambda i, m: reports.add({i: m}))
+            tasks = partition.value
+            if not tasks:
+                return
+            # The chunks of one partition come from one batch: one source, one driver, one pair of sessions.
+            with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
+                for task in tasks:
+                    yield from chunk_batches(
+                        task, target_list, arrow_schema, lambda i, m: reports.add({i: m}), connections
+                    )
 
     class ChunkSource(DataSource):
         @classmethod

@@ -16,7 +16,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import UnsupportedTableError
 from ingest.sink.targets import target_columns
 from ingest.sink.types import rows_to_record_batch
-from ingest.source.chunk_reader import ChunkResult, ChunkTask, HookPoint, read_chunk
+from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, range_predicate, split_table
 from ingest.source.mysql import TableSchema, connect, load_schema, quote
 from tests.conftest import embedded_sink, source_section
@@ -57,9 +57,17 @@ def _schema(config: PipelineConfig, table: str, options: TableOptions | None = N
 def _read_all(
     config: PipelineConfig, schema: TableSchema, chunk_size: int, hook: Callable[[HookPoint, Chunk], None] | None = None
 ) -> tuple[list[Chunk], list[ChunkResult]]:
+    """Every chunk of the table, read one after another on one pair of sessions, as a Spark partition does."""
     with connect(config.source) as conn:
         chunks = split_table(conn, schema, chunk_size)
-    return chunks, [read_chunk(ChunkTask(config.source, "mariadb", schema, c, hook)) for c in chunks]
+    with ChunkConnections(config.source, "auto") as sessions:
+        return chunks, [read_chunk(ChunkTask(config.source, "mariadb", schema, c, hook), sessions) for c in chunks]
+
+
+def _server_connections(mariadb: MariaDBServer) -> int:
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Connections'")
+        return int(cur.fetchone()[1])
 
 
 def _table_rows(mariadb: MariaDBServer, schema: TableSchema, chunk: Chunk | None = None) -> list[tuple[Any, ...]]:
@@ -214,6 +222,20 @@ def test_dml_at_each_hook_point_leaves_the_chunk_equal_to_the_table_at_its_high_
     else:
         # The changes reached the chunk through the binlog window, not only through the SELECT.
         assert result.window_events >= len(HOOK_DML)
+
+
+def test_the_chunks_of_a_partition_share_two_sessions_and_read_the_same_as_fresh_ones(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    _table(mariadb, "CREATE TABLE shared (id INT PRIMARY KEY, v VARCHAR(8))", [(i, f"v{i}") for i in range(40)])
+    schema = _schema(config, "shared")
+    before = _server_connections(mariadb)
+    chunks, shared = _read_all(config, schema, 7)
+    opened = _server_connections(mariadb) - before - 2  # split_table's session, and the admin one counting
+    assert len(chunks) == 6 and opened == 2, opened
+    fresh = [read_chunk(ChunkTask(config.source, "mariadb", schema, c)) for c in chunks]
+    assert [r.rows for r in shared] == [r.rows for r in fresh]
+    _assert_exact_copy(mariadb, schema, shared)
 
 
 def test_equal_watermarks_skip_the_binlog_read(mariadb: MariaDBServer, config: PipelineConfig) -> None:
