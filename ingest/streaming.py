@@ -125,12 +125,16 @@ class HighWatermarkFilter:
         unique = list(dict.fromkeys(keys))
         if self.numeric:
             return {k: bisect.bisect_right(self._lowers, k) for k in unique}
-        result = {}
-        for k in unique:
-            for i, chunk in enumerate(self.table.chunks):
-                if in_chunk(self.conn, self.table.schema, chunk, [k])[k]:
-                    result[k] = i
-                    break
+        # Chunk by chunk, every key not placed yet in one server query (per 200 keys): the number of
+        # queries grows with the chunks, not with keys times chunks.
+        result: dict[Key, int] = {}
+        pending = unique
+        for i, chunk in enumerate(self.table.chunks):
+            if not pending:
+                break
+            inside = in_chunk(self.conn, self.table.schema, chunk, pending)
+            result.update((k, i) for k in pending if inside[k])
+            pending = [k for k in pending if not inside[k]]
         return result
 
 

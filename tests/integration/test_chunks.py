@@ -238,6 +238,49 @@ def test_the_chunks_of_a_partition_share_two_sessions_and_read_the_same_as_fresh
     _assert_exact_copy(mariadb, schema, shared)
 
 
+def test_the_high_watermark_filter_places_string_keys_by_the_servers_order_in_few_queries(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    """The binlog phase drops a change its chunk already holds: which chunk is the server's call (collation)."""
+    from ingest.source.binlog import RowChange
+    from ingest.source.position import BinlogPosition
+    from ingest.streaming import HighWatermarkFilter, TableStream
+
+    names = ["a", "B", "c", "D", "e", "F", "g", "H", "i", "J", "k", "L", "m", "N", "o", "P", "q", "R"]
+    _table(
+        mariadb,
+        "CREATE TABLE hwf (name VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+        [(name, i) for i, name in enumerate(names)],
+    )
+    schema = _schema(config, "hwf")
+    with connect(config.source) as conn:
+        chunks = split_table(conn, schema, 3)
+    assert len(chunks) >= 6
+    chunk_of = {row[0]: i for i, c in enumerate(chunks) for row in _table_rows(mariadb, schema, c)}
+    assert sorted(chunk_of) == sorted(names)
+    # Chunk i was read at position 1000 * (i + 1); every key changes once just before and once just after.
+    highs = [BinlogPosition("mysql-bin.000001", 1000 * (i + 1)) for i in range(len(chunks))]
+    table = TableStream(schema, "unused", chunks, highs, None)
+    changes = []
+    for name, i in chunk_of.items():
+        for delta in (-1, 1):
+            position = BinlogPosition("mysql-bin.000001", 1000 * (i + 1) + delta)
+            changes.append(RowChange(schema.table_id, position, 0, (name, 1), (name, 2)))
+
+    def questions(cur: Any) -> int:
+        cur.execute("SHOW SESSION STATUS LIKE 'Questions'")
+        return int(cur.fetchone()[1])
+
+    with connect(config.source) as conn, conn.cursor() as cur:
+        before = questions(cur)
+        kept = HighWatermarkFilter(conn, table).keep(changes)
+        asked = questions(cur) - before - 1  # the second SHOW counts itself
+    assert sorted((c.after[0], c.position.pos) for c in kept) == sorted(
+        (name, 1000 * (i + 1) + 1) for name, i in chunk_of.items()
+    )
+    assert asked <= len(chunks), asked  # one query per chunk at most, not one per key and chunk
+
+
 def test_equal_watermarks_skip_the_binlog_read(mariadb: MariaDBServer, config: PipelineConfig) -> None:
     _table(mariadb, "CREATE TABLE quiet (id INT PRIMARY KEY)", [(i,) for i in range(5)])
     schema = _schema(config, "quiet")
