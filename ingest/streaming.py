@@ -251,19 +251,32 @@ def stream(
             return stop is not None and stop.event.is_set()
 
         stop_by: float | None = None
+        stop_at: BinlogPosition | None = None
 
         def stop_now() -> bool:
-            """Asked to stop, and the grace to read what the source wrote before the signal is over.
+            """Asked to stop, and what the source wrote before the signal has been read.
 
-            A stop waits for the reader to catch up (the next heartbeat, `Idle`) so that what was written
-            before the signal is in the last commit; under a load that never lets it idle, STOP_GRACE_SECONDS.
+            At the first look after the signal the source's position is read: the stop comes once the reader
+            has taken everything up to it (a transaction or an idle heartbeat at or past it), and at the latest
+            after STOP_GRACE_SECONDS, so that a reader far behind does not hold the stop up.
             """
-            nonlocal stop_by
+            nonlocal stop_by, stop_at
             if not should_stop():
                 return False
             if stop_by is None:
                 stop_by = time.monotonic() + STOP_GRACE_SECONDS
-            return time.monotonic() >= stop_by
+                try:
+                    stop_at = read_watermark(conn, flavor).position
+                    log.info("asked to stop: reading up to %s, the source's position now", stop_at)
+                except Exception as e:  # noqa: BLE001 - the source being gone must not turn a stop into a failure
+                    log.warning("asked to stop; cannot read the source's position (%s)", e)
+            if stop_at is not None and taken >= stop_at:
+                log.info("stopping: everything up to %s is read", stop_at)
+                return True
+            if time.monotonic() >= stop_by:
+                log.info("stopping: %.0f s after the signal, before reaching %s", STOP_GRACE_SECONDS, stop_at)
+                return True
+            return False
 
         def batch_due() -> bool:
             return time.monotonic() - last_flush >= config.stream.batch_interval_seconds
@@ -280,7 +293,9 @@ def stream(
                         taken = item.position
                         if batch_due():
                             flush(taken, caught_up_at=item.at)
-                        if should_stop():
+                        # An idle reader stops the job only if it idles past the position of the signal: an
+                        # Idle queued before the signal may be older than the source's last writes.
+                        if stop_now():
                             break
                         continue
                     if isinstance(item, End):
@@ -302,7 +317,9 @@ def stream(
                     pending.append(tx)
                     pending_changes += len(tx.changes)
                     taken = tx.end
-                    if pending_changes >= config.stream.batch_max_changes or batch_due():
+                    # A due batch first takes what the reader has already parsed: when commits take longer
+                    # than the interval, flushing at once would commit one transaction per batch.
+                    if pending_changes >= config.stream.batch_max_changes or (batch_due() and not prefetch.has_ready()):
                         flush(tx.end)
                     if goal is not None and tx.end >= goal and not pending:
                         break

@@ -95,6 +95,10 @@ class Prefetch:
             if isinstance(item, End):
                 return
 
+    def has_ready(self) -> bool:
+        """Whether an item is waiting to be taken right now (the consumer can take it without waiting)."""
+        return not self._queue.empty()
+
     def resume(self) -> None:
         self._resume.set()
 

@@ -246,6 +246,73 @@ def test_sigterm_stops_the_running_job_after_its_current_commit(
     assert verify(config)
 
 
+def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """The reader never idles here: the stop comes when it has read up to the source's position at the signal."""
+    db = "termload"
+    _fresh_db(mariadb, db)
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": db,
+                "source": source_section(mariadb),
+                "tables": {"include": [rf"{db}\.acct"]},
+                "sink": {**embedded_sink(tmp_path), "catalog_name": "termload_lake"},
+                "snapshot": {"chunk_size": 100},
+                "stream": {"batch_interval_seconds": 1},
+            }
+        )
+    )
+    config = parse_config(yaml.safe_load(config_file.read_text()), tmp_path)
+    done_writes = [0]
+    stop_writer = threading.Event()
+
+    def writer() -> None:
+        with mariadb.admin(db) as conn, conn.cursor() as cur:
+            while not stop_writer.is_set():  # about 50 transactions/s: never idle, never far ahead of the job
+                cur.execute("UPDATE acct SET owner = %s WHERE id = 1", (f"w-{done_writes[0] + 1}",))
+                done_writes[0] += 1  # committed (autocommit) before the counter moves
+                time.sleep(0.02)
+
+    job = subprocess.Popen(
+        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != CRASH_ENV},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    thread = threading.Thread(target=writer, daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and job.poll() is None:
+            try:
+                if StateTable.open(config).stream_offset() is not None:
+                    break
+            except Exception:  # noqa: BLE001 - the catalog is created by the job
+                pass
+            time.sleep(1)
+        assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
+        written_before_signal = done_writes[0]
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=120)
+    finally:
+        stop_writer.set()
+        thread.join(timeout=30)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, err[-3000:]
+    assert "stopping: everything up to" in err, err[-3000:]
+    assert done_writes[0] > written_before_signal  # the writer kept going through the stop
+    row = load_pyiceberg_catalog(config.sink).load_table((db, "acct")).scan(row_filter="id = 1").to_arrow()
+    [owner] = row.column("owner").to_pylist()
+    assert int(owner.split("-")[1]) >= written_before_signal, (owner, written_before_signal, err[-2000:])
+
+
 def test_binlog_phase_in_the_s3_profile_survives_kill_9_and_commits_each_batch_once(
     spark: Any, mariadb: MariaDBServer, minio: MinioServer, postgres: PostgresServer, tmp_path: Path
 ) -> None:

@@ -100,3 +100,19 @@ def test_close_stops_a_reader_that_waits_for_room() -> None:
     prefetch.close()
     assert time.monotonic() - started < 5
     assert not any(t.name == "binlog-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def test_has_ready_tells_whether_an_item_waits_to_be_taken() -> None:
+    reader = FakeReader([("ddl", 10, 0), ("tx", 20, 1), ("tx", 30, 1)])
+    prefetch = Prefetch(reader, 100, size, pause_after=lambda item: item[0] == "ddl")
+    it = iter(prefetch)
+    assert next(it)[0] == "ddl"
+    time.sleep(0.2)
+    assert not prefetch.has_ready()  # the reader waits after the DDL: nothing parsed yet
+    prefetch.resume()
+    deadline = time.monotonic() + 5
+    while not prefetch.has_ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert prefetch.has_ready()
+    assert [i[1] for i in it if isinstance(i, tuple)] == [20, 30]
+    assert not prefetch.has_ready()
