@@ -1,11 +1,11 @@
 """`ingest status`: what the job has committed, per table and job-wide, and how far behind the source it is.
 
-Everything comes from Iceberg (state table, target snapshots) plus two cheap source queries (`SHOW
-MASTER STATUS`, `SHOW BINARY LOGS`, on MariaDB `BINLOG_GTID_POS`), so status works while the job runs or
-is down, and needs no more grants than the job. Lag is given in binlog bytes and files (exact and cheap),
-in transactions on MariaDB (GTID sequence numbers; MySQL has no function that maps a binlog position to
-its GTID set) and in seconds (an upper bound, see `lag_seconds`). Row events are not counted: that would
-mean reading the binlog.
+Everything comes from Iceberg (state table, target snapshots) plus a few source queries (`SHOW MASTER
+STATUS`, `SHOW BINARY LOGS`; on MariaDB `BINLOG_GTID_POS`, which reads the committed offset's binlog file
+up to the offset), so status works while the job runs or is down, and needs no more grants than the job.
+Lag is given in binlog bytes and files (exact and cheap), in transactions on MariaDB (GTID sequence
+numbers; MySQL has no function that maps a binlog position to its GTID set) and in seconds (an upper
+bound, see `lag_seconds`). Row events are not counted: that would mean reading the binlog.
 """
 
 from __future__ import annotations

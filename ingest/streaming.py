@@ -247,9 +247,6 @@ def stream(
             pending_changes = 0
             last_flush = started
 
-        def should_stop() -> bool:
-            return stop is not None and stop.event.is_set()
-
         stop_by: float | None = None
         stop_at: BinlogPosition | None = None
 
@@ -261,7 +258,7 @@ def stream(
             after STOP_GRACE_SECONDS, so that a reader far behind does not hold the stop up.
             """
             nonlocal stop_by, stop_at
-            if not should_stop():
+            if stop is None or not stop.event.is_set():
                 return False
             if stop_by is None:
                 stop_by = time.monotonic() + STOP_GRACE_SECONDS
@@ -363,8 +360,7 @@ def evolve_table(
     done = apply_plan(spark, table.target, old.table_id, plan)
     crash_point("stream.after_schema_change")
     if values:
-        namespace, name = config.target_for(old.database, old.table)
-        held = committed_offset(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)), config.name)
+        held = _committed_in(config, config.target_for(old.database, old.table))
         if held is None or held < ddl.end:
             props = {**stream_offset_properties(config.name, ddl.end), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
             backfill(spark, table.target, old.table_id, values, live.columns, props)
@@ -548,8 +544,7 @@ def _merge_table(
         attempts += 1
         if attempts == 1 or (table.committed is not None and table.committed >= end):
             return table.committed
-        namespace, name = config.target_for(table.schema.database, table.schema.table)
-        return committed_offset(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)), config.name)
+        return _committed_in(config, config.target_for(table.schema.database, table.schema.table))
 
     done = merge_into(spark, table.target, table.schema, finals, end, read_offset)
     table.committed = end
@@ -588,7 +583,12 @@ def _append_changelog(
         done = table.changelog_committed
         if attempts == 1 or (done is not None and done >= end):
             return done
-        return committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)
+        return _committed_in(config, names)
 
     append_changelog(spark, qualified(config, *names), table.schema, rows, config.name, end, read_offset)
     table.changelog_committed = end
+
+
+def _committed_in(config: PipelineConfig, names: tuple[str, str]) -> BinlogPosition | None:
+    """The newest batch end the Iceberg table `names` holds, read from its current metadata."""
+    return committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)

@@ -195,19 +195,18 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
     assert after[0] - counts[0] + after[1] - counts[1] == {"stream.after_table_commit:1": 1}.get(crash_at, 0)
 
 
-def test_sigterm_stops_the_running_job_after_its_current_commit(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    db = "termflow"
-    _fresh_db(mariadb, db)
+def _start_streaming_job(
+    mariadb: MariaDBServer, db: str, tmp_path: Path, tables: str, catalog: str
+) -> tuple[PipelineConfig, subprocess.Popen[str]]:
+    """`ingest run` of `tables` in `db` as a separate process (to be signalled), batches due every second."""
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(
         yaml.safe_dump(
             {
                 "name": db,
                 "source": source_section(mariadb),
-                "tables": {"include": [rf"{db}\..*"]},
-                "sink": {**embedded_sink(tmp_path), "catalog_name": "term_lake"},
+                "tables": {"include": [tables]},
+                "sink": {**embedded_sink(tmp_path), "catalog_name": catalog},
                 "snapshot": {"chunk_size": 100},
                 "stream": {"batch_interval_seconds": 1},
             }
@@ -223,19 +222,38 @@ def test_sigterm_stops_the_running_job_after_its_current_commit(
         stderr=subprocess.PIPE,
         text=True,
     )
+    return config, job
+
+
+def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], each_second: Any = None) -> None:
+    """Until the job has committed a binlog batch (calling `each_second` meanwhile), at most 240 s."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and job.poll() is None:
+        if each_second is not None:
+            each_second()
+        try:
+            if StateTable.open(config).stream_offset() is not None:
+                break
+        except Exception:  # noqa: BLE001 - the catalog is created by the job
+            pass
+        time.sleep(1)
+    assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
+
+
+def test_sigterm_stops_the_running_job_after_its_current_commit(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "termflow"
+    _fresh_db(mariadb, db)
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", "term_lake")
+    updates = [0]
+
+    def update() -> None:  # keep changing the source until the job has committed a binlog batch
+        updates[0] += 1
+        mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{updates[0]}' WHERE id < 50")
+
     try:
-        deadline = time.monotonic() + 240
-        n = 0
-        while time.monotonic() < deadline and job.poll() is None:
-            n += 1  # keep changing the source until the job has committed a binlog batch
-            mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{n}' WHERE id < 50")
-            try:
-                if StateTable.open(config).stream_offset() is not None:
-                    break
-            except Exception:  # noqa: BLE001 - the catalog is created by the job
-                pass
-            time.sleep(1)
-        assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
+        _wait_until_streaming(config, job, update)
         job.send_signal(signal.SIGTERM)
         _, err = job.communicate(timeout=60)
     finally:
@@ -252,20 +270,6 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
     """The reader never idles here: the stop comes when it has read up to the source's position at the signal."""
     db = "termload"
     _fresh_db(mariadb, db)
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "name": db,
-                "source": source_section(mariadb),
-                "tables": {"include": [rf"{db}\.acct"]},
-                "sink": {**embedded_sink(tmp_path), "catalog_name": "termload_lake"},
-                "snapshot": {"chunk_size": 100},
-                "stream": {"batch_interval_seconds": 1},
-            }
-        )
-    )
-    config = parse_config(yaml.safe_load(config_file.read_text()), tmp_path)
     done_writes = [0]
     stop_writer = threading.Event()
 
@@ -276,27 +280,11 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
                 done_writes[0] += 1  # committed (autocommit) before the counter moves
                 time.sleep(0.02)
 
-    job = subprocess.Popen(
-        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != CRASH_ENV},
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "termload_lake")
     thread = threading.Thread(target=writer, daemon=True)
     try:
         thread.start()
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and job.poll() is None:
-            try:
-                if StateTable.open(config).stream_offset() is not None:
-                    break
-            except Exception:  # noqa: BLE001 - the catalog is created by the job
-                pass
-            time.sleep(1)
-        assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
+        _wait_until_streaming(config, job)
         written_before_signal = done_writes[0]
         job.send_signal(signal.SIGTERM)
         _, err = job.communicate(timeout=120)
