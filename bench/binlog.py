@@ -66,7 +66,7 @@ from bench.snapshot import (
 )
 from ingest.config import PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, Watermark
 
 STREAM_LINE = "BENCH_STREAM_STARTED"
 """Printed by a worker when the job enters the binlog phase (`ingest.streaming.stream`)."""
@@ -643,7 +643,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
             build = time.perf_counter() - t0
             t0 = time.perf_counter()
             position = BinlogPosition("mysql-bin.000001", 4 + r)
-            merge_into(spark, names[version, "merge"], schema, batch, position, _none)
+            merge_into(spark, names[version, "merge"], schema, batch, Watermark(position), _none)
             merge_s = time.perf_counter() - t0
             summary = _last_summary(spark, names[version, "merge"])
             t0 = time.perf_counter()

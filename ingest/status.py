@@ -1,8 +1,10 @@
 """`ingest status`: what the job has committed, per table and job-wide, and how far behind the source it is.
 
 Everything comes from Iceberg (state table, target snapshots) plus a few source queries (`SHOW MASTER
-STATUS`, `SHOW BINARY LOGS`; on MariaDB `BINLOG_GTID_POS`, which reads the committed offset's binlog file
-up to the offset), so status works while the job runs or is down, and needs no more grants than the job.
+STATUS`, `SHOW BINARY LOGS`; on MariaDB, for an offset recorded without its GTID position,
+`BINLOG_GTID_POS`, which reads the offset's binlog file up to it), so status works while the job runs or
+is down, and needs no more grants than the job. After a failover the offset is a position of another
+server, and only its GTIDs say how far behind the job is.
 Lag is given in binlog bytes and files (exact and cheap), in transactions on MariaDB (GTID sequence
 numbers; MySQL has no function that maps a binlog position to its GTID set) and in seconds (an upper
 bound, see `lag_seconds`). Row events are not counted: that would mean reading the binlog.
@@ -109,7 +111,7 @@ def _table_commits(config: PipelineConfig, catalog: Any, table_id: str) -> dict[
         current = iceberg_table.current_snapshot()
         out[f"{prefix}last_commit"] = None if current is None else _iso(current.timestamp_ms / 1000)
         offset = committed_offset(iceberg_table, config.name)
-        out[f"{prefix}stream_offset"] = None if offset is None else str(offset)
+        out[f"{prefix}stream_offset"] = None if offset is None else str(offset.position)
     return out
 
 
@@ -144,6 +146,7 @@ def binlog_status(config: PipelineConfig, state: StateTable, now: float | None =
     committed = offset.position if offset is not None else None
     source_time = state.offset_source_time()
     server: BinlogPosition | None = None
+    same_server = True
     sizes: dict[str, int] = {}
     transactions: int | None = None
     try:
@@ -151,15 +154,25 @@ def binlog_status(config: PipelineConfig, state: StateTable, now: float | None =
             flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
             watermark = read_watermark(conn, flavor)
             server = watermark.position
+            # After a failover the offset is a position of another server: only its GTIDs compare.
+            same_server = offset is None or offset.server_id in (None, watermark.server_id)
             sizes = binlog_sizes(conn)
-            if committed is not None and isinstance(watermark.gtid, MariadbGtidPos):
+            if (
+                offset is not None
+                and isinstance(offset.gtid, MariadbGtidPos)
+                and isinstance(watermark.gtid, MariadbGtidPos)
+            ):
+                transactions = watermark.gtid.transactions_since(offset.gtid)
+            elif committed is not None and same_server and isinstance(watermark.gtid, MariadbGtidPos):
                 with conn.cursor() as cur:
                     transactions = transactions_behind(cur, committed, watermark.gtid)
     except Exception as e:  # noqa: BLE001 - status still shows what Iceberg knows when MySQL is down
         log.warning("cannot reach the source for the current binlog position: %s", e)
     behind = files = None
     caught_up: bool | None = None
-    if committed is not None and server is not None:
+    if committed is not None and server is not None and not same_server:
+        caught_up = None if transactions is None else transactions == 0
+    elif committed is not None and server is not None:
         behind = bytes_behind(committed, server, sizes)
         if committed.base_name == server.base_name:
             files = max(0, server.file_number - committed.file_number)

@@ -58,8 +58,9 @@ from ingest.source.binlog import (
 )
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
+from ingest.source.failover import gtid_at, server_id, to_this_server
 from ingest.source.mysql import TableSchema, connect, load_schema, quote
-from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.source.prefetch import End, Idle, Prefetch, Tick
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
@@ -138,9 +139,20 @@ class HighWatermarkFilter:
         return result
 
 
-def _table_streams(config: PipelineConfig, state: StateTable, schemas: Sequence[TableSchema]) -> list[TableStream]:
+def _table_streams(
+    config: PipelineConfig,
+    state: StateTable,
+    schemas: Sequence[TableSchema],
+    recorded: Watermark | None,
+    conn: Any,
+    flavor: str,
+) -> tuple[list[TableStream], BinlogPosition | None]:
+    """What each table holds, and the job's recorded offset, as positions of the server read now.
+
+    Points recorded on another server (before a failover) are found again by their GTIDs, all at once.
+    """
     catalog = cached_pyiceberg_catalog(config.sink)
-    out = []
+    found: list[tuple[TableStream, list[Watermark], Watermark | None, Watermark | None]] = []
     for schema in schemas:
         done = state.done(schema.table_id)
         plan = state.plan(schema.table_id) or []
@@ -150,7 +162,7 @@ def _table_streams(config: PipelineConfig, state: StateTable, schemas: Sequence[
             high = record.high_watermark if record else None
             if high is None:
                 raise RuntimeError(f"{schema.table_id}: chunk {chunk.index} has no high watermark")
-            highs.append(high.position)
+            highs.append(high)
         namespace, name = config.target_for(schema.database, schema.table)
         table = catalog.load_table((namespace, name))
         stored = table.properties.get(SOURCE_SCHEMA_PROPERTY)
@@ -158,14 +170,21 @@ def _table_streams(config: PipelineConfig, state: StateTable, schemas: Sequence[
             # Rows between the committed offset and a DDL not yet followed were written with the schema the
             # target mirrors, not with the live one (which may already be past that DDL).
             schema = schema_from_json(schema.database, schema.table, stored)
-        stream = TableStream(
-            schema, qualified(config, namespace, name), plan, highs, committed_offset(table, config.name)
-        )
-        stream.changelog = config.changelog_for(schema.database, schema.table)
-        if stream.changelog is not None:
-            stream.changelog_committed = committed_offset(catalog.load_table(stream.changelog), config.name)
-        out.append(stream)
-    return out
+        changelog = config.changelog_for(schema.database, schema.table)
+        logged = None if changelog is None else committed_offset(catalog.load_table(changelog), config.name)
+        stream = TableStream(schema, qualified(config, namespace, name), plan, [], None, changelog)
+        found.append((stream, highs, committed_offset(table, config.name), logged))
+    marks = [recorded, *(m for _, highs, held, logged in found for m in (*highs, held, logged))]
+    points = [m for m in marks if m is not None]
+    here = dict(zip(map(id, points), to_this_server(conn, config.source, flavor, points), strict=True))
+
+    def at(mark: Watermark | None) -> BinlogPosition | None:
+        return None if mark is None else here[id(mark)]
+
+    for stream, highs, held, logged in found:
+        stream.chunk_highs = [here[id(h)] for h in highs]
+        stream.committed, stream.changelog_committed = at(held), at(logged)
+    return [stream for stream, *_ in found], at(recorded)
 
 
 class StopSignal:
@@ -197,12 +216,19 @@ def stream(
     stop: StopSignal | None = None,
 ) -> BinlogPosition:
     """Run the binlog phase; return the offset committed last."""
-    tables = _table_streams(config, state, schemas)
-    by_id = {t.schema.table_id: t for t in tables}
     recorded = state.stream_offset()
-    start = recorded.position if recorded is not None else min(t.min_high for t in tables)
     with connect(config.source) as conn:
+        tables, resumed = _table_streams(config, state, schemas, recorded, conn, flavor)
+        by_id = {t.schema.table_id: t for t in tables}
+        start = resumed if resumed is not None else min(t.min_high for t in tables)
         check_not_purged(conn, start)
+        here = server_id(conn)
+        start_gtid: MariadbGtidPos | None = None
+        if flavor == "mariadb":
+            # The recorded offset's own GTIDs when it is this server's point; else the server maps the point.
+            exact = recorded is not None and recorded.server_id == here and recorded.position == start
+            known = recorded.gtid if recorded is not None and exact else None
+            start_gtid = known if isinstance(known, MariadbGtidPos) else gtid_at(conn, start)
         goal = read_watermark(conn, flavor).position if until_caught_up else None
         filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
         log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
@@ -213,6 +239,7 @@ def stream(
             blocking=not until_caught_up,
             heartbeat_seconds=config.stream.heartbeat_seconds,
             on_ddl=config.stream.on_schema_change,
+            start_gtid=start_gtid,
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
         prefetch = Prefetch(
@@ -227,10 +254,12 @@ def stream(
         committed = start
         taken = start
         """Every captured change before this position has been taken from the reader (commits stop here)."""
+        taken_gtid = start_gtid
+        """The GTID position at `taken` (MariaDB)."""
 
         source_time = state.offset_source_time()
 
-        def flush(end: BinlogPosition, caught_up_at: float | None = None) -> None:
+        def flush(end: BinlogPosition, gtid: MariadbGtidPos | None, caught_up_at: float | None = None) -> None:
             nonlocal committed, last_flush, pending, pending_changes, source_time
             # The interval counts from the start of a commit, not its end: while it runs the reader keeps
             # reading, so under load batches follow each other and lag stays near max(interval, commit).
@@ -241,7 +270,7 @@ def stream(
                 if caught_up_at is not None:
                     # A heartbeat: the source had nothing newer than `end` at that time.
                     source_time = int(caught_up_at)
-                _commit(spark, config, state, by_id, filters, pending, end, source_time)
+                _commit(spark, config, state, by_id, filters, pending, Watermark(end, gtid, here), source_time)
                 committed = end
             pending = []
             pending_changes = 0
@@ -287,25 +316,27 @@ def stream(
                         continue
                     if isinstance(item, Idle):
                         # Captured tables idle at a heartbeat: move the offset, and look at the stop flag.
-                        taken = item.position
+                        taken, taken_gtid = item.position, item.gtid
                         if batch_due():
-                            flush(taken, caught_up_at=item.at)
+                            flush(taken, taken_gtid, caught_up_at=item.at)
                         # An idle reader stops the job only if it idles past the position of the signal: an
                         # Idle queued before the signal may be older than the source's last writes.
                         if stop_now():
                             break
                         continue
                     if isinstance(item, End):
-                        taken = item.position
+                        taken, taken_gtid = item.position, item.gtid
                         break
                     if isinstance(item, DdlStatement):
                         # The reader waits (pause_after) until the schema it must decode later rows with is set.
-                        flush(item.start)  # the batch boundary is the DDL: rows before it use the old schema
+                        # The batch boundary is the DDL: rows before it use the old schema.
+                        flush(item.start, taken_gtid)
                         for db, t in item.tables:
-                            evolve_table(spark, config, conn, flavor, by_id[f"{db}.{t}"], item, reader)
+                            evolve_table(spark, config, conn, flavor, by_id[f"{db}.{t}"], item, reader, here)
                         crash_point("stream.before_schema_state")
-                        state.record_offset(Watermark(item.end, None))
+                        state.record_offset(Watermark(item.end, item.gtid_after, here))
                         committed = taken = item.end
+                        taken_gtid = item.gtid_after
                         prefetch.resume()
                         if goal is not None and item.end >= goal:
                             break
@@ -313,20 +344,20 @@ def stream(
                     tx = item
                     pending.append(tx)
                     pending_changes += len(tx.changes)
-                    taken = tx.end
+                    taken, taken_gtid = tx.end, tx.gtid_after
                     # A due batch first takes what the reader has already parsed: when commits take longer
                     # than the interval, flushing at once would commit one transaction per batch.
                     if pending_changes >= config.stream.batch_max_changes or (batch_due() and not prefetch.has_ready()):
-                        flush(tx.end)
+                        flush(tx.end, tx.gtid_after)
                     if goal is not None and tx.end >= goal and not pending:
                         break
                     if stop_now():
                         break
             except SchemaChangeError:
                 # Everything before the DDL is committed; the job stops at the statement.
-                flush(taken)
+                flush(taken, taken_gtid)
                 raise
-            flush(taken)
+            flush(taken, taken_gtid)
         finally:
             prefetch.close()
             reader.close()
@@ -341,6 +372,7 @@ def evolve_table(
     table: TableStream,
     ddl: DdlStatement,
     reader: BinlogReader,
+    here: int | None = None,
 ) -> None:
     """Follow one ALTER TABLE: evolve the target, backfill added columns' defaults, decode with the new schema.
 
@@ -360,9 +392,10 @@ def evolve_table(
     done = apply_plan(spark, table.target, old.table_id, plan)
     crash_point("stream.after_schema_change")
     if values:
-        held = _committed_in(config, config.target_for(old.database, old.table))
+        mark = Watermark(ddl.end, ddl.gtid_after, here)
+        held = _committed_in(config, config.target_for(old.database, old.table), mark, table.committed)
         if held is None or held < ddl.end:
-            props = {**stream_offset_properties(config.name, ddl.end), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
+            props = {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
             backfill(spark, table.target, old.table_id, values, live.columns, props)
             done.append(f"backfill of {sorted(values)}")
             table.committed = ddl.end
@@ -471,7 +504,7 @@ def _commit(
     tables: dict[str, TableStream],
     filters: dict[str, HighWatermarkFilter],
     batch: list[Transaction],
-    end: BinlogPosition,
+    end: Watermark,
     source_time: int | None = None,
 ) -> None:
     per_table: dict[str, list[RowChange]] = defaultdict(list)
@@ -518,9 +551,9 @@ def _commit(
     merged = sum(results)
     applied = sum(len(to_merge) for _, to_merge, _ in work)
     crash_point("stream.before_state")
-    state.record_offset(Watermark(end, None), source_time)
+    state.record_offset(end, source_time)
     crash_point("stream.after_state")
-    log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end)
+    log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end.position)
 
 
 def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition | None:
@@ -528,7 +561,7 @@ def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition
 
 
 def _merge_table(
-    spark: Any, config: PipelineConfig, table: TableStream, changes: list[RowChange], end: BinlogPosition
+    spark: Any, config: PipelineConfig, table: TableStream, changes: list[RowChange], end: Watermark
 ) -> bool:
     finals = materialize(
         (Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes),
@@ -542,12 +575,12 @@ def _merge_table(
         # retry, after a commit of this very batch whose outcome was unknown, needs a look at the table.
         nonlocal attempts
         attempts += 1
-        if attempts == 1 or (table.committed is not None and table.committed >= end):
+        if attempts == 1 or (table.committed is not None and table.committed >= end.position):
             return table.committed
-        return _committed_in(config, config.target_for(table.schema.database, table.schema.table))
+        return _committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
     done = merge_into(spark, table.target, table.schema, finals, end, read_offset)
-    table.committed = end
+    table.committed = end.position
     return done
 
 
@@ -557,7 +590,7 @@ def _append_changelog(
     table: TableStream,
     changes: list[RowChange],
     transaction_of: dict[int, Transaction],
-    end: BinlogPosition,
+    end: Watermark,
 ) -> None:
     assert table.changelog is not None
     names = table.changelog
@@ -581,14 +614,24 @@ def _append_changelog(
         nonlocal attempts  # as for the target: only a retry needs a look at the table
         attempts += 1
         done = table.changelog_committed
-        if attempts == 1 or (done is not None and done >= end):
+        if attempts == 1 or (done is not None and done >= end.position):
             return done
-        return _committed_in(config, names)
+        return _committed_in(config, names, end, done)
 
     append_changelog(spark, qualified(config, *names), table.schema, rows, config.name, end, read_offset)
-    table.changelog_committed = end
+    table.changelog_committed = end.position
 
 
-def _committed_in(config: PipelineConfig, names: tuple[str, str]) -> BinlogPosition | None:
-    """The newest batch end the Iceberg table `names` holds, read from its current metadata."""
-    return committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)
+def _committed_in(
+    config: PipelineConfig, names: tuple[str, str], now: Watermark, known: BinlogPosition | None
+) -> BinlogPosition | None:
+    """The newest batch end the Iceberg table `names` holds, read from its current metadata.
+
+    `now` is a point of this run (its server id is the server read now); `known` is what the table held at
+    the start of the run, as a position of this server: a newest commit made on another server (before a
+    failover) is that one, since a commit of this run would carry this server's id.
+    """
+    held = committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)
+    if held is None or (held.server_id is not None and held.server_id != now.server_id):
+        return known if held is not None else None
+    return held.position

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -116,6 +117,36 @@ class MariaDBServer:
         with self.admin() as conn, conn.cursor() as cur:
             cur.execute("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", (user, password))
             cur.execute(f"GRANT {CDC_GRANTS} ON *.* TO %s@'%%'", (user,))
+
+    def replicate_from(self, primary: MariaDBServer) -> None:
+        """Become a GTID replica of `primary` from its first binlog event (set up before any data)."""
+        password = secrets.token_hex(12)
+        with primary.admin() as conn, conn.cursor() as cur:
+            cur.execute("CREATE USER IF NOT EXISTS 'repl'@'%%' IDENTIFIED BY %s", (password,))
+            cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'")
+        with self.admin() as conn, conn.cursor() as cur:
+            cur.execute(
+                "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = 'repl', MASTER_PASSWORD = %s, "
+                "MASTER_USE_GTID = slave_pos",
+                (primary.host, primary.port, password),
+            )
+            cur.execute("START SLAVE")
+
+    def wait_for(self, primary: MariaDBServer, timeout: int = 60) -> None:
+        """Wait until this replica has applied everything `primary` has written so far."""
+        with primary.admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            (position,) = cur.fetchone()
+        with self.admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
+            (waited,) = cur.fetchone()
+            if waited != 0:
+                cur.execute("SHOW SLAVE STATUS")
+                raise ServiceStartError(f"the replica did not reach {position} in {timeout} s: {cur.fetchone()}")
+
+    def promote(self) -> None:
+        """Stop replicating and take writes: this replica is the primary now (a failover)."""
+        self.execute("STOP SLAVE", "RESET SLAVE ALL")
 
     def stop(self) -> None:
         if self._process is not None:

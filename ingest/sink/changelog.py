@@ -7,7 +7,6 @@ before the table's own committed offset are never appended again.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,11 +16,11 @@ import pyarrow as pa
 from ingest.changes.changelog import ChangelogRow
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET, offset_summary
 from ingest.sink.targets import SUMMARY_PIPELINE, qualified, target_columns
 from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, Watermark
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ def append_changelog(
     schema: TableSchema,
     rows: Sequence[ChangelogRow],
     pipeline: str,
-    end: BinlogPosition,
+    end: Watermark,
     read_offset: Callable[[], BinlogPosition | None],
 ) -> bool:
     """Append one batch's changelog rows; False when the table already holds the batch.
@@ -100,13 +99,13 @@ def append_changelog(
     the only check is whether an earlier attempt, whose outcome was unknown, committed already.
     """
     done = read_offset()
-    if done is not None and done >= end:
+    if done is not None and done >= end.position:
         return False
     frame = spark.createDataFrame(changelog_arrow(schema, rows))
     (
         frame.writeTo(table)
         .option(f"snapshot-property.{SUMMARY_PIPELINE}", pipeline)
-        .option(f"snapshot-property.{SUMMARY_STREAM_OFFSET}", json.dumps({"position": str(end)}))
+        .option(f"snapshot-property.{SUMMARY_STREAM_OFFSET}", offset_summary(end))
         .append()
     )
     return True

@@ -21,7 +21,7 @@ from ingest.errors import CommitConflictError
 from ingest.sink.targets import SUMMARY_PIPELINE, target_columns
 from ingest.sink.types import quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, Watermark, parse_gtid_set
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,27 @@ _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 MAX_ATTEMPTS = 4
 
 
-def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None:
+def offset_summary(end: Watermark) -> str:
+    """The summary value of a batch end: its position, and its GTIDs and server id where known."""
+    data: dict[str, object] = {"position": str(end.position)}
+    if end.gtid is not None:
+        data["gtid_flavor"], data["gtid"] = end.gtid.flavor, str(end.gtid)
+    if end.server_id is not None:
+        data["server_id"] = end.server_id
+    return json.dumps(data)
+
+
+def offset_from_summary(text: str) -> Watermark:
+    data = json.loads(text)
+    flavor, gtid = data.get("gtid_flavor"), data.get("gtid")
+    return Watermark(
+        BinlogPosition.parse(data["position"]),
+        None if gtid is None else parse_gtid_set(gtid, "mysql" if flavor == "mysql" else "mariadb"),
+        data.get("server_id"),
+    )
+
+
+def committed_offset(iceberg_table: Any, pipeline: str) -> Watermark | None:
     """The newest stream offset this pipeline committed to the table, from its snapshot summaries.
 
     Walks back from the current snapshot through parent ids and stops at the first snapshot of this
@@ -50,7 +70,7 @@ def committed_offset(iceberg_table: Any, pipeline: str) -> BinlogPosition | None
         seen.add(snapshot.snapshot_id)
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_STREAM_OFFSET in props:
-            return BinlogPosition.parse(json.loads(props[SUMMARY_STREAM_OFFSET])["position"])
+            return offset_from_summary(props[SUMMARY_STREAM_OFFSET])
         snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
     return None
 
@@ -67,9 +87,9 @@ def snapshot_properties(spark: Any, props: Mapping[str, str]) -> Iterator[None]:
             spark.conf.unset(_SNAPSHOT_PROPERTY + k)
 
 
-def stream_offset_properties(pipeline: str, end: BinlogPosition) -> dict[str, str]:
+def stream_offset_properties(pipeline: str, end: Watermark) -> dict[str, str]:
     """The summary entries that say "this table holds everything up to `end`"."""
-    return {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: json.dumps({"position": str(end)})}
+    return {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: offset_summary(end)}
 
 
 def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
@@ -97,7 +117,7 @@ def merge_into(
     target: str,
     schema: TableSchema,
     finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None],
-    end: BinlogPosition,
+    end: Watermark,
     read_offset: Any,
 ) -> bool:
     """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state.
@@ -105,7 +125,7 @@ def merge_into(
     The caller sets the batch's summary around it (`snapshot_properties` with `stream_offset_properties`),
     once for the MERGEs of several tables running at the same time: the session's settings are shared.
     """
-    view = f"ingest_batch_{abs(hash((target, str(end))))}"
+    view = f"ingest_batch_{abs(hash((target, str(end.position))))}"
     _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
     columns = [quote_identifier(c) for c in schema.column_names]
     on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
@@ -119,7 +139,7 @@ def merge_into(
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = read_offset()
-            if done is not None and done >= end:
+            if done is not None and done >= end.position:
                 return False  # committed before (a replay, or a commit that raised after succeeding)
             try:
                 spark.sql(sql)

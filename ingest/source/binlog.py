@@ -23,7 +23,7 @@ from ingest.config import SourceConfig
 from ingest.errors import BinlogPurgedError, SchemaChangeError
 from ingest.source.binlog_values import driver_form, row_images
 from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ class DdlStatement:
     tables: tuple[tuple[str, str], ...]
     start: BinlogPosition
     end: BinlogPosition
+    gtid_after: MariadbGtidPos | None = None
+    """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class Transaction:
     changes: list[RowChange] = field(default_factory=list)
     commit_time: int = 0
     """Seconds since the epoch, from the commit event's header."""
+    gtid_after: MariadbGtidPos | None = None
+    """The server's GTID position once this transaction is applied (MariaDB; None where not tracked)."""
 
 
 def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
@@ -115,6 +119,17 @@ def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPos
         )
 
 
+def stream_settings(source: SourceConfig) -> dict[str, Any]:
+    """How a replication stream connects: as the CDC user."""
+    return {
+        "host": source.host,
+        "port": source.port,
+        "user": source.user,
+        "passwd": source.password.reveal(),
+        "charset": "utf8mb4",
+    }
+
+
 def open_stream(
     source: SourceConfig,
     start: BinlogPosition,
@@ -126,13 +141,7 @@ def open_stream(
 ) -> BinLogStreamReader:
     """A replication stream from a file/position as the CDC user; `filters` are the library's only_* options."""
     return BinLogStreamReader(
-        connection_settings={
-            "host": source.host,
-            "port": source.port,
-            "user": source.user,
-            "passwd": source.password.reveal(),
-            "charset": "utf8mb4",
-        },
+        connection_settings=stream_settings(source),
         server_id=server_id,
         log_file=start.file,
         log_pos=start.pos,
@@ -156,12 +165,17 @@ class BinlogReader:
         blocking: bool = False,
         heartbeat_seconds: float = 1.0,
         on_ddl: str = "fail",
+        start_gtid: MariadbGtidPos | None = None,
     ) -> None:
         self.source = source
         self.schemas = {(s.database, s.table): s for s in schemas}
         self._to_driver = {k: driver_form(s.columns) for k, s in self.schemas.items()}
         self.start = start
         self.position = start
+        self.gtid = start_gtid
+        """MariaDB's GTID position at `position`, kept by the GTID of every event group that ends (when the
+        start's is known): it is what finds `position` again on another server after a failover."""
+        self._group_gtid: MariadbGtid | None = None
         self.on_ddl = on_ddl
         self._stream = open_stream(
             source,
@@ -220,6 +234,7 @@ class BinlogReader:
                     continue
                 if isinstance(event, MariadbGtidEvent):
                     current = Transaction(end, gtid=str(event.gtid))
+                    self._group_gtid = MariadbGtid.parse(str(event.gtid))
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     key = (event.schema, event.table)
@@ -248,19 +263,20 @@ class BinlogReader:
                         start = self.position
                         self._schema_change(query, touched, end)
                         if self.on_ddl == "evolve":
-                            self.position = end
+                            self._boundary(end)
                             current = None
-                            yield DdlStatement(query, tuple(touched), start, end)
+                            yield DdlStatement(query, tuple(touched), start, end, self.gtid)
                             continue
                     if query.strip().upper() != "COMMIT":
                         # A DDL statement is a transaction of its own: its end is a boundary.
-                        self.position = end
+                        self._boundary(end)
                         current = None
                         continue
                 # XidEvent, or COMMIT of a non-transactional engine: the transaction is complete here.
-                self.position = end
+                self._boundary(end)
                 if current is not None:
                     current.end = end
+                    current.gtid_after = self.gtid
                     current.commit_time = int(event.timestamp)
                     yield current
                 current = None
@@ -268,6 +284,14 @@ class BinlogReader:
             if e.args and e.args[0] == 1236:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
+
+    def _boundary(self, end: BinlogPosition) -> None:
+        """An event group ends at `end`: the position and the GTID position move past it together."""
+        self.position = end
+        if self.gtid is not None and self._group_gtid is not None:
+            g = self._group_gtid
+            self.gtid = self.gtid.advance(g.domain_id, g.server_id, g.seq_no)
+        self._group_gtid = None
 
     def _schema_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
         """Apply the policy's refusals; returns when the statement is to be ignored or evolved."""

@@ -118,7 +118,7 @@ def read_chunk(task: ChunkTask, connections: ChunkConnections | None = None) -> 
     snapshot_point = select.begin(task.flavor)
     if snapshot_point is not None:
         # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
-        low = Watermark(snapshot_point.position, low.gtid)
+        low = Watermark(snapshot_point.position, low.gtid, low.server_id)
     if task.hook:
         task.hook("after_low_watermark", chunk)
     where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)

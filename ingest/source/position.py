@@ -500,11 +500,14 @@ class BinlogPosition:
         return mine >= theirs
 
 
-def _require_keys(data: Mapping[str, object], what: str, keys: frozenset[str]) -> None:
+def _require_keys(
+    data: Mapping[str, object], what: str, keys: frozenset[str], optional: frozenset[str] = frozenset()
+) -> None:
     # Offsets live in Spark checkpoints; an unknown key means a newer writer, so refuse rather than drop it.
-    if not isinstance(data, Mapping) or set(data) != keys:
+    if not isinstance(data, Mapping) or not keys <= set(data) <= keys | optional:
         found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-        raise _bad_json(what, data, f"expected keys {sorted(keys)}, found {found}")
+        also = f" (and optionally {sorted(optional)})" if optional else ""
+        raise _bad_json(what, data, f"expected keys {sorted(keys)}{also}, found {found}")
 
 
 def _bad_json(what: str, data: object, detail: str) -> ValueError:
@@ -523,30 +526,44 @@ class Watermark:
 
     position: BinlogPosition
     gtid: GtidSet | None = None
+    server_id: int | None = None
+    """`@@server_id` of the server whose binlog `position` is in (None where not known): positions of two
+    servers never compare, so a point recorded on another server is found again by its GTIDs."""
 
     _KEYS: ClassVar[frozenset[str]] = frozenset({"file", "pos", "gtid_flavor", "gtid"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"server_id"})
+
+    def __post_init__(self) -> None:
+        if self.server_id is not None and (not _is_int(self.server_id) or not 0 <= self.server_id <= _MAX_UINT32):
+            raise ValueError(f"invalid server id {self.server_id!r}: expected an integer from 0 to {_MAX_UINT32}")
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
+        data: dict[str, JsonValue] = {
             "file": self.position.file,
             "pos": self.position.pos,
             "gtid_flavor": None if self.gtid is None else self.gtid.flavor,
             "gtid": None if self.gtid is None else str(self.gtid),
         }
+        if self.server_id is not None:
+            data["server_id"] = self.server_id
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Watermark:
-        _require_keys(data, "watermark", cls._KEYS)
+        _require_keys(data, "watermark", cls._KEYS, cls._OPTIONAL)
         file, pos, flavor, gtid_text = data["file"], data["pos"], data["gtid_flavor"], data["gtid"]
+        server_id = data.get("server_id")
         if not isinstance(file, str) or not _is_int(pos):
             raise _bad_json("watermark", data, "'file' must be a string, 'pos' an integer")
+        if server_id is not None and not _is_int(server_id):
+            raise _bad_json("watermark", data, "'server_id' must be an integer")
         position = BinlogPosition(file, pos)
         if flavor is None and gtid_text is None:
-            return cls(position, None)
+            return cls(position, None, server_id)
         if flavor not in ("mysql", "mariadb") or not isinstance(gtid_text, str):
             detail = "'gtid_flavor' must be 'mysql' or 'mariadb' and 'gtid' a string, or both null"
             raise _bad_json("watermark", data, detail)
-        return cls(position, parse_gtid_set(gtid_text, "mysql" if flavor == "mysql" else "mariadb"))
+        return cls(position, parse_gtid_set(gtid_text, "mysql" if flavor == "mysql" else "mariadb"), server_id)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Watermark):

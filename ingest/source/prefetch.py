@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, MariadbGtidPos
 
 _POLL_SECONDS = 0.2
 _TICK_SECONDS = 1.0
@@ -29,6 +29,7 @@ class Idle:
 
     position: BinlogPosition
     at: float
+    gtid: MariadbGtidPos | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class End:
     """The reader stopped (end of binlog in catch-up mode, or asked to stop) at `position`."""
 
     position: BinlogPosition
+    gtid: MariadbGtidPos | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class Prefetch:
 
     def _idle(self) -> bool:
         if self._queue.empty():
-            self._queue.put(Idle(self._reader.position, time.time()))
+            self._queue.put(Idle(self._reader.position, time.time(), self._reader.gtid))
         return self._stop.is_set()
 
     def _wait_for_room(self) -> bool:
@@ -137,4 +139,4 @@ class Prefetch:
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it in its own thread
             self._queue.put(Failed(e, self._reader.position))
             return
-        self._queue.put(End(self._reader.position))
+        self._queue.put(End(self._reader.position, self._reader.gtid))

@@ -30,11 +30,15 @@ def read_watermark(conn: pymysql.connections.Connection[Any], flavor: str) -> Wa
     with conn.cursor() as cur:
         try:
             if flavor == "mariadb":
-                cur.execute("SELECT @@gtid_binlog_pos")
-                gtid_text = str(cur.fetchone()[0] or "")
+                # The GTIDs are read before the position, so they never name a transaction past it: a point
+                # found again by its GTIDs on another server (after a failover) is at or before this one.
+                cur.execute("SELECT @@gtid_binlog_pos, @@server_id")
+                gtid_text, server_id = cur.fetchone()
                 row = _master_status(cur)
-                gtid: GtidSet = MariadbGtidPos.parse(gtid_text)
+                gtid: GtidSet = MariadbGtidPos.parse(str(gtid_text or ""))
             else:
+                cur.execute("SELECT @@server_id")
+                (server_id,) = cur.fetchone()
                 row = _master_status(cur)
                 gtid = MysqlGtidSet.parse(str(row[4] or "")) if len(row) > 4 else MysqlGtidSet()
         except pymysql.err.OperationalError as e:
@@ -42,4 +46,4 @@ def read_watermark(conn: pymysql.connections.Connection[Any], flavor: str) -> Wa
                 grant = "BINLOG MONITOR" if flavor == "mariadb" else "REPLICATION CLIENT"
                 raise SourceError(f"cannot read the binlog position: the CDC user needs {grant}") from None
             raise
-    return Watermark(BinlogPosition(str(row[0]), int(row[1])), gtid)
+    return Watermark(BinlogPosition(str(row[0]), int(row[1])), gtid, int(server_id))

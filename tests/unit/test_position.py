@@ -494,6 +494,20 @@ def test_watermark_json_round_trip(gtid: GtidSet | None) -> None:
     assert Watermark.from_json(json.loads(json.dumps(data))) == mark
 
 
+def test_watermark_json_carries_the_server_id_and_reads_records_without_one() -> None:
+    mark = Watermark(POS, MariadbGtidPos.parse("0-7-12"), server_id=7)
+    data = mark.to_json()
+    assert data["server_id"] == 7
+    assert Watermark.from_json(json.loads(json.dumps(data))) == mark
+    older = {k: v for k, v in data.items() if k != "server_id"}  # written before server ids were recorded
+    assert Watermark.from_json(older) == Watermark(POS, MariadbGtidPos.parse("0-7-12"))
+    assert mark != Watermark(POS, MariadbGtidPos.parse("0-7-12"), server_id=8)
+    with pytest.raises(ValueError, match="'server_id' must be an integer"):
+        Watermark.from_json({**data, "server_id": "7"})
+    with pytest.raises(ValueError, match="invalid server id"):
+        Watermark(POS, None, server_id=2**32)
+
+
 def test_watermark_json_keeps_flavor() -> None:
     assert Watermark(POS, MysqlGtidSet.parse(f"{U1}:1")).to_json()["gtid_flavor"] == "mysql"
     assert Watermark(POS, MariadbGtidPos.parse("0-1-1")).to_json()["gtid_flavor"] == "mariadb"

@@ -23,6 +23,7 @@ class FakeReader:
     def __init__(self, script: list[Any]) -> None:
         self.script = script
         self.position = pos(4)
+        self.gtid = None
         self.read = 0
 
     def transactions(self, idle: Callable[[], bool] | None = None) -> Iterator[Any]:

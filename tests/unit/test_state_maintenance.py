@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET, committed_offset
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET, committed_offset, offset_from_summary, offset_summary
 from ingest.sink.targets import SUMMARY_PIPELINE
-from ingest.source.position import BinlogPosition
+from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.state.table import _quote, snapshots_to_expire
 
 # --------------------------------------------------------------------------------------------------
@@ -77,7 +77,8 @@ def other(sid: int, parent: int | None) -> FakeSnapshot:
 
 
 def offset(table: Any) -> BinlogPosition | None:
-    return committed_offset(table, "p")
+    found = committed_offset(table, "p")
+    return None if found is None else found.position
 
 
 def test_the_newest_ancestor_of_ours_is_the_offset_even_under_other_writers_commits() -> None:
@@ -99,3 +100,11 @@ def test_expired_parents_end_the_walk() -> None:
 
 def test_a_cycle_in_broken_metadata_does_not_loop_forever() -> None:
     assert offset(FakeTable([other(1, 2), other(2, 1)], 1)) is None
+
+
+def test_a_commit_summary_keeps_the_gtid_position_and_server_of_its_offset() -> None:
+    end = Watermark(BinlogPosition.parse("mysql-bin.000004:77"), MariadbGtidPos.parse("0-21-40"), server_id=21)
+    props = {SUMMARY_PIPELINE: "p", SUMMARY_STREAM_OFFSET: offset_summary(end)}
+    assert committed_offset(FakeTable([FakeSnapshot(1, None, FakeSummary(props))], 1), "p") == end
+    # A summary written before GTIDs and server ids were recorded reads as a bare position.
+    assert offset_from_summary(json.dumps({"position": "mysql-bin.000004:77"})) == Watermark(end.position)

@@ -1,0 +1,169 @@
+"""Failover to a replica, then resume by GTID (FAILURES.md "Watermarks, positions, GTIDs").
+
+A primary and a GTID replica with `log_slave_updates`, both real MariaDB servers with the same binlog base
+name, so positions of the two compare without an error and only the server id tells them apart. The job
+follows the primary, is killed between two tables of a batch (the tables then hold different offsets),
+the primary dies and the replica takes over; the job, pointed at the replica, must find every recorded
+point again by its GTIDs: the targets equal the new primary row for row and the changelog holds each
+change exactly once.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ingest.config import parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.errors import SourceError
+from ingest.pipeline import run
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.state.table import StateTable
+from ingest.status import binlog_status
+from ingest.verify import verify
+from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
+
+pytestmark = pytest.mark.integration
+
+# Single-statement transactions, each with the changelog rows it makes on acct (op, id).
+FIRST = [("INSERT INTO {db}.acct VALUES (50, 'first', 5)", [("+I", 50)])]
+BEFORE_CRASH = [
+    ("INSERT INTO {db}.acct VALUES (100, 'a', 1)", [("+I", 100)]),
+    ("UPDATE {db}.acct SET owner = 'b' WHERE id = 1", [("-U", 1), ("+U", 1)]),
+    ("UPDATE {db}.tag SET n = n + 1 WHERE n < 3", []),
+]
+BEFORE_FAILOVER = [
+    ("DELETE FROM {db}.acct WHERE id = 2", [("-D", 2)]),
+    ("UPDATE {db}.acct SET id = 200 WHERE id = 3", [("-U", 3), ("+U", 200)]),
+    ("INSERT INTO {db}.tag VALUES ('zz', 9)", []),
+]
+AFTER_FAILOVER = [
+    ("INSERT INTO {db}.acct VALUES (300, 'on the replica', 3)", [("+I", 300)]),
+    ("UPDATE {db}.acct SET balance = 0 WHERE id = 100", [("-U", 100), ("+U", 100)]),
+    ("DELETE FROM {db}.tag WHERE name = 'zz'", []),
+]
+
+
+@pytest.fixture
+def pair(cdc_password: str) -> Iterator[tuple[MariaDBServer, MariaDBServer]]:
+    """A primary (server id 21) and its GTID replica (22), the replica following from the first event.
+
+    The replica starts a new binlog file first: a replica's binlog never has the primary's layout (it
+    started at another time, rotates at other times), and without this the two would be byte for byte
+    alike, and the primary's positions would happen to be right on the replica.
+    """
+    with MariaDBServer(server_id=21) as primary, MariaDBServer(server_id=22) as replica:
+        replica.execute("FLUSH BINARY LOGS")
+        replica.replicate_from(primary)
+        primary.create_cdc_user(CDC_USER, cdc_password)  # replicated, like everything after this
+        yield primary, replica
+
+
+def _setup(primary: MariaDBServer, db: str) -> None:
+    primary.execute(
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.acct (id INT NOT NULL PRIMARY KEY, owner VARCHAR(20), balance DECIMAL(12,2))",
+        f"CREATE TABLE {db}.tag (name VARCHAR(10) NOT NULL PRIMARY KEY, n INT)",
+        f"INSERT INTO {db}.acct SELECT seq, CONCAT('o', seq), seq FROM {db}.seq_1_to_40",
+        f"INSERT INTO {db}.tag SELECT CONCAT('t', seq), seq FROM {db}.seq_1_to_10",
+    )
+
+
+def _pipeline(server: MariaDBServer, db: str, warehouse: Path) -> dict[str, Any]:
+    return {
+        "name": db,
+        "source": source_section(server),
+        "tables": {"include": [rf"{db}\..*"]},
+        "sink": {**embedded_sink(warehouse), "catalog_name": f"{db}_lake"},
+        "snapshot": {"chunk_size": 8, "parallelism": 2},
+        # One table after the other, so that the crash after the first table commit falls between the two.
+        "stream": {"batch_interval_seconds": 60, "concurrent_merges": 1},
+        "table_options": {f"{db}.acct": {"changelog": True}},
+    }
+
+
+def _apply(server: MariaDBServer, db: str, changes: list[tuple[str, list[tuple[str, int]]]]) -> None:
+    with server.admin() as conn, conn.cursor() as cur:
+        for statement, _ in changes:
+            cur.execute(statement.format(db=db))
+
+
+def _server_id_of_offset(config: Any) -> int | None:
+    offset = StateTable.open(config).stream_offset()
+    return None if offset is None else offset.server_id
+
+
+def test_failover_to_a_replica_resumes_by_gtid_exactly_once(
+    spark: Any, pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path
+) -> None:
+    primary, replica = pair
+    db = "fo"
+    _setup(primary, db)
+    on_primary = _pipeline(primary, db, tmp_path)
+    config = parse_config(on_primary)
+    run(config, spark=spark, until_caught_up=True)  # snapshot, then the binlog up to now
+    _apply(primary, db, FIRST)
+    run(config, spark=spark, until_caught_up=True)  # a batch: the state table's offset is a primary's point
+    assert verify(config)
+    assert _server_id_of_offset(config) == 21
+
+    _apply(primary, db, BEFORE_CRASH)
+    config_file = tmp_path / "primary.yaml"
+    config_file.write_text(yaml.safe_dump(on_primary))
+    crash_at = "stream.after_table_commit:1"
+    crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    # acct holds the batch, its changelog, tag and the state table do not: four points to find again.
+    catalog = load_pyiceberg_catalog(config.sink)
+    acct = catalog.load_table((db, "acct")).scan().to_arrow().to_pylist()
+    assert {r["id"]: r["owner"] for r in acct}[1] == "b"
+    assert catalog.load_table((db, "acct_changelog")).scan().to_arrow().num_rows == 1  # FIRST's insert
+
+    _apply(primary, db, BEFORE_FAILOVER)
+    replica.wait_for(primary)
+    primary.stop()
+    replica.promote()
+    _apply(replica, db, AFTER_FAILOVER)
+
+    config_on_replica = parse_config(_pipeline(replica, db, tmp_path))
+    assert binlog_status(config_on_replica, StateTable.open(config_on_replica))["transactions_behind"] == 9
+    run(config_on_replica, spark=spark, until_caught_up=True)
+    assert verify(config_on_replica)
+    assert _server_id_of_offset(config_on_replica) == 22
+    status = binlog_status(config_on_replica, StateTable.open(config_on_replica))
+    assert status["transactions_behind"] == 0 and status["caught_up"] is True
+
+    # Every change once, none lost and none twice: the changelog started after the snapshot.
+    logged = catalog.load_table((db, "acct_changelog")).scan().to_arrow().to_pylist()
+    expected = [row for _, rows in FIRST + BEFORE_CRASH + BEFORE_FAILOVER + AFTER_FAILOVER for row in rows]
+    assert Counter((r["_op"], r["id"]) for r in logged) == Counter(expected)
+    # A rerun on the new primary finds nothing new.
+    snapshots = len(catalog.load_table((db, "acct")).snapshots())
+    run(config_on_replica, spark=spark, until_caught_up=True)
+    assert len(catalog.load_table((db, "acct")).snapshots()) == snapshots
+
+
+def test_a_replica_without_transactions_iceberg_holds_stops_the_job_naming_them(
+    spark: Any, pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path
+) -> None:
+    primary, replica = pair
+    db = "lost"
+    _setup(primary, db)
+    replica.wait_for(primary)
+    replica.execute("STOP SLAVE")  # asynchronous replication: what follows never reaches the replica
+    config = parse_config(_pipeline(primary, db, tmp_path))
+    run(config, spark=spark, snapshot_only=True)
+    _apply(primary, db, BEFORE_CRASH)
+    run(config, spark=spark, until_caught_up=True)
+    primary.stop()
+    replica.promote()
+
+    config_on_replica = parse_config(_pipeline(replica, db, tmp_path))
+    with pytest.raises(SourceError, match=r"lacks transactions Iceberg already holds: domain 0 up to sequence"):
+        run(config_on_replica, spark=spark, until_caught_up=True)
