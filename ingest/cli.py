@@ -1,4 +1,4 @@
-"""The `ingest` command: run, status, verify, demo.
+"""The `ingest` command: run, status, verify, resnapshot, demo.
 
 Exit codes: 0 success; 1 `verify` found a difference; 2 bad config or usage; 3 an error a person must
 fix (terminal); 4 an error that may pass on retry (transient); 130 interrupted.
@@ -54,6 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--ranges", type=int, default=16, help="key ranges per table (default 16)")
 
+    again = sub.add_parser(
+        "resnapshot",
+        help="drop the targets of some tables and their snapshot state: the next run copies them again",
+    )
+    again.add_argument("--config", required=True, help="the pipeline YAML file")
+    again.add_argument(
+        "--table", action="append", default=[], metavar="DB.TABLE", help="a table to snapshot again (repeatable)"
+    )
+
     demo = sub.add_parser("demo", help="ingest a sample MariaDB database into a local Iceberg warehouse")
     demo.add_argument("--dir", default=".demo", help="where the demo keeps its warehouse (default .demo)")
     return parser
@@ -100,6 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ingest.verify import verify
 
             return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
+        if args.command == "resnapshot":
+            from ingest.resnapshot import resnapshot
+
+            dropped = resnapshot(config, args.table)
+            print(
+                f"dropped: {', '.join(dropped) or 'nothing (already gone)'}; the next `ingest run` snapshots "
+                f"{', '.join(args.table)} again"
+            )
+            return EXIT_OK
     except ConfigError as e:
         print(f"ingest: config error: {e}", file=sys.stderr)
         return EXIT_CONFIG

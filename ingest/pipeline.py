@@ -11,13 +11,15 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingest import errors
 from ingest.config import PipelineConfig
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
@@ -26,7 +28,7 @@ from ingest.sink.targets import (
     SUMMARY_PIPELINE,
     chunks_done_in_target,
     encode_ranges,
-    ensure_target,
+    ensure_target_created,
     target_columns,
 )
 from ingest.source.chunk_reader import ChunkHook, ChunkTask
@@ -143,7 +145,13 @@ def snapshot_table(
     hook: ChunkHook | None = None,
 ) -> None:
     table_id = schema.table_id
-    target = ensure_target(spark, config, schema)
+    target, created = ensure_target_created(spark, config, schema)
+    if created and state.done(table_id):
+        raise SinkError(
+            f"{table_id}: the state table records {len(state.done(table_id))} chunks copied, but the target {target} "
+            f"did not exist (dropped?): the rows they hold are gone. Snapshot the table again: `ingest resnapshot "
+            f"--config ... --table {table_id}`, then `ingest run`"
+        )
     ensure_changelog(spark, config, schema)  # the changelog starts with the binlog phase (docs/config.md)
     plan = state.plan(table_id)
     if plan is None:
@@ -176,6 +184,19 @@ def snapshot_table(
         log.info(
             "%s: chunks %d/%d, %d rows, %.0f rows/s", table_id, len(done), len(plan), rows_done, rows_done / elapsed
         )
+
+
+_EXECUTOR_ERROR = re.compile(r"ingest\.errors\.(\w+): (.+)")
+
+
+def executor_error(error: BaseException) -> IngestError | None:
+    """The job's own error raised in a chunk read on an executor, as that error again (Spark wraps it in a
+    Java exception whose text holds the Python traceback), so it ends the job with its message and exit code."""
+    match = _EXECUTOR_ERROR.search(str(error))
+    found = getattr(errors, match[1], None) if match else None
+    if match and isinstance(found, type) and issubclass(found, IngestError):
+        return found(match[2].strip())
+    return None
 
 
 def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) -> set[int]:
@@ -268,13 +289,19 @@ def _commit_batch(
     by_index = {t.chunk.index: t.chunk for t in tasks}
     batch_info = {"floor": floor.to_json(), "chunks": sorted(by_index)}
     crash_point("snapshot.before_commit")
-    (
-        data.writeTo(target)
-        .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
-        .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(by_index)))
-        .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
-        .append()
-    )
+    try:
+        (
+            data.writeTo(target)
+            .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
+            .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(by_index)))
+            .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
+            .append()
+        )
+    except Exception as e:
+        ours = executor_error(e)
+        if ours is None:
+            raise
+        raise ours from None
     metas: dict[int, dict[str, Any]] = reports.value
     snapshot_id = _current_snapshot_id(config, tasks[0].schema)
     records = []

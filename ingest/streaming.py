@@ -187,6 +187,23 @@ def _table_streams(
     return [stream for stream, *_ in found], at(recorded)
 
 
+def _resume_at(tables: Sequence[TableStream], recorded: BinlogPosition | None) -> BinlogPosition:
+    """Where the binlog phase starts: the earliest point some table (or changelog) still needs.
+
+    A table holds every change up to its committed offset, or, before its first commit, up to its lowest chunk
+    high watermark (what comes earlier is in its chunks); every table holds what the job's recorded offset
+    says. So a table snapshotted again (`ingest resnapshot`) does not make the job read from an older offset,
+    and once every table was, the job starts at their new chunks even if the old offset's binlog is purged.
+    """
+    needs = []
+    for t in tables:
+        need = t.committed if t.committed is not None else t.min_high
+        if t.changelog is not None:
+            need = min(need, t.changelog_committed if t.changelog_committed is not None else t.min_high)
+        needs.append(need if recorded is None else max(need, recorded))
+    return min(needs)
+
+
 class StopSignal:
     """SIGTERM/SIGINT ask for a stop after the current commit (graceful, never mid-batch)."""
 
@@ -220,7 +237,7 @@ def stream(
     with connect(config.source) as conn:
         tables, resumed = _table_streams(config, state, schemas, recorded, conn, flavor)
         by_id = {t.schema.table_id: t for t in tables}
-        start = resumed if resumed is not None else min(t.min_high for t in tables)
+        start = _resume_at(tables, resumed)
         check_not_purged(conn, start)
         here = server_id(conn)
         start_gtid: MariadbGtidPos | None = None
@@ -240,6 +257,7 @@ def stream(
             heartbeat_seconds=config.stream.heartbeat_seconds,
             on_ddl=config.stream.on_schema_change,
             start_gtid=start_gtid,
+            contained_until={(t.schema.database, t.schema.table): t.min_high for t in tables if t.chunk_highs},
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
         prefetch = Prefetch(
@@ -388,6 +406,16 @@ def evolve_table(
         raise SchemaChangeError(f"{old.table_id} after the DDL at {ddl.end} ({ddl.query[:200]!r}): {e}") from None
     _refuse_if_altered_again(config, conn, flavor, old, ddl)
     plan = plan_schema_change(old, live, ddl.query, str(ddl.end))
+    if not plan.empty and table.chunk_highs and table.max_high > ddl.start:
+        # A chunk whose high watermark is past the statement may have been read after it, with the columns the
+        # snapshot started with: the binlog drops that chunk's later changes as contained in it, so the new
+        # columns' values of its rows would be lost (or a widened value fail the write). Refused, never guessed.
+        raise SchemaChangeError(
+            f"{old.table_id}: its schema changed during its snapshot, at binlog position {ddl.end} "
+            f"({ddl.query[:200]!r}), before the high watermark {table.max_high} of its last chunk: chunks read after "
+            f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
+            f"`ingest resnapshot --config ... --table {old.table_id}`, then `ingest run`"
+        )
     values = _old_row_values(conn, flavor, live, plan, ddl)
     done = apply_plan(spark, table.target, old.table_id, plan)
     crash_point("stream.after_schema_change")

@@ -26,7 +26,9 @@ def spark_catalog_conf(sink: SinkConfig) -> tuple[dict[str, str], dict[str, str]
     launch command line, where `ps` would show them. Iceberg reads them when the catalog is first used.
     """
     prefix = f"spark.sql.catalog.{sink.catalog_name}"
-    plain = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    # No table cache: the job must see commits made outside its session (compaction, `ingest resnapshot`
+    # dropping a target) at once; it loads each table once per MERGE, which costs little next to the MERGE.
+    plain = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
     secret: dict[str, str] = {}
     for key, value in sink.catalog.items():
         if isinstance(value, Secret):

@@ -179,8 +179,9 @@ def plan_schema_change(old: Any, new: Any, statement: str = "", position: str = 
         raise SchemaChangeError(
             f"{table}: the schema change{f' at {position}' if position else ''}"
             f"{f' ({statement[:200]!r})' if statement else ''} cannot be applied to Iceberg without making "
-            f"old rows wrong: {'; '.join(reasons)}. Nothing after it was applied; re-snapshot the table (drop its "
-            "target and its state rows) or set `stream.on_schema_change: ignore` if the change does not matter"
+            f"old rows wrong: {'; '.join(reasons)}. Nothing after it was applied; snapshot the table again "
+            f"(`ingest resnapshot --config ... --table {table}`), or set `stream.on_schema_change: ignore` if the "
+            "change does not matter"
         )
     return SchemaPlan(tuple(added), tuple(widened), tuple(relaxed))
 

@@ -38,11 +38,17 @@ def qualified(config: PipelineConfig, namespace: str, name: str) -> str:
 
 def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> str:
     """Create the target if missing (merge-on-read, primary key as identifier fields); return its name."""
+    return ensure_target_created(spark, config, schema)[0]
+
+
+def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchema) -> tuple[str, bool]:
+    """`ensure_target`, and whether the target was created now."""
     namespace, name = config.target_for(schema.database, schema.table)
     table = qualified(config, namespace, name)
     ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
-    if not spark.catalog.tableExists(f"{config.sink.catalog_name}.{namespace}.{name}"):
+    created = not spark.catalog.tableExists(f"{config.sink.catalog_name}.{namespace}.{name}")
+    if created:
         columns = ", ".join(
             f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
             for t in target_columns(schema)
@@ -59,7 +65,7 @@ def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> st
         keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
         spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")
         log.info("created %s for %s", table, schema.table_id)
-    return table
+    return table, created
 
 
 def encode_ranges(indexes: Iterable[int]) -> str:

@@ -113,8 +113,8 @@ def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPos
     if start.file not in files:
         raise BinlogPurgedError(
             f"the binlog position to resume from, {start}, is no longer on the server (oldest binlog: "
-            f"{files[0] if files else 'none'}); changes made since then cannot be read. Re-snapshot: drop the "
-            "target tables and this pipeline's rows of the state table, then run `ingest run` again; "
+            f"{files[0] if files else 'none'}); changes made since then cannot be read. Snapshot every table "
+            "again (`ingest resnapshot --config ... --table DB.T --table ...`, then `ingest run`), "
             "and keep binlogs longer than the job may be down (expire_logs_days / binlog_expire_logs_seconds)"
         )
 
@@ -166,6 +166,7 @@ class BinlogReader:
         heartbeat_seconds: float = 1.0,
         on_ddl: str = "fail",
         start_gtid: MariadbGtidPos | None = None,
+        contained_until: dict[tuple[str, str], BinlogPosition] | None = None,
     ) -> None:
         self.source = source
         self.schemas = {(s.database, s.table): s for s in schemas}
@@ -176,6 +177,10 @@ class BinlogReader:
         """MariaDB's GTID position at `position`, kept by the GTID of every event group that ends (when the
         start's is known): it is what finds `position` again on another server after a failover."""
         self._group_gtid: MariadbGtid | None = None
+        self._contained_until = dict(contained_until or {})
+        """Per table, a position up to which every row change is already in the snapshot's chunks (the lowest
+        chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
+        decoded with, when the table was snapshotted again after a schema change."""
         self.on_ddl = on_ddl
         self._stream = open_stream(
             source,
@@ -211,7 +216,7 @@ class BinlogReader:
             raise SchemaChangeError(
                 f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the job "
                 f"expects {sorted(schema.column_names)}: its schema changed without a DDL statement the job could "
-                "follow. Re-snapshot the table (drop its target and state rows)"
+                f"follow. Snapshot the table again: `ingest resnapshot --config ... --table {schema.table_id}`"
             )
         return tuple(fn(values[c]) for fn, c in zip(self._to_driver[key], schema.column_names, strict=True))
 
@@ -240,6 +245,11 @@ class BinlogReader:
                     key = (event.schema, event.table)
                     if key not in self._tables:
                         continue
+                    contained = self._contained_until.get(key)
+                    if contained is not None:
+                        if end <= contained:
+                            continue
+                        del self._contained_until[key]  # positions only grow: no more lookups for this table
                     if current is None:
                         current = Transaction(end)
                     table_id = f"{key[0]}.{key[1]}"

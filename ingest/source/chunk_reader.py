@@ -19,7 +19,7 @@ import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig
-from ingest.errors import SourceError
+from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
 from ingest.sink.types import TargetColumn, rows_to_record_batch
@@ -123,7 +123,16 @@ def read_chunk(task: ChunkTask, connections: ChunkConnections | None = None) -> 
         task.hook("after_low_watermark", chunk)
     where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
     columns = ", ".join(quote(c) for c in schema.column_names)
-    table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
+    try:
+        table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
+    except Exception as e:
+        if getattr(e, "args", (None,))[:1] == (1054,):  # ER_BAD_FIELD_ERROR, from PyMySQL or mysqlclient
+            raise SchemaChangeError(
+                f"{schema.table_id}: a column the snapshot reads is gone (dropped or renamed during the snapshot, "
+                f"chunk {chunk.index}): {e.args[-1]}. Re-snapshot the table: `ingest resnapshot --config ... "
+                f"--table {schema.table_id}`, then `ingest run`"
+            ) from None
+        raise
     select.end()  # end the read view at once: no metadata lock is held between chunks
     crash_point(f"chunk.after_select.{chunk.table_id}.{chunk.index}")
     select_done = time.perf_counter()

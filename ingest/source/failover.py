@@ -74,7 +74,7 @@ def to_this_server(
         raise SourceError(
             f"the job's offsets were recorded on the source with server_id {first.server_id}, but it now reads "
             f"server_id {here}: resuming by GTID after a failover is built for MariaDB only. Point the job back "
-            "at the server it read before, or re-snapshot (drop the targets and this pipeline's state rows)"
+            "at the server it read before, or snapshot every table again (`ingest resnapshot`)"
         )
     wanted = []
     for mark in foreign:
@@ -82,7 +82,7 @@ def to_this_server(
             raise SourceError(
                 f"the offset {mark.position} was recorded on server_id {mark.server_id} without a GTID position, "
                 f"so it cannot be found in the binlog of server_id {here}; point the job back at server_id "
-                f"{mark.server_id}, or re-snapshot"
+                f"{mark.server_id}, or snapshot every table again (`ingest resnapshot`)"
             )
         wanted.append(mark.gtid)
     found = locate(conn, source, wanted)
@@ -112,8 +112,7 @@ def locate(
             f"the source (server_id {current.server_id}, GTID position {current.gtid or 'empty'}) lacks "
             f"transactions Iceberg already holds: domain {domain} up to sequence {missing}. It is not a replica "
             "that had applied everything the job committed (asynchronous replication lost them in the failover?). "
-            "Point the job at a server that has them, or re-snapshot (drop the targets and this pipeline's state "
-            "rows)"
+            "Point the job at a server that has them, or snapshot every table again (`ingest resnapshot`)"
         )
     # A point with no event group after it in the stream is the binlog's end as read above: every group in
     # the binlog then was in the point (the stream, opened later, shows none newer), and the point's groups
@@ -137,7 +136,7 @@ def locate(
             raise SourceError(
                 f"the source (server_id {current.server_id}) cannot stream from GTID position {start}: {e.args[1]}. "
                 "Its binlog no longer holds the transactions after the job's offset, or its history differs from "
-                "the server the job read before; re-snapshot (drop the targets and this pipeline's state rows)"
+                "the server the job read before; snapshot every table again (`ingest resnapshot`)"
             ) from None
         raise
     finally:
@@ -151,7 +150,8 @@ def _one_domain(points: Sequence[MariadbGtidPos], server: MariadbGtidPos) -> int
         raise SourceError(
             f"resuming by GTID after a failover needs one replication domain, but the offsets and the source use "
             f"domains {sorted(domains)}: their transactions may be in another order on this server than on the "
-            "one the job read before. Point the job back at that server, or re-snapshot"
+            "one the job read before. Point the job back at that server, or snapshot every table again "
+            "(`ingest resnapshot`)"
         )
     return next(iter(domains), None)
 

@@ -269,6 +269,26 @@ class StateTable:
         for r in records:
             self._done[r.chunk.table_id][r.chunk.index].append(r)
 
+    def forget(self, table_id: str) -> None:
+        """Delete the table's plan and chunk records (one commit): its next run plans and snapshots it again."""
+        ours = f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)}"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            _retry_commit(self._table, lambda: self._table.delete(ours))
+        self._plans.pop(table_id, None)
+        self._planned_at.pop(table_id, None)
+        self._done.pop(table_id, None)
+
+    def forget_offset(self) -> None:
+        """Delete the pipeline's binlog offset: with every table snapshotted again, none holds what it says."""
+        ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            _retry_commit(self._table, lambda: self._table.delete(ours))
+        self._offset = None
+        self._offset_source_time = None
+        self._offset_recorded_at = None
+
     def _append(self, rows: list[dict[str, Any]]) -> None:
         data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)
         _retry_commit(self._table, lambda: self._table.append(data))

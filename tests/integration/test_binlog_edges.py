@@ -11,8 +11,9 @@ import pytest
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.errors import BinlogPurgedError, SourceError
+from ingest.errors import BinlogPurgedError, SinkError, SourceError
 from ingest.pipeline import run
+from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.binlog import SchemaChangeError
 from ingest.source.mysql import connect
@@ -24,7 +25,9 @@ from tests.conftest import embedded_sink, source_section
 pytestmark = pytest.mark.integration
 
 
-def _setup(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, **stream: Any) -> PipelineConfig:
+def _setup(
+    mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, tables: str = "t", **stream: Any
+) -> PipelineConfig:
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -38,7 +41,7 @@ def _setup(mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, **stre
         {
             "name": db,
             "source": source_section(mariadb),
-            "tables": {"include": [rf"{db}\.t"]},
+            "tables": {"include": [rf"{db}\.{tables}"]},
             "sink": sink,
             "snapshot": {"chunk_size": 50},
             "stream": {"batch_interval_seconds": 1, **stream},
@@ -85,6 +88,9 @@ def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
 ) -> None:
     config = _setup(mariadb, "purged", tmp_path, "purged_lake")
     run(config, spark=spark, snapshot_only=True)
+    mariadb.execute("UPDATE purged.t SET n = -1 WHERE id = 2")
+    run(config, spark=spark, until_caught_up=True)
+    assert StateTable.open(config).stream_offset() is not None  # the job's offset, soon purged
     mariadb.execute("UPDATE purged.t SET n = 0 WHERE id = 1", "FLUSH BINARY LOGS")
     with mariadb.admin() as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
@@ -99,8 +105,13 @@ def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
             time.sleep(0.25)
         else:
             pytest.fail("the server did not purge its old binlogs")
-    with pytest.raises(BinlogPurgedError, match=r"is no longer on the server .* Re-snapshot"):
+    with pytest.raises(BinlogPurgedError, match=r"is no longer on the server .*`ingest resnapshot --config"):
         run(config, spark=spark, until_caught_up=True)
+    # The way out the error names: snapshot every table again; the job starts over from their new chunks.
+    assert resnapshot(config, ["purged.t"]) == ["purged.t"]
+    assert StateTable.open(config).stream_offset() is None
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
 
 
 def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement(
@@ -171,5 +182,28 @@ def test_compaction_and_expiry_down_to_one_snapshot_do_not_lose_the_offset(
         "retain_last => 1)"
     )
     mariadb.execute("UPDATE maint.t SET v = 'after' WHERE id < 20", "INSERT INTO maint.t VALUES (500, 'x', 1)")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+
+
+def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_other_streams(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "again"
+    config = _setup(mariadb, db, tmp_path, "again_lake", tables="(t|other)")
+    mariadb.execute(f"INSERT INTO {db}.other SELECT seq, seq FROM {db}.seq_1_to_30")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"UPDATE {db}.t SET n = -1 WHERE id < 5", f"UPDATE {db}.other SET v = -1 WHERE id < 5")
+    run(config, spark=spark, until_caught_up=True)
+    offset = StateTable.open(config).stream_offset()
+    assert offset is not None
+
+    load_pyiceberg_catalog(config.sink).purge_table((db, "t"))  # a target dropped by hand
+    mariadb.execute(f"DELETE FROM {db}.t WHERE id > 190", f"DELETE FROM {db}.other WHERE id > 25")
+    with pytest.raises(SinkError, match=r"records 4 chunks copied, but the target .* did not exist.*ingest resnapshot"):
+        run(config, spark=spark, until_caught_up=True)
+
+    assert resnapshot(config, [f"{db}.t"]) == [f"{db}.t"]
+    assert StateTable.open(config).stream_offset() == offset  # `other` still holds what it says
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)

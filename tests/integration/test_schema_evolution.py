@@ -167,3 +167,68 @@ def test_kill_9_inside_the_schema_change_step_then_resume_applies_it_once(
     assert _backfills(config, db) == 1  # never redone over the rows changed after it
     offset = StateTable.open(config).stream_offset()
     assert offset is not None
+
+
+class AlterDuringSnapshot:
+    """A chunk hook (run on an executor) that alters the table once, at one point of one chunk's read, then
+    writes rows that only the new schema can hold."""
+
+    def __init__(self, socket: str, db: str, at: str, ddl: str, after: tuple[str, ...]) -> None:
+        self.socket, self.db, self.at, self.ddl, self.after = socket, db, at, ddl, after
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        if at != self.at or chunk.index != 2:
+            return
+        import pymysql
+
+        with pymysql.connect(unix_socket=self.socket, user="root", database=self.db, autocommit=True) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM ddl_done")
+                if cur.fetchone()[0]:
+                    return  # a retried task: once only
+                cur.execute("INSERT INTO ddl_done VALUES (1)")
+                cur.execute(self.ddl)
+                for statement in self.after:
+                    cur.execute(statement)
+
+
+ADD_DURING_SNAPSHOT = (
+    "ALTER TABLE t ADD COLUMN c INT DEFAULT 7",
+    ("UPDATE t SET c = 100 WHERE id = 110", "INSERT INTO t VALUES (121, 'new', 1, 200)"),
+)
+DROP_DURING_SNAPSHOT = ("ALTER TABLE t DROP COLUMN n", ("UPDATE t SET v = 'after' WHERE id = 110",))
+
+
+@pytest.mark.parametrize(
+    ("at", "change", "refusal"),
+    [
+        ("after_low_watermark", ADD_DURING_SNAPSHOT, "its schema changed during its snapshot"),
+        ("before_high_watermark", ADD_DURING_SNAPSHOT, "its schema changed during its snapshot"),
+        ("after_low_watermark", DROP_DURING_SNAPSHOT, "a column the snapshot reads is gone"),
+    ],
+    ids=["add-in-window", "add-before-high", "drop-in-window"],
+)
+def test_a_schema_change_during_the_snapshot_stops_the_job_and_resnapshot_recovers(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, at: str, change: tuple[str, tuple[str, ...]], refusal: str
+) -> None:
+    """FAILURES.md "Types and settings": DDL during a chunk window. Chunks read after the statement hold the
+    old columns, and the binlog drops their later changes as contained in them: the job must stop, not
+    lose the new values (it did: the added column showed the default where the source had 100 and 200)."""
+    db = "ddlsnap"
+    catalog = f"ddlsnap_{at}_{len(change[1])}"
+    _setup(mariadb, db, tmp_path, catalog)
+    mariadb.execute(f"CREATE TABLE {db}.ddl_done (x INT)")
+    section = {**_section(mariadb, db, tmp_path, catalog), "snapshot": {"chunk_size": 20, "parallelism": 1}}
+    config = parse_config(section)
+    with pytest.raises(SchemaChangeError, match=refusal):
+        run(config, spark=spark, until_caught_up=True, hook=AlterDuringSnapshot(mariadb.socket, db, at, *change))
+
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(section))
+    unknown = run_ingest("resnapshot", "--config", str(config_file), "--table", f"{db}.nope")
+    assert unknown.returncode == 2 and "not a table of pipeline" in unknown.stderr, unknown.stderr[-2000:]
+    again = run_ingest("resnapshot", "--config", str(config_file), "--table", f"{db}.t")
+    assert again.returncode == 0 and f"dropped: {db}.t;" in again.stdout, again.stderr[-2000:]
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)

@@ -46,6 +46,7 @@ def test_spark_conf_splits_plain_and_secret_settings() -> None:
     )
     assert plain == {
         "spark.sql.catalog.s3lake": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.s3lake.cache-enabled": "false",
         "spark.sql.catalog.s3lake.type": "jdbc",
         "spark.sql.catalog.s3lake.uri": "jdbc:postgresql://h:5432/db",
         "spark.sql.catalog.s3lake.jdbc.user": "u",
@@ -65,8 +66,12 @@ def test_spark_conf_without_secrets() -> None:
         "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.catalog.lake.type": "rest",
         "spark.sql.catalog.lake.uri": "http://rest:8181",
+        "spark.sql.catalog.lake.cache-enabled": "false",
     }
     assert secret == {}
+    # The user may turn Spark's table cache back on.
+    plain, _ = spark_catalog_conf(sink({"type": "rest", "uri": "http://rest:8181", "cache-enabled": "true"}))
+    assert plain["spark.sql.catalog.lake.cache-enabled"] == "true"
 
 
 # --------------------------------------------------------------------------------------------------

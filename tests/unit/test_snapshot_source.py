@@ -31,3 +31,18 @@ def test_reports_merge_per_chunk_and_keep_the_earlier_high_watermark() -> None:
     assert merged[0]["high"]["file"] == "mysql-bin.000001"
     assert merged[1]["high"] == {"file": "mysql-bin.000002", "pos": 50, "gtid_flavor": None, "gtid": None}
     assert sorted(merged) == [0, 1]
+
+
+def test_the_jobs_own_error_from_an_executor_comes_back_as_itself() -> None:
+    from ingest.errors import SchemaChangeError
+    from ingest.pipeline import executor_error
+
+    wrapped = RuntimeError(
+        "An error occurred while calling o123.append.\n: org.apache.spark.SparkException: Job aborted due to stage "
+        'failure: ... PythonException: Traceback (most recent call last):\n  File "chunk_reader.py", line 1\n'
+        "ingest.errors.SchemaChangeError: db.t: a column the snapshot reads is gone (chunk 2)\n\tat org.apache..."
+    )
+    found = executor_error(wrapped)
+    assert isinstance(found, SchemaChangeError) and str(found) == "db.t: a column the snapshot reads is gone (chunk 2)"
+    assert executor_error(RuntimeError("java.lang.OutOfMemoryError: Java heap space")) is None
+    assert executor_error(RuntimeError("ingest.errors.Nonsense: x")) is None
