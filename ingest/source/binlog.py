@@ -268,7 +268,12 @@ class BinlogReader:
                     query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
                     if query.strip().upper() == "BEGIN":
                         continue
-                    touched = ddl_tables(query, _text(event.schema), self._tables)
+                    touched = [
+                        t
+                        for t in ddl_tables(query, _text(event.schema), self._tables)
+                        # A table snapshotted after the statement already has what it did.
+                        if (contained := self._contained_until.get(t)) is None or end > contained
+                    ]
                     if touched:
                         start = self.position
                         self._schema_change(query, touched, end)
@@ -319,7 +324,8 @@ class BinlogReader:
         raise SchemaChangeError(
             f"the schema of {names} changed at binlog position {end}: {query[:200]!r}; {why}. Everything before "
             "the statement is committed. Set `stream.on_schema_change: evolve` to follow ALTER TABLE where "
-            "Iceberg allows it, `ignore` only if captured columns are unchanged, or re-snapshot the table"
+            "Iceberg allows it, `ignore` only if captured columns are unchanged, or snapshot the table again "
+            f"(`ingest resnapshot --config ... --table {touched[0][0]}.{touched[0][1]}`)"
         )
 
 

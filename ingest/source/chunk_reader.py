@@ -109,6 +109,33 @@ def read_chunk(task: ChunkTask, connections: ChunkConnections | None = None) -> 
     if connections is None:
         with ChunkConnections(task.source, task.driver) as own:
             return read_chunk(task, own)
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        try:
+            return _read_chunk_once(task, connections)
+        except Exception as e:
+            # ER_TABLE_DEF_CHANGED: the table was replaced after the read view began (an online schema change's
+            # RENAME swap). Read the chunk again from a new low watermark; what changed is the binlog phase's to judge.
+            if _error_code(e) != 1412 or attempt == READ_ATTEMPTS:
+                raise
+            log.info(
+                "%s chunk %d: the table was redefined during the read; reading it again",
+                task.chunk.table_id,
+                task.chunk.index,
+            )
+            connections.close()
+    raise AssertionError("unreachable")
+
+
+READ_ATTEMPTS = 3
+
+
+def _error_code(error: BaseException) -> object:
+    """The server's error number of a PyMySQL or mysqlclient error (their first argument)."""
+    args = getattr(error, "args", ())
+    return args[0] if args else None
+
+
+def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkResult:
     started = time.perf_counter()
     schema, chunk = task.schema, task.chunk
     targets = target_columns(schema)
@@ -126,7 +153,7 @@ def read_chunk(task: ChunkTask, connections: ChunkConnections | None = None) -> 
     try:
         table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
     except Exception as e:
-        if getattr(e, "args", (None,))[:1] == (1054,):  # ER_BAD_FIELD_ERROR, from PyMySQL or mysqlclient
+        if _error_code(e) == 1054:  # ER_BAD_FIELD_ERROR
             raise SchemaChangeError(
                 f"{schema.table_id}: a column the snapshot reads is gone (dropped or renamed during the snapshot, "
                 f"chunk {chunk.index}): {e.args[-1]}. Re-snapshot the table: `ingest resnapshot --config ... "

@@ -197,6 +197,16 @@ ADD_DURING_SNAPSHOT = (
     ("UPDATE t SET c = 100 WHERE id = 110", "INSERT INTO t VALUES (121, 'new', 1, 200)"),
 )
 DROP_DURING_SNAPSHOT = ("ALTER TABLE t DROP COLUMN n", ("UPDATE t SET v = 'after' WHERE id = 110",))
+# An online schema change tool's swap (pt-osc, gh-ost): a copy with a new column takes the table's name.
+SWAP_DURING_SNAPSHOT = (
+    "CREATE TABLE t_new LIKE t",
+    (
+        "ALTER TABLE t_new ADD COLUMN c INT DEFAULT 7",
+        "INSERT INTO t_new (id, v, n) SELECT id, v, n FROM t",
+        "RENAME TABLE t TO t_old, t_new TO t",
+        "UPDATE t SET c = 100 WHERE id = 110",
+    ),
+)
 
 
 @pytest.mark.parametrize(
@@ -205,8 +215,9 @@ DROP_DURING_SNAPSHOT = ("ALTER TABLE t DROP COLUMN n", ("UPDATE t SET v = 'after
         ("after_low_watermark", ADD_DURING_SNAPSHOT, "its schema changed during its snapshot"),
         ("before_high_watermark", ADD_DURING_SNAPSHOT, "its schema changed during its snapshot"),
         ("after_low_watermark", DROP_DURING_SNAPSHOT, "a column the snapshot reads is gone"),
+        ("after_low_watermark", SWAP_DURING_SNAPSHOT, "only ALTER TABLE can be followed"),
     ],
-    ids=["add-in-window", "add-before-high", "drop-in-window"],
+    ids=["add-in-window", "add-before-high", "drop-in-window", "swap-in-window"],
 )
 def test_a_schema_change_during_the_snapshot_stops_the_job_and_resnapshot_recovers(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, at: str, change: tuple[str, tuple[str, ...]], refusal: str
@@ -215,7 +226,7 @@ def test_a_schema_change_during_the_snapshot_stops_the_job_and_resnapshot_recove
     old columns, and the binlog drops their later changes as contained in them: the job must stop, not
     lose the new values (it did: the added column showed the default where the source had 100 and 200)."""
     db = "ddlsnap"
-    catalog = f"ddlsnap_{at}_{len(change[1])}"
+    catalog = f"ddlsnap_{at}_{len(change[1])}_{len(change[0])}"
     _setup(mariadb, db, tmp_path, catalog)
     mariadb.execute(f"CREATE TABLE {db}.ddl_done (x INT)")
     section = {**_section(mariadb, db, tmp_path, catalog), "snapshot": {"chunk_size": 20, "parallelism": 1}}
