@@ -188,20 +188,16 @@ def _table_streams(
 
 
 def _resume_at(tables: Sequence[TableStream], recorded: BinlogPosition | None) -> BinlogPosition:
-    """Where the binlog phase starts: the earliest point some table (or changelog) still needs.
+    """Where the binlog phase starts: the earliest point some table still needs.
 
-    A table holds every change up to its committed offset, or, before its first commit, up to its lowest chunk
-    high watermark (what comes earlier is in its chunks); every table holds what the job's recorded offset
-    says. So a table snapshotted again (`ingest resnapshot`) does not make the job read from an older offset,
-    and once every table was, the job starts at their new chunks even if the old offset's binlog is purged.
+    Every table holds what the job's recorded offset says, and what its chunks hold: every change up to its
+    lowest chunk high watermark. So a table snapshotted again (`ingest resnapshot`) does not make the job read
+    from an older offset, and once every table was, the job starts at their new chunks even if the old
+    offset's binlog is purged. A table's own committed offset is not used even when it is further: a crash
+    inside a schema change step leaves the target committed past its DDL while the schema it decodes with is
+    still the old one, so the DDL must be read again; changes a target already holds are skipped per table.
     """
-    needs = []
-    for t in tables:
-        need = t.committed if t.committed is not None else t.min_high
-        if t.changelog is not None:
-            need = min(need, t.changelog_committed if t.changelog_committed is not None else t.min_high)
-        needs.append(need if recorded is None else max(need, recorded))
-    return min(needs)
+    return min(t.min_high if recorded is None else max(recorded, t.min_high) for t in tables)
 
 
 class StopSignal:
