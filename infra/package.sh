@@ -19,6 +19,10 @@
 #
 # PYTHON   interpreter to build with (default python3); 3.11 or newer (pyproject.toml). Use the path the
 #          cluster nodes have (e.g. /usr/bin/python3.11): the packed environment links to it by that path.
+# FAST     auto (default) | yes | no: pack the `fast` extra (mysqlclient, the C driver of the chunk reads,
+#          snapshot.driver). It is built against libmariadb/libmysqlclient, which the build host needs
+#          (libmariadb-dev, pkg-config, a C compiler) and the cluster nodes need at run time (libmariadb3).
+#          auto packs it when it builds and otherwise warns (the job then reads chunks with PyMySQL).
 # Pins in constraints.txt, when present, apply to every dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +30,8 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 ARCHIVE="dist/ingest-env.tar.gz"
 VENV_PACK="venv-pack==0.2.0"
+FAST="${FAST:-auto}"
+case "$FAST" in auto|yes|no) ;; *) echo "FAST must be auto, yes or no, got ${FAST}" >&2; exit 2 ;; esac
 
 step() { printf '==> %s\n' "$*"; }
 
@@ -71,6 +77,18 @@ step "runtime virtualenv: ${wheel#dist/} + ${deps[*]}"
 "$work/env/bin/python" -m pip install -q --upgrade pip
 "$work/env/bin/python" -m pip install -q "${constraints[@]}" "${deps[@]}"
 "$work/env/bin/python" -m pip install -q --no-deps "$wheel"
+
+mapfile -t fast < <("$PY" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["fast"], sep="\n")')
+case "$FAST" in
+  no) step "fast extra: not packed (FAST=no); chunk reads will use PyMySQL" ;;
+  yes|auto)
+    step "fast extra: ${fast[*]}"
+    if ! "$work/env/bin/python" -m pip install -q "${constraints[@]}" "${fast[@]}"; then
+      [ "$FAST" = yes ] && { echo "FAST=yes: the fast extra does not build here" >&2; exit 1; }
+      echo "warning: the fast extra (${fast[*]}) does not build here (needs libmariadb-dev, pkg-config, cc);" \
+        "packing without it: chunk reads will use PyMySQL (snapshot.driver: auto)" >&2
+    fi ;;
+esac
 
 # The job must import, and pyspark must not be there (a second, different Spark would shadow the cluster's).
 "$work/env/bin/python" -c 'import ingest.cli, ingest.config, ingest.runtime.jars, pyiceberg, pyarrow, pymysql, pymysqlreplication, yaml, boto3'
