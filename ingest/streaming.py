@@ -27,7 +27,7 @@ import pymysql.cursors
 from pymysqlreplication.event import QueryEvent
 
 from ingest.changes.changelog import SourceChange, changelog_rows
-from ingest.changes.materializer import Change, materialize
+from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
 from ingest.faults import crash_point
@@ -587,9 +587,14 @@ def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition
 def _merge_table(
     spark: Any, config: PipelineConfig, table: TableStream, changes: list[RowChange], end: Watermark
 ) -> bool:
-    finals = materialize(
-        (Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes),
-        table.schema.primary_key_positions(),
+    folded = [Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes]
+    finals = materialize(folded, table.schema.primary_key_positions())
+    # A batch that only creates rows (inserts of keys absent before it: an event or log table, new orders) is
+    # appended: the target holds exactly the source before the batch, so it cannot hold those keys. Not under
+    # the `ignore` DDL policy, where an ignored TRUNCATE leaves rows behind that re-inserts must overwrite.
+    created = created_keys(folded, table.schema.primary_key_positions())
+    append = config.stream.on_schema_change != "ignore" and all(
+        row is not None and key in created for key, row in finals.items()
     )
 
     attempts = 0
@@ -603,7 +608,7 @@ def _merge_table(
             return table.committed
         return _committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    done = merge_into(spark, table.target, table.schema, finals, end, read_offset)
+    done = merge_into(spark, table.target, table.schema, finals, end, read_offset, append)
     table.committed = end.position
     return done
 

@@ -45,3 +45,20 @@ def materialize(changes: Iterable[Change], key_positions: Sequence[int]) -> dict
         if change.after is not None:
             final[tuple(change.after[i] for i in key_positions)] = change.after
     return final
+
+
+def created_keys(changes: Iterable[Change], key_positions: Sequence[int]) -> set[Key]:
+    """Keys the batch creates: the first change naming each one makes a row with it (an insert, or an update
+    moving a row to it). The source's unique key allows that only for a key absent at that moment, so such a
+    key is absent from the table before the batch, and from a target that holds everything before it."""
+    seen: set[Key] = set()
+    created: set[Key] = set()
+    for change in sorted(changes, key=lambda c: c.seq):
+        if change.before is not None:
+            seen.add(tuple(change.before[i] for i in key_positions))
+        if change.after is not None:
+            key = tuple(change.after[i] for i in key_positions)
+            if key not in seen:
+                seen.add(key)
+                created.add(key)
+    return created

@@ -119,9 +119,12 @@ def merge_into(
     finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None],
     end: Watermark,
     read_offset: Any,
+    append: bool = False,
 ) -> bool:
     """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state.
 
+    With `append`, every row of `finals` has a key the target cannot hold (the batch created it, see
+    `created_keys`): the rows are appended, with no scan of the target and no conflict with its rewrites.
     The caller sets the batch's summary around it (`snapshot_properties` with `stream_offset_properties`),
     once for the MERGEs of several tables running at the same time: the session's settings are shared.
     """
@@ -129,13 +132,17 @@ def merge_into(
     _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
     columns = [quote_identifier(c) for c in schema.column_names]
     on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
-    sql = (
-        f"MERGE INTO {target} t USING {view} s ON {on} "
-        f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
-        f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
-        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
-        f"VALUES ({', '.join(f's.{c}' for c in columns)})"
-    )
+    if append:
+        assert all(row is not None for row in finals.values()), "only new rows are appended"
+        sql = f"INSERT INTO {target} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM {view}"
+    else:
+        sql = (
+            f"MERGE INTO {target} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
+            f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
+            f"VALUES ({', '.join(f's.{c}' for c in columns)})"
+        )
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = read_offset()

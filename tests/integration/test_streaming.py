@@ -195,6 +195,69 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
     assert after[0] - counts[0] + after[1] - counts[1] == {"stream.after_table_commit:1": 1}.get(crash_at, 0)
 
 
+def _operations(config: PipelineConfig, namespace: str, table: str) -> list[str]:
+    """The operation of every stream commit of this pipeline to one target, in commit order."""
+    table_ = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
+    return [
+        s.summary.operation.value
+        for s in sorted(table_.snapshots(), key=lambda s: s.sequence_number)
+        if s.summary is not None and SUMMARY_STREAM_OFFSET in s.summary.additional_properties
+    ]
+
+
+def test_a_batch_that_only_creates_rows_is_appended_once_across_a_kill_between_two_tables(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "appendflow"
+    _fresh_db(mariadb, db)
+    config = _config(mariadb, db, tmp_path, catalog="appends", batch_interval_seconds=60, concurrent_merges=1)
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute(
+        f"DELETE FROM {db}.acct WHERE id = 7",  # a key the snapshot held: the next batch may append it again
+        f"UPDATE {db}.acct SET balance = 0 WHERE id = 8",
+        f"UPDATE {db}.tag SET n = n + 1 WHERE name = 'a3'",
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert _operations(config, db, "acct") == _operations(config, db, "tag") == ["overwrite"]
+    mariadb.execute(
+        f"INSERT INTO {db}.acct SELECT 1000 + seq, 'new', seq FROM {db}.seq_1_to_100",
+        f"INSERT INTO {db}.acct VALUES (7, 'again', 7)",
+        f"INSERT INTO {db}.acct VALUES (5000, 'gone', 0)",
+        f"DELETE FROM {db}.acct WHERE id = 5000",
+        f"INSERT INTO {db}.acct VALUES (5000, 'back', 1)",  # created, deleted and created again: still new
+        f"INSERT INTO {db}.tag VALUES ('zz', 1)",
+        f"DELETE FROM {db}.tag WHERE name = 'B1'",
+        f"INSERT INTO {db}.tag VALUES ('B1', 100)",  # re-inserted after a delete in the batch: a MERGE
+    )
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": db,
+                "source": source_section(mariadb),
+                "tables": {"include": [rf"{db}\..*"]},
+                "sink": {**embedded_sink(tmp_path), "catalog_name": "appends"},
+                "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
+                "stream": {"batch_interval_seconds": 60, "concurrent_merges": 1},
+            }
+        )
+    )
+    # Tables commit in name order: acct is appended, then the job dies before tag's MERGE and the state.
+    crash_at = "stream.after_table_commit:1"
+    crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert _operations(config, db, "acct") == ["overwrite", "append"]
+    assert _operations(config, db, "tag") == ["overwrite"]
+    run(config, spark=spark, until_caught_up=True)
+    assert _operations(config, db, "acct") == ["overwrite", "append"]  # the replayed batch appended nothing again
+    assert _operations(config, db, "tag") == ["overwrite", "overwrite"]
+    assert verify(config)
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {db}.acct")
+        (source_rows,) = cur.fetchone()
+    assert spark.sql(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM appends.{db}.acct").first()[:] == (source_rows,) * 2
+
+
 def _start_streaming_job(
     mariadb: MariaDBServer, db: str, tmp_path: Path, tables: str, catalog: str
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:

@@ -7,7 +7,7 @@ import random
 import weakref
 from collections.abc import Iterator
 
-from ingest.changes.materializer import Change, Key, Row, materialize
+from ingest.changes.materializer import Change, Key, Row, created_keys, materialize
 
 PK = (0,)
 
@@ -393,3 +393,53 @@ def test_hot_key_updated_a_million_times_keeps_one_entry_with_the_last_image() -
         gc.enable()
     assert len(result) == 1
     assert result == {(7,): last}
+
+
+# --------------------------------------------------------------------------------------------------
+# Keys a batch creates (they may be appended: the target cannot hold them)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_inserted_keys_are_created_and_keys_first_seen_in_a_before_image_are_not() -> None:
+    changes = [
+        insert(seq(1), (1, "a")),
+        update(seq(2), (1, "a"), (1, "b")),
+        update(seq(3), (2, "x"), (2, "y")),
+        delete(seq(4), (3, "z")),
+    ]
+    assert created_keys(changes, PK) == {(1,)}
+
+
+def test_a_key_deleted_then_inserted_again_in_the_batch_existed_before_it() -> None:
+    changes = [insert(seq(9), (5, "again")), delete(seq(8), (5, "old"))]  # arrival order is not sequence order
+    assert created_keys(changes, PK) == set()
+
+
+def test_a_row_moved_to_a_new_key_creates_it_and_the_old_key_is_not_created() -> None:
+    changes = [update(seq(1), (1, "a"), (7, "a")), update(seq(2), (7, "a"), (8, "a"))]
+    assert created_keys(changes, PK) == {(7,), (8,)}
+
+
+def test_the_keys_a_random_batch_creates_are_the_keys_it_names_that_were_absent_before_it() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        table = {(k,): (k, "0") for k in rng.sample(range(20), 8)}
+        now, changes = dict(table), []
+        for pos in range(1, 30):
+            k = (rng.randrange(20),)
+            if k in now and rng.random() < 0.5:
+                changes.append(delete(seq(pos), now.pop(k)))
+            elif k in now:
+                moved = (rng.randrange(20),)
+                if moved != k and moved in now:
+                    continue
+                changes.append(update(seq(pos), now[k], (moved[0], str(pos))))
+                del now[k]
+                now[moved] = (moved[0], str(pos))
+            else:
+                now[k] = (k[0], str(pos))
+                changes.append(insert(seq(pos), now[k]))
+        rng.shuffle(changes)
+        created = created_keys(changes, PK)
+        named = {(image[0],) for c in changes for image in (c.before, c.after) if image is not None}
+        assert created == named - table.keys()
