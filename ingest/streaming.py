@@ -55,6 +55,7 @@ from ingest.source.binlog import (
     check_not_purged,
     ddl_tables,
     open_stream,
+    query_of,
 )
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
@@ -329,7 +330,8 @@ def stream(
                             break
                         continue
                     if isinstance(item, Idle):
-                        # Captured tables idle at a heartbeat: move the offset, and look at the stop flag.
+                        # Captured tables idle (a heartbeat, or other tables' writes): move the offset, look at the
+                        # stop flag.
                         taken, taken_gtid = item.position, item.gtid
                         if batch_due():
                             flush(taken, taken_gtid, caught_up_at=item.at)
@@ -453,8 +455,7 @@ def _refuse_if_altered_again(
             position = BinlogPosition(stream.log_file, event.packet.log_pos)
             if position > goal:
                 return
-            query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
-            schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
+            query, schema = query_of(event)
             if ddl_tables(query, schema, [(old.database, old.table)]):
                 raise SchemaChangeError(
                     f"{old.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) cannot be followed because the table "

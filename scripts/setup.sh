@@ -15,7 +15,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
 # libmariadb-dev, pkg-config and a C compiler build mysqlclient, the snapshot's fast driver (the `fast` extra).
-packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless libmariadb-dev pkg-config build-essential)
+packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless libmariadb-dev pkg-config build-essential openssl)
 # mysqlclient also needs the headers of the Python that builds the venv (pyenv and python.org builds ship them).
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then

@@ -55,7 +55,7 @@ def ensure_changelog(spark: Any, config: PipelineConfig, schema: TableSchema) ->
         return None
     namespace, name = names
     table = qualified(config, namespace, name)
-    if not spark.catalog.tableExists(f"{config.sink.catalog_name}.{namespace}.{name}"):
+    if not spark.catalog.tableExists(table):
         columns = [f"{quote_identifier(t.name)} {t.spark_type}" for t in source_columns(schema)]
         columns += [
             f"{quote_identifier(n)} {ddl}{'' if nullable else ' NOT NULL'}" for n, ddl, _, nullable in META_COLUMNS

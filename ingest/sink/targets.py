@@ -47,7 +47,7 @@ def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchem
     table = qualified(config, namespace, name)
     ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
-    created = not spark.catalog.tableExists(f"{config.sink.catalog_name}.{namespace}.{name}")
+    created = not spark.catalog.tableExists(table)
     if created:
         columns = ", ".join(
             f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,14 +21,16 @@ from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig
-from ingest.errors import BinlogPurgedError, SchemaChangeError
+from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.source.binlog_values import driver_form, row_images
-from ingest.source.mysql import TableSchema
+from ingest.source.mysql import TableSchema, require_tls, tls_context
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 
 log = logging.getLogger(__name__)
 
 _DDL = re.compile(r"^\s*(ALTER|RENAME|DROP|TRUNCATE|CREATE\s+OR\s+REPLACE)\b", re.IGNORECASE)
+# Statements that change rows (a leading comment allowed); WITH starts INSERT/UPDATE/DELETE with a CTE.
+_DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|UPDATE|DELETE|REPLACE|LOAD|WITH)\b", re.IGNORECASE | re.DOTALL)
 _IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
 _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _ALTER_TABLE = re.compile(
@@ -35,7 +38,17 @@ _ALTER_TABLE = re.compile(
     re.IGNORECASE,
 )
 
-__all__ = ["BinlogReader", "DdlStatement", "RowChange", "SchemaChangeError", "Transaction", "ddl_tables"]
+__all__ = [
+    "BinlogReader",
+    "DdlStatement",
+    "RowChange",
+    "SchemaChangeError",
+    "Transaction",
+    "ddl_tables",
+    "query_of",
+    "refuse_statement",
+    "statement_tables",
+]
 
 
 def _unquote(name: str) -> str:
@@ -55,8 +68,33 @@ def ddl_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -
         db, table = (match["a"], match["b"]) if match["b"] else (default_db, match["a"])
         key = (_unquote(db).lower(), _unquote(table).lower())
         return [t for t in tables if (t[0].lower(), t[1].lower()) == key]
+    return _mentioned(query, default_db, tables)
+
+
+def statement_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The captured tables a data-changing statement logged as SQL text may change.
+
+    With binlog_format ROW a change is logged as row events; its SQL text is in the binlog only when the
+    session that ran it used STATEMENT or MIXED (a session variable the global check cannot see). Such a
+    change cannot be read as rows: any mention of a captured table's name counts.
+    """
+    return _mentioned(query, default_db, tables) if _DML.match(query) else []
+
+
+def _mentioned(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     names = {(quoted.replace("``", "`") or bare).lower() for quoted, bare in _IDENTIFIER.findall(query)}
     return [(db, t) for db, t in tables if t.lower() in names and (db == default_db or db.lower() in names)]
+
+
+def refuse_statement(table_id: str, position: BinlogPosition, query: str) -> SourceError:
+    """The error of a change to `table_id` logged as a statement: it cannot be applied, nor skipped."""
+    return SourceError(
+        f"{table_id}: the change at binlog position {position} was logged as SQL text, not as row events "
+        f"({query[:200]!r}): the session that made it used binlog_format STATEMENT or MIXED, and the job cannot "
+        "know which rows it changed. Nothing from it on was applied. Make every writer log rows (binlog_format "
+        "ROW, without a session override), then snapshot the table again: "
+        f"`ingest resnapshot --config ... --table {table_id}`"
+    )
 
 
 @dataclass(frozen=True)
@@ -119,15 +157,23 @@ def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPos
         )
 
 
-def stream_settings(source: SourceConfig) -> dict[str, Any]:
-    """How a replication stream connects: as the CDC user."""
-    return {
+def stream_connection(source: SourceConfig) -> dict[str, Any]:
+    """How a replication stream connects (BinLogStreamReader options): as the CDC user, with TLS as its other
+    sessions, and refusing a server that does not take it."""
+
+    def connect_checked(**settings: Any) -> pymysql.connections.Connection[Any]:
+        return require_tls(pymysql.connect(**settings), source)
+
+    settings = {
         "host": source.host,
         "port": source.port,
         "user": source.user,
         "passwd": source.password.reveal(),
         "charset": "utf8mb4",
+        "connect_timeout": source.connect_timeout,
+        "ssl": tls_context(source),
     }
+    return {"connection_settings": settings, "pymysql_wrapper": connect_checked}
 
 
 def open_stream(
@@ -141,7 +187,7 @@ def open_stream(
 ) -> BinLogStreamReader:
     """A replication stream from a file/position as the CDC user; `filters` are the library's only_* options."""
     return BinLogStreamReader(
-        connection_settings=stream_settings(source),
+        **stream_connection(source),
         server_id=server_id,
         log_file=start.file,
         log_pos=start.pos,
@@ -182,6 +228,8 @@ class BinlogReader:
         chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
         decoded with, when the table was snapshotted again after a schema change."""
         self.on_ddl = on_ddl
+        self.heartbeat_seconds = heartbeat_seconds
+        self._last_idle = time.monotonic()
         self._stream = open_stream(
             source,
             start,
@@ -220,8 +268,13 @@ class BinlogReader:
             )
         return tuple(fn(values[c]) for fn, c in zip(self._to_driver[key], schema.column_names, strict=True))
 
-    def transactions(self, idle: Callable[[], bool] | None = None) -> Iterator[Transaction | DdlStatement]:
-        """Complete transactions; with `idle`, heartbeats ask whether to stop while nothing happens.
+    def transactions(self, idle: Callable[[float], bool] | None = None) -> Iterator[Transaction | DdlStatement]:
+        """Complete transactions; `idle(at)` is told when the captured tables have nothing new up to `position`.
+
+        It is called at server heartbeats (the binlog is idle: `at` is now) and, while only other tables
+        change (a busy binlog brings no heartbeats), at the end of such a transaction at most once per
+        heartbeat period (`at` is its commit time): so the offset moves and the job can stop. A true return
+        ends the iteration.
 
         With `on_ddl="evolve"` an ALTER TABLE of a captured table is yielded as a `DdlStatement` between
         the transactions before and after it: the caller commits what came before, evolves the target and
@@ -234,8 +287,10 @@ class BinlogReader:
                 file = self._stream.log_file
                 end = BinlogPosition(file, event.packet.log_pos) if event.packet.log_pos else self.position
                 if isinstance(event, HeartbeatLogEvent):
-                    if idle is not None and current is None and idle():
-                        return
+                    if idle is not None and current is None:
+                        self._last_idle = time.monotonic()
+                        if idle(time.time()):
+                            return
                     continue
                 if isinstance(event, MariadbGtidEvent):
                     current = Transaction(end, gtid=str(event.gtid))
@@ -265,12 +320,16 @@ class BinlogReader:
                         current.changes.append(RowChange(table_id, end, i, before, after))
                     continue
                 if isinstance(event, QueryEvent):
-                    query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+                    query, default_db = query_of(event)
                     if query.strip().upper() == "BEGIN":
                         continue
+                    for t in statement_tables(query, default_db, self._tables):
+                        # A table snapshotted after the statement already has what it did.
+                        if (contained := self._contained_until.get(t)) is None or end > contained:
+                            raise refuse_statement(f"{t[0]}.{t[1]}", end, query)
                     touched = [
                         t
-                        for t in ddl_tables(query, _text(event.schema), self._tables)
+                        for t in ddl_tables(query, default_db, self._tables)
                         # A table snapshotted after the statement already has what it did.
                         if (contained := self._contained_until.get(t)) is None or end > contained
                     ]
@@ -286,6 +345,8 @@ class BinlogReader:
                         # A DDL statement is a transaction of its own: its end is a boundary.
                         self._boundary(end)
                         current = None
+                        if self._idle_due(idle) and idle is not None and idle(float(event.timestamp)):
+                            return
                         continue
                 # XidEvent, or COMMIT of a non-transactional engine: the transaction is complete here.
                 self._boundary(end)
@@ -294,11 +355,21 @@ class BinlogReader:
                     current.gtid_after = self.gtid
                     current.commit_time = int(event.timestamp)
                     yield current
+                elif self._idle_due(idle) and idle is not None and idle(float(event.timestamp)):
+                    return
                 current = None
         except pymysql.err.OperationalError as e:
             if e.args and e.args[0] == 1236:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
+
+    def _idle_due(self, idle: Callable[[float], bool] | None) -> bool:
+        """Whether a transaction of other tables that just ended is to be reported to `idle` (see transactions)."""
+        now = time.monotonic()
+        if idle is None or now - self._last_idle < self.heartbeat_seconds:
+            return False
+        self._last_idle = now
+        return True
 
     def _boundary(self, end: BinlogPosition) -> None:
         """An event group ends at `end`: the position and the GTID position move past it together."""
@@ -331,3 +402,9 @@ class BinlogReader:
 
 def _text(value: Any) -> str:
     return str(value.decode() if isinstance(value, bytes) else value)
+
+
+def query_of(event: QueryEvent) -> tuple[str, str]:
+    """A query event's SQL text and the default database it ran in."""
+    query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+    return query, _text(event.schema)

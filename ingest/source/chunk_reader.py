@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pymysql
+from pymysqlreplication.event import QueryEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig
@@ -23,7 +24,7 @@ from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
 from ingest.sink.types import TargetColumn, rows_to_record_batch
-from ingest.source.binlog import open_stream
+from ingest.source.binlog import open_stream, query_of, refuse_statement, statement_tables
 from ingest.source.binlog_values import driver_form, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
@@ -209,13 +210,19 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[R
         random.randint(1 << 20, (1 << 31) - 1),
         only_schemas=[schema.database],
         only_tables=[schema.table],
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent],
     )
     try:
         for event in stream:
             # log_pos is where the event ends; the high watermark is always at a transaction boundary.
-            if BinlogPosition(stream.log_file, event.packet.log_pos) > high.position:
+            end = BinlogPosition(stream.log_file, event.packet.log_pos)
+            if end > high.position:
                 return
+            if isinstance(event, QueryEvent):
+                query, default_db = query_of(event)
+                if statement_tables(query, default_db, [(schema.database, schema.table)]):
+                    raise refuse_statement(schema.table_id, end, query)
+                continue
             if event.schema != schema.database or event.table != schema.table:
                 continue
             kind = (

@@ -26,7 +26,7 @@ from pymysqlreplication.event import MariadbGtidEvent
 
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
-from ingest.source.binlog import stream_settings
+from ingest.source.binlog import stream_connection
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos, Watermark
 from ingest.source.watermark import read_watermark
 
@@ -164,7 +164,7 @@ def _seq(point: MariadbGtidPos, domain: int | None) -> int:
 def _gtid_stream(source: SourceConfig, start: MariadbGtidPos) -> BinLogStreamReader:
     """A non-blocking replication stream of the event groups after `start` (MariaDB GTID addressing)."""
     return BinLogStreamReader(
-        connection_settings=stream_settings(source),
+        **stream_connection(source),
         # A dump connection of its own needs its own server id, or the server drops the job's other one.
         server_id=random.randint(1 << 20, (1 << 31) - 1),
         is_mariadb=True,

@@ -28,16 +28,33 @@ def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
+def tls_context(source: SourceConfig) -> ssl.SSLContext | None:
+    """The TLS settings of `source.tls` for PyMySQL (None: plaintext)."""
+    if source.tls.mode == "disabled":
+        return None
+    ctx = ssl.create_default_context(cafile=source.tls.ca_file)
+    ctx.check_hostname = source.tls.mode == "verify_identity"
+    if source.tls.mode == "required":
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def require_tls(conn: pymysql.connections.Connection[Any], source: SourceConfig) -> pymysql.connections.Connection[Any]:
+    """`conn`, if it is encrypted as `source.tls` asks. PyMySQL goes on in plaintext when the server does not
+    offer TLS; a job told to use TLS must not (the password and every row would cross the network in clear)."""
+    if source.tls.mode != "disabled" and not getattr(conn, "_secure", False):
+        conn.close()
+        raise SourceError(
+            f"the MySQL server at {source.host}:{source.port} did not take TLS, and tls.mode is "
+            f"{source.tls.mode}: not connecting in plaintext (enable TLS on the server, ssl_cert and ssl_key)"
+        )
+    return conn
+
+
 def connect(source: SourceConfig, *, streaming: bool = False, **kwargs: Any) -> pymysql.connections.Connection[Any]:
     """A session as the CDC user: UTC for TIMESTAMP values, utf8mb4, autocommit, TLS as configured."""
-    ssl_ctx: ssl.SSLContext | None = None
-    if source.tls.mode != "disabled":
-        ssl_ctx = ssl.create_default_context(cafile=source.tls.ca_file)
-        ssl_ctx.check_hostname = source.tls.mode == "verify_identity"
-        if source.tls.mode == "required":
-            ssl_ctx.verify_mode = ssl.CERT_NONE
     try:
-        return pymysql.connect(
+        conn = pymysql.connect(
             host=source.host,
             port=source.port,
             user=source.user,
@@ -45,7 +62,7 @@ def connect(source: SourceConfig, *, streaming: bool = False, **kwargs: Any) -> 
             charset="utf8mb4",
             autocommit=True,
             connect_timeout=source.connect_timeout,
-            ssl=ssl_ctx,
+            ssl=tls_context(source),
             init_command="SET time_zone = '+00:00'",
             cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor,
             **kwargs,
@@ -55,6 +72,7 @@ def connect(source: SourceConfig, *, streaming: bool = False, **kwargs: Any) -> 
         raise SourceError(
             f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {e.args[-1]}"
         ) from None
+    return require_tls(conn, source)
 
 
 def server_flavor(conn: pymysql.connections.Connection[Any]) -> str:

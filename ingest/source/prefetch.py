@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +23,9 @@ _TICK_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class Idle:
-    """The captured tables were idle at a heartbeat (at `at`, epoch seconds): everything up to `position`
-    has been handed over."""
+    """Every change of the captured tables up to `position` has been handed over, and `position` is current
+    to the source's time `at` (epoch seconds): now at a heartbeat, or the commit time of another table's
+    transaction ending there."""
 
     position: BinlogPosition
     at: float
@@ -111,9 +111,9 @@ class Prefetch:
             self._room.notify_all()
         self._thread.join(timeout=30)
 
-    def _idle(self) -> bool:
+    def _idle(self, at: float) -> bool:
         if self._queue.empty():
-            self._queue.put(Idle(self._reader.position, time.time(), self._reader.gtid))
+            self._queue.put(Idle(self._reader.position, at, self._reader.gtid))
         return self._stop.is_set()
 
     def _wait_for_room(self) -> bool:

@@ -3,6 +3,7 @@ maintenance (compaction and snapshot expiry) between batches."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,9 @@ from ingest.errors import BinlogPurgedError, SinkError, SourceError
 from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.source.binlog import SchemaChangeError
+from ingest.source.binlog import SchemaChangeError, open_stream
 from ingest.source.mysql import connect
+from ingest.source.position import BinlogPosition
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
@@ -81,6 +83,20 @@ def test_a_minimal_row_image_from_one_writer_session_is_refused_not_written_as_n
     with pytest.raises(SourceError, match=r"lacks columns .* binlog_row_image must be FULL"):
         run(config, spark=spark, until_caught_up=True)
     assert not verify(config)  # nothing was written: the update is missing, not applied with NULLs
+
+
+def test_a_change_logged_as_a_statement_by_one_writer_session_stops_the_job_instead_of_being_lost(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "stmtlog", tmp_path, "stmtlog_lake")
+    run(config, spark=spark, until_caught_up=True)
+    with mariadb.admin("stmtlog") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+        cur.execute("UPDATE t SET n = -1 WHERE id BETWEEN 3 AND 5")
+    # The global setting is still ROW: only the statement in the binlog tells.
+    with pytest.raises(SourceError, match=r"stmtlog\.t: the change at .* logged as SQL text.*ingest resnapshot"):
+        run(config, spark=spark, until_caught_up=True)
+    assert not verify(config)  # stopped at the statement: its rows are missing, the job says so
 
 
 def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
@@ -207,3 +223,93 @@ def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_
     assert StateTable.open(config).stream_offset() == offset  # `other` still holds what it says
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca, ca_key, cert, key, csr, ext = (
+        directory / n for n in ("ca.pem", "ca.key", "server.pem", "server.key", "s.csr", "s.ext")
+    )
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    for command in (
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            ca_key,
+            "-out",
+            ca,
+            "-days",
+            "2",
+            "-subj",
+            "/CN=ingest test CA",
+        ],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+        [
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            ca,
+            "-CAkey",
+            ca_key,
+            "-CAcreateserial",
+            "-out",
+            cert,
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ],
+    ):
+        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def _tls_config(server: MariaDBServer, db: str, tmp_path: Path, tls: dict[str, str]) -> PipelineConfig:
+    return parse_config(
+        {
+            "name": db,
+            "source": {**source_section(server), "tls": tls},
+            "tables": {"include": [rf"{db}\.t"]},
+            "sink": {**embedded_sink(tmp_path), "catalog_name": f"{db}_lake"},
+            "snapshot": {"chunk_size": 50},
+        }
+    )
+
+
+def test_tls_is_used_by_every_connection_and_a_server_without_it_is_refused(
+    spark: Any, mariadb: MariaDBServer, cdc_password: str, tmp_path: Path
+) -> None:
+    """FAILURES.md "Security": TLS when asked, on the binlog streams too, and never a silent plaintext fallback."""
+    plain = _tls_config(mariadb, "tlsplain", tmp_path, {"mode": "required"})
+    refusal = r"did not take TLS, and tls.mode is required: not connecting in plaintext"
+    with pytest.raises(SourceError, match=refusal):
+        connect(plain.source)
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    stream = open_stream(plain.source, BinlogPosition(file, pos), 99)
+    with pytest.raises(SourceError, match=refusal):
+        next(iter(stream))
+    stream.close()
+
+    ca, cert, key = _certificates(tmp_path / "tls")
+    with MariaDBServer(server_id=3, extra_args=(f"--ssl-ca={ca}", f"--ssl-cert={cert}", f"--ssl-key={key}")) as server:
+        server.create_cdc_user("cdc", cdc_password)
+        server.execute("ALTER USER 'cdc'@'%' REQUIRE SSL")  # any plaintext connection of the job is refused
+        server.execute(
+            "CREATE DATABASE tlsdb",
+            "CREATE TABLE tlsdb.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT)",
+            "INSERT INTO tlsdb.t SELECT seq, CONCAT('v', seq), seq FROM tlsdb.seq_1_to_200",
+        )
+        config = _tls_config(server, "tlsdb", tmp_path, {"mode": "verify_ca", "ca_file": str(ca)})
+        run(config, spark=spark, snapshot_only=True)  # the chunk reads
+        server.execute("UPDATE tlsdb.t SET n = -1 WHERE id < 10", "DELETE FROM tlsdb.t WHERE id > 190")
+        run(config, spark=spark, until_caught_up=True)  # the binlog stream
+        assert verify(config)

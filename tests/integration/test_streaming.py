@@ -24,6 +24,7 @@ from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import SUMMARY_PIPELINE
+from ingest.source.position import BinlogPosition
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import embedded_sink, minio_sink, run_ingest, source_section
@@ -195,6 +196,45 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
     assert after[0] - counts[0] + after[1] - counts[1] == {"stream.after_table_commit:1": 1}.get(crash_at, 0)
 
 
+def test_odd_identifiers_go_through_snapshot_binlog_changelog_and_verify(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """FAILURES.md "Keys and chunks": names with backticks, spaces, quotes and SQL keywords, end to end."""
+    db = "odd db`x"
+    table = "odd`; DROP TABLE x; --"
+    quoted = "`odd db``x`.`odd``; DROP TABLE x; --`"
+    mariadb.execute(
+        "DROP DATABASE IF EXISTS `odd db``x`",
+        "CREATE DATABASE `odd db``x`",
+        f"CREATE TABLE {quoted} (`my col` INT PRIMARY KEY, `back``tick` VARCHAR(5), `select` INT, `it's` INT)",
+        f"INSERT INTO {quoted} SELECT seq, CONCAT('b', seq), seq, -seq FROM `odd db``x`.seq_1_to_40",
+    )
+    config = parse_config(
+        {
+            "name": "odd",
+            "source": source_section(mariadb),
+            "tables": {"include": [r"odd db`x\..*"]},
+            "sink": {**embedded_sink(tmp_path), "catalog_name": "odd_lake"},
+            "snapshot": {"chunk_size": 7, "parallelism": 2},
+            "stream": {"batch_interval_seconds": 1},
+            "table_options": {f"{db}.{table}": {"changelog": True}},
+        }
+    )
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute(
+        f"UPDATE {quoted} SET `back``tick` = 'x''y', `select` = 0 WHERE `my col` % 3 = 0",
+        f"UPDATE {quoted} SET `my col` = 100 WHERE `my col` = 1",  # a primary-key update
+        f"DELETE FROM {quoted} WHERE `my col` = 2",
+        f"INSERT INTO {quoted} VALUES (200, 'new', 1, 2)",
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    catalog = load_pyiceberg_catalog(config.sink)
+    assert catalog.load_table((db, table)).scan().to_arrow().num_rows == 40
+    changelog = catalog.load_table((db, f"{table}_changelog")).scan().to_arrow()
+    assert changelog.num_rows == 13 * 2 + 2 + 1 + 1  # 13 updates and one key move as -U/+U, a delete, an insert
+
+
 def _operations(config: PipelineConfig, namespace: str, table: str) -> list[str]:
     """The operation of every stream commit of this pipeline to one target, in commit order."""
     table_ = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
@@ -362,6 +402,50 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
     row = load_pyiceberg_catalog(config.sink).load_table((db, "acct")).scan(row_filter="id = 1").to_arrow()
     [owner] = row.column("owner").to_pylist()
     assert int(owner.split("-")[1]) >= written_before_signal, (owner, written_before_signal, err[-2000:])
+
+
+def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """FAILURES.md "Idle captured tables": a busy binlog brings no heartbeats, so the reader itself must hand
+    the position of other tables' transactions over, or the offset stays behind until the binlog is purged."""
+    db = "busyother"
+    _fresh_db(mariadb, db)
+    stop_writer = threading.Event()
+
+    def writer() -> None:
+        with mariadb.admin(db) as conn, conn.cursor() as cur:
+            while not stop_writer.is_set():  # about 50 transactions/s on a table the job does not capture
+                cur.execute("UPDATE tag SET n = n + 1 WHERE name = 'a3'")
+                time.sleep(0.02)
+
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "busyother_lake")
+    thread = threading.Thread(target=writer, daemon=True)
+    try:
+        thread.start()
+        _wait_until_streaming(config, job)  # the first offset after the snapshot comes from those writes alone
+        time.sleep(3)
+        with mariadb.admin() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        busy_at = BinlogPosition(file, pos)
+        deadline = time.monotonic() + 60
+        offset = StateTable.open(config).stream_offset()
+        while time.monotonic() < deadline and (offset is None or offset.position < busy_at):
+            time.sleep(1)
+            offset = StateTable.open(config).stream_offset()
+        assert job.poll() is None
+        assert offset is not None and offset.position >= busy_at, (offset, busy_at)
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=120)
+    finally:
+        stop_writer.set()
+        thread.join(timeout=30)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, err[-3000:]
+    assert "stopping: everything up to" in err, err[-3000:]  # reached the signal's position, not the grace period
+    assert verify(config)
 
 
 def test_binlog_phase_in_the_s3_profile_survives_kill_9_and_commits_each_batch_once(

@@ -26,10 +26,10 @@ class FakeReader:
         self.gtid = None
         self.read = 0
 
-    def transactions(self, idle: Callable[[], bool] | None = None) -> Iterator[Any]:
+    def transactions(self, idle: Callable[[float], bool] | None = None) -> Iterator[Any]:
         for entry in self.script:
             if entry == "idle":
-                if idle is not None and idle():
+                if idle is not None and idle(1234.5):
                     return
                 continue
             if isinstance(entry, BaseException):
@@ -50,7 +50,7 @@ def test_items_arrive_in_order_then_end_at_the_last_position() -> None:
     assert [t[1] for t in txs] == [10, 20, 30]
     assert items[-1] == End(pos(30))
     idles = [i for i in items if isinstance(i, Idle)]
-    assert all(i.position == pos(20) for i in idles)
+    assert all(i.position == pos(20) and i.at == 1234.5 for i in idles)
 
 
 def test_the_reader_stays_at_most_max_changes_ahead() -> None:

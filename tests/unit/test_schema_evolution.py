@@ -19,7 +19,7 @@ from ingest.sink.evolution import (
     spark_string,
 )
 from ingest.sink.types import SourceColumn
-from ingest.source.binlog import ddl_tables
+from ingest.source.binlog import ddl_tables, statement_tables
 from ingest.source.mysql import TableSchema
 
 
@@ -160,3 +160,23 @@ CAPTURED = [("shop", "t"), ("shop", "orders")]
 )
 def test_ddl_tables(query: str, default_db: str, touched: list[tuple[str, str]]) -> None:
     assert ddl_tables(query, default_db, CAPTURED) == touched
+
+
+@pytest.mark.parametrize(
+    ("query", "default_db", "touched"),
+    [
+        ("UPDATE t SET n = -1 WHERE id = 3", "shop", [("shop", "t")]),
+        ("/* app */ delete from `shop`.`orders` where id < 5", "other", [("shop", "orders")]),
+        ("INSERT INTO shop.orders SELECT * FROM staging.o", "", [("shop", "orders")]),
+        ("REPLACE INTO t VALUES (1)", "shop", [("shop", "t")]),
+        ("LOAD DATA INFILE 'x' INTO TABLE orders", "shop", [("shop", "orders")]),
+        ("WITH d AS (SELECT 1) UPDATE orders, d SET n = 1", "shop", [("shop", "orders")]),
+        ("UPDATE t2 SET n = 1", "shop", []),  # another table whose name contains a captured one
+        ("UPDATE t SET n = 1", "other", []),  # the same name in another database
+        ("ALTER TABLE t ADD COLUMN c INT", "shop", []),  # DDL: ddl_tables
+        ("BEGIN", "shop", []),
+        ("COMMIT", "shop", []),
+    ],
+)
+def test_statement_tables(query: str, default_db: str, touched: list[tuple[str, str]]) -> None:
+    assert statement_tables(query, default_db, CAPTURED) == touched
