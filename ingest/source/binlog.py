@@ -22,6 +22,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ingest.config import SourceConfig
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
+from ingest.source import table_maps
 from ingest.source.binlog_values import driver_form, row_images
 from ingest.source.mysql import TableSchema, require_tls, tls_context
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
@@ -186,6 +187,7 @@ def open_stream(
     **filters: Any,
 ) -> BinLogStreamReader:
     """A replication stream from a file/position as the CDC user; `filters` are the library's only_* options."""
+    table_maps.install()
     return BinLogStreamReader(
         **stream_connection(source),
         server_id=server_id,

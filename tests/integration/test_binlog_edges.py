@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -16,6 +17,7 @@ from ingest.errors import BinlogPurgedError, SinkError, SourceError
 from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.source import table_maps
 from ingest.source.binlog import SchemaChangeError, open_stream
 from ingest.source.mysql import connect
 from ingest.source.position import BinlogPosition
@@ -313,3 +315,32 @@ def test_tls_is_used_by_every_connection_and_a_server_without_it_is_refused(
         server.execute("UPDATE tlsdb.t SET n = -1 WHERE id < 10", "DELETE FROM tlsdb.t WHERE id > 190")
         run(config, spark=spark, until_caught_up=True)  # the binlog stream
         assert verify(config)
+
+
+def test_table_maps_parsed_once_decode_every_row_as_a_full_parse_does(mariadb: MariaDBServer, tmp_path: Path) -> None:
+    """The table-map cache (source/table_maps.py) against the library's own parse of the same binlog: two
+    tables, many small transactions, an ALTER in between (a new table id and columns)."""
+    config = _setup(mariadb, "tmaps", tmp_path, "tmaps_lake")
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        start = BinlogPosition(*cur.fetchone()[:2])
+        for i in range(30):
+            cur.execute(f"UPDATE tmaps.t SET n = n + {i + 1} WHERE id = {1 + i % 5}")
+            cur.execute(f"INSERT INTO tmaps.other VALUES ({i}, {i})")
+            if i == 15:
+                cur.execute("ALTER TABLE tmaps.t ADD COLUMN extra VARCHAR(9) DEFAULT 'x' AFTER v")
+
+    def read(cached: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+        table_maps.TableMapEvent.__init__ = table_maps._init if cached else table_maps._parse
+        stream = open_stream(config.source, start, 4242, only_events=[WriteRowsEvent, UpdateRowsEvent])
+        try:
+            return [(f"{e.schema}.{e.table}", e.rows) for e in stream]
+        finally:
+            stream.close()
+            table_maps.install()
+
+    before = dict(table_maps.stats)
+    full, cached = read(False), read(True)
+    assert table_maps.stats["reused"] - before["reused"] >= 50  # most of the 60 transactions' table maps
+    assert cached == full and len(full) == 60
+    assert "extra" in full[-2][1][0]["after_values"] and "extra" not in full[0][1][0]["after_values"]
