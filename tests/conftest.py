@@ -138,11 +138,13 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def run_ingest(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_ingest(
+    *args: str, crash_at: str | None = None, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`ingest ARGS` as a separate job in a process group of its own (so a crash point kills only it)."""
     from ingest.faults import ENV as CRASH_ENV
 
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV} | (env_extra or {})
     if crash_at:
         env[CRASH_ENV] = crash_at
     return subprocess.run(

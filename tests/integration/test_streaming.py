@@ -130,6 +130,40 @@ def test_every_type_case_has_the_same_iceberg_value_through_the_binlog(
     assert check_iceberg_rows(rows) == []
 
 
+def test_type_values_do_not_depend_on_the_server_or_job_time_zone(cdc_password: str, tmp_path: Path) -> None:
+    """FAILURES.md "Types and settings": a server whose default zone is +08:00 and a job (JVM and Python) in
+    America/New_York give the same values as everywhere else, through the snapshot and through the binlog."""
+    with MariaDBServer(server_id=4, time_zone="+08:00") as server:
+        server.create_cdc_user("cdc", cdc_password)
+        server.execute("CREATE DATABASE tz")
+        with server.admin("tz") as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = ''")  # no SET time_zone: the server's default applies
+            for table in ("snap", "logged"):
+                cur.execute(TYPES_DDL.format(table=table))
+            for row in TYPES_ROWS:
+                cur.execute(f"INSERT INTO snap VALUES {row}")
+        config_file = tmp_path / "pipeline.yaml"
+        section = {
+            "name": "tz",
+            "source": source_section(server),
+            "tables": {"include": [r"tz\..*"]},
+            "sink": {**embedded_sink(tmp_path), "catalog_name": "tz_lake"},
+        }
+        config_file.write_text(yaml.safe_dump(section))
+        new_york = {"TZ": "America/New_York"}
+        first = run_ingest("run", "--config", str(config_file), "--snapshot-only", env_extra=new_york)
+        assert first.returncode == 0, first.stderr[-3000:]
+        with server.admin("tz") as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = ''")
+            for row in TYPES_ROWS:
+                cur.execute(f"INSERT INTO logged VALUES {row}")
+        second = run_ingest("run", "--config", str(config_file), "--until-caught-up", env_extra=new_york)
+        assert second.returncode == 0, second.stderr[-3000:]
+        catalog = load_pyiceberg_catalog(parse_config(section).sink)
+        for table in ("snap", "logged"):
+            assert check_iceberg_rows(catalog.load_table(("tz", table)).scan().to_arrow().to_pylist()) == [], table
+
+
 def test_writes_during_the_snapshot_and_after_end_equal(spark: Any, mariadb: MariaDBServer, tmp_path: Path) -> None:
     db = "busyflow"
     _fresh_db(mariadb, db)
@@ -171,6 +205,12 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
     with mariadb.admin() as conn, conn.cursor() as cur:
         for statement in DML:
             cur.execute(statement.format(db=db))
+        # One transaction of two multi-row events on two tables: a kill between the tables' commits falls
+        # inside it, and the restart must apply its second half only (FAILURES.md: restart in a transaction).
+        cur.execute("BEGIN")
+        cur.execute(f"UPDATE {db}.acct SET balance = balance + 1 WHERE id IN (40, 41)")
+        cur.execute(f"UPDATE {db}.tag SET n = n + 100 WHERE name IN ('B1', 'c2')")
+        cur.execute("COMMIT")
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(
         yaml.safe_dump(
