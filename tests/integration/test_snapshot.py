@@ -163,33 +163,28 @@ def test_kill_9_at_a_named_point_then_resume_reads_no_chunk_twice_and_loses_none
 def test_secrets_never_reach_logs_or_iceberg_metadata_even_at_debug(
     mariadb: MariaDBServer, shop: str, tmp_path: Path, cdc_password: str
 ) -> None:
-    """FAILURES.md "Security": the password is not in the job's output at DEBUG, nor in any file it wrote."""
-    data = _config(mariadb, embedded_sink(tmp_path), "secrets", include=r"shop\.products")
+    """FAILURES.md "Security": the password is not in the job's output at DEBUG, in the snapshot and in the
+    binlog phase (the replication library logs its settings), nor in any file it wrote."""
+    data = _config(mariadb, embedded_sink(tmp_path), "secrets", include=r"shop\.products", startup_mode="initial")
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ingest.cli",
-            "--log-level",
-            "DEBUG",
-            "run",
-            "--config",
-            str(config_file),
-            "--snapshot-only",
-        ],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "DEBUG" in done.stderr  # the log level really was DEBUG
-    assert cdc_password not in done.stdout and cdc_password not in done.stderr
+
+    def job(mode: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "ingest.cli", "--log-level", "DEBUG", "run", "--config", str(config_file)]
+        return subprocess.run(
+            [*command, mode], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+        )
+
+    snapshot = job("--snapshot-only")
+    mariadb.execute("UPDATE shop.products SET price = price + 1 WHERE sku LIKE 'Zz-000%'")
+    binlog = job("--until-caught-up")
+    mariadb.execute("UPDATE shop.products SET price = price - 1 WHERE sku LIKE 'Zz-000%'")  # as other tests expect
+    for done in (snapshot, binlog):
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "DEBUG" in done.stderr  # the log level really was DEBUG
+        assert cdc_password not in done.stdout and cdc_password not in done.stderr
+    assert "binlog: committed" in binlog.stderr  # the binlog phase ran and applied the update
     assert cdc_password not in config_file.read_text()
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "pipeline.yaml"]
     assert any(p.name.endswith(".metadata.json") for p in written)
@@ -214,6 +209,29 @@ def test_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path: Path) ->
     assert done.stderr.strip() == (
         "ingest: config error: unknown key `sink.catalgo` in `sink`; see docs/config.md for the valid keys"
     )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
+
+
+def test_an_unreachable_source_is_named_and_nothing_is_written(mariadb: MariaDBServer, tmp_path: Path) -> None:
+    """FAILURES.md "Security and bad input": a wrong host or port fails fast, names the address, and leaves no
+    warehouse or catalog behind."""
+    from ingest.devservers.process import free_port
+
+    data = _config(mariadb, embedded_sink(tmp_path), "nowhere", include=r"shop\.products")
+    data["source"].update(port=free_port(), connect_timeout=2)  # nothing listens there
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    done = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    port = data["source"]["port"]
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert f"cannot connect to MySQL at 127.0.0.1:{port} as cdc" in done.stderr, done.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
 
 
