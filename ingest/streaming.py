@@ -593,9 +593,10 @@ def _merge_table(
     # A batch that only creates rows (inserts of keys absent before it: an event or log table, new orders) is
     # appended: the target holds exactly the source before the batch, so it cannot hold those keys. Not under
     # the `ignore` DDL policy, where an ignored TRUNCATE leaves rows behind that re-inserts must overwrite.
-    created = created_keys(folded, table.schema.primary_key_positions())
-    append = config.stream.on_schema_change != "ignore" and all(
-        row is not None and key in created for key, row in finals.items()
+    append = (
+        config.stream.on_schema_change != "ignore"
+        and all(row is not None for row in finals.values())
+        and finals.keys() <= created_keys(folded, table.schema.primary_key_positions())
     )
 
     attempts = 0

@@ -131,11 +131,11 @@ def merge_into(
     view = f"ingest_batch_{abs(hash((target, str(end.position))))}"
     _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
     columns = [quote_identifier(c) for c in schema.column_names]
-    on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
     if append:
         assert all(row is not None for row in finals.values()), "only new rows are appended"
         sql = f"INSERT INTO {target} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM {view}"
     else:
+        on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
         sql = (
             f"MERGE INTO {target} t USING {view} s ON {on} "
             f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "

@@ -347,7 +347,7 @@ class BinlogReader:
                         # A DDL statement is a transaction of its own: its end is a boundary.
                         self._boundary(end)
                         current = None
-                        if self._idle_due(idle) and idle is not None and idle(float(event.timestamp)):
+                        if self._report_idle(idle, float(event.timestamp)):
                             return
                         continue
                 # XidEvent, or COMMIT of a non-transactional engine: the transaction is complete here.
@@ -357,7 +357,7 @@ class BinlogReader:
                     current.gtid_after = self.gtid
                     current.commit_time = int(event.timestamp)
                     yield current
-                elif self._idle_due(idle) and idle is not None and idle(float(event.timestamp)):
+                elif self._report_idle(idle, float(event.timestamp)):
                     return
                 current = None
         except pymysql.err.OperationalError as e:
@@ -365,13 +365,14 @@ class BinlogReader:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
 
-    def _idle_due(self, idle: Callable[[float], bool] | None) -> bool:
-        """Whether a transaction of other tables that just ended is to be reported to `idle` (see transactions)."""
+    def _report_idle(self, idle: Callable[[float], bool] | None, at: float) -> bool:
+        """A transaction of other tables ended: tell `idle` at most once per heartbeat period (see transactions);
+        its answer, whether to stop."""
         now = time.monotonic()
         if idle is None or now - self._last_idle < self.heartbeat_seconds:
             return False
         self._last_idle = now
-        return True
+        return idle(at)
 
     def _boundary(self, end: BinlogPosition) -> None:
         """An event group ends at `end`: the position and the GTID position move past it together."""

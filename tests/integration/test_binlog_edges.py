@@ -20,7 +20,6 @@ from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source import table_maps
 from ingest.source.binlog import SchemaChangeError, open_stream
 from ingest.source.mysql import connect
-from ingest.source.position import BinlogPosition
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
@@ -74,31 +73,32 @@ def test_server_settings_that_would_lose_data_are_refused(
         mariadb.execute(f"SET GLOBAL {variable} = '{'ROW' if variable == 'binlog_format' else 'FULL'}'")
 
 
-def test_a_minimal_row_image_from_one_writer_session_is_refused_not_written_as_nulls(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+@pytest.mark.parametrize(
+    ("db", "variable", "value", "refusal"),
+    [
+        # Columns missing from an event must not be written as NULLs.
+        ("minimal", "binlog_row_image", "MINIMAL", r"lacks columns .* binlog_row_image must be FULL"),
+        # The global setting is still ROW: only the statement in the binlog tells.
+        (
+            "stmtlog",
+            "binlog_format",
+            "STATEMENT",
+            r"stmtlog\.t: the change at .* logged as SQL text.*ingest resnapshot",
+        ),
+    ],
+    ids=["minimal-row-image", "statement-format"],
+)
+def test_a_writer_session_overriding_the_binlog_settings_stops_the_job_instead_of_losing_its_change(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, db: str, variable: str, value: str, refusal: str
 ) -> None:
-    config = _setup(mariadb, "minimal", tmp_path, "minimal_lake")
+    config = _setup(mariadb, db, tmp_path, f"{db}_lake")
     run(config, spark=spark, until_caught_up=True)
-    with mariadb.admin("minimal") as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
-        cur.execute("UPDATE t SET n = -1 WHERE id = 3")
-    with pytest.raises(SourceError, match=r"lacks columns .* binlog_row_image must be FULL"):
-        run(config, spark=spark, until_caught_up=True)
-    assert not verify(config)  # nothing was written: the update is missing, not applied with NULLs
-
-
-def test_a_change_logged_as_a_statement_by_one_writer_session_stops_the_job_instead_of_being_lost(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    config = _setup(mariadb, "stmtlog", tmp_path, "stmtlog_lake")
-    run(config, spark=spark, until_caught_up=True)
-    with mariadb.admin("stmtlog") as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        cur.execute(f"SET SESSION {variable} = '{value}'")
         cur.execute("UPDATE t SET n = -1 WHERE id BETWEEN 3 AND 5")
-    # The global setting is still ROW: only the statement in the binlog tells.
-    with pytest.raises(SourceError, match=r"stmtlog\.t: the change at .* logged as SQL text.*ingest resnapshot"):
+    with pytest.raises(SourceError, match=refusal):
         run(config, spark=spark, until_caught_up=True)
-    assert not verify(config)  # stopped at the statement: its rows are missing, the job says so
+    assert not verify(config)  # nothing was written: the update is missing, and the job says so
 
 
 def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
@@ -293,10 +293,9 @@ def test_tls_is_used_by_every_connection_and_a_server_without_it_is_refused(
     refusal = r"did not take TLS, and tls.mode is required: not connecting in plaintext"
     with pytest.raises(SourceError, match=refusal):
         connect(plain.source)
-    with mariadb.admin() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    stream = open_stream(plain.source, BinlogPosition(file, pos), 99)
+    with mariadb.admin() as conn:
+        now = read_watermark(conn, "mariadb").position
+    stream = open_stream(plain.source, now, 99)
     with pytest.raises(SourceError, match=refusal):
         next(iter(stream))
     stream.close()
@@ -322,8 +321,7 @@ def test_table_maps_parsed_once_decode_every_row_as_a_full_parse_does(mariadb: M
     tables, many small transactions, an ALTER in between (a new table id and columns)."""
     config = _setup(mariadb, "tmaps", tmp_path, "tmaps_lake")
     with mariadb.admin() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        start = BinlogPosition(*cur.fetchone()[:2])
+        start = read_watermark(conn, "mariadb").position
         for i in range(30):
             cur.execute(f"UPDATE tmaps.t SET n = n + {i + 1} WHERE id = {1 + i % 5}")
             cur.execute(f"INSERT INTO tmaps.other VALUES ({i}, {i})")

@@ -20,7 +20,6 @@ from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
-from ingest.faults import ENV as CRASH_ENV
 from ingest.pipeline import run, table_status
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import SUMMARY_CHUNKS_DONE
@@ -168,13 +167,9 @@ def test_secrets_never_reach_logs_or_iceberg_metadata_even_at_debug(
     data = _config(mariadb, embedded_sink(tmp_path), "secrets", include=r"shop\.products", startup_mode="initial")
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
 
     def job(mode: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "ingest.cli", "--log-level", "DEBUG", "run", "--config", str(config_file)]
-        return subprocess.run(
-            [*command, mode], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
-        )
+        return run_ingest("--log-level", "DEBUG", "run", "--config", str(config_file), mode)
 
     snapshot = job("--snapshot-only")
     mariadb.execute("UPDATE shop.products SET price = price + 1 WHERE sku LIKE 'Zz-000%'")
@@ -221,14 +216,7 @@ def test_an_unreachable_source_is_named_and_nothing_is_written(mariadb: MariaDBS
     data["source"].update(port=free_port(), connect_timeout=2)  # nothing listens there
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
-    done = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_ingest("run", "--config", str(config_file))
     port = data["source"]["port"]
     assert done.returncode == 3, done.stderr[-2000:]
     assert f"cannot connect to MySQL at 127.0.0.1:{port} as cdc" in done.stderr, done.stderr[-2000:]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import SUMMARY_PIPELINE
-from ingest.source.position import BinlogPosition
+from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import embedded_sink, minio_sink, run_ingest, source_section
@@ -368,6 +370,29 @@ def _start_streaming_job(
     return config, job
 
 
+@contextmanager
+def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.Popen[str]) -> Iterator[None]:
+    """`write(cursor)` about 50 times a second (autocommit) on a thread until the block ends; then the job
+    is killed if it is still running."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        with mariadb.admin(db) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                write(cur)
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+
+
 def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], each_second: Any = None) -> None:
     """Until the job has committed a binlog batch (calling `each_second` meanwhile), at most 240 s."""
     deadline = time.monotonic() + 240
@@ -414,28 +439,17 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
     db = "termload"
     _fresh_db(mariadb, db)
     done_writes = [0]
-    stop_writer = threading.Event()
 
-    def writer() -> None:
-        with mariadb.admin(db) as conn, conn.cursor() as cur:
-            while not stop_writer.is_set():  # about 50 transactions/s: never idle, never far ahead of the job
-                cur.execute("UPDATE acct SET owner = %s WHERE id = 1", (f"w-{done_writes[0] + 1}",))
-                done_writes[0] += 1  # committed (autocommit) before the counter moves
-                time.sleep(0.02)
+    def write(cur: Any) -> None:  # never idle, never far ahead of the job
+        cur.execute("UPDATE acct SET owner = %s WHERE id = 1", (f"w-{done_writes[0] + 1}",))
+        done_writes[0] += 1  # committed (autocommit) before the counter moves
 
     config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "termload_lake")
-    thread = threading.Thread(target=writer, daemon=True)
-    try:
-        thread.start()
+    with _writes_while(mariadb, db, write, job):
         _wait_until_streaming(config, job)
         written_before_signal = done_writes[0]
         job.send_signal(signal.SIGTERM)
         _, err = job.communicate(timeout=120)
-    finally:
-        stop_writer.set()
-        thread.join(timeout=30)
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 0, err[-3000:]
     assert "stopping: everything up to" in err, err[-3000:]
     assert done_writes[0] > written_before_signal  # the writer kept going through the stop
@@ -451,24 +465,13 @@ def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop
     the position of other tables' transactions over, or the offset stays behind until the binlog is purged."""
     db = "busyother"
     _fresh_db(mariadb, db)
-    stop_writer = threading.Event()
-
-    def writer() -> None:
-        with mariadb.admin(db) as conn, conn.cursor() as cur:
-            while not stop_writer.is_set():  # about 50 transactions/s on a table the job does not capture
-                cur.execute("UPDATE tag SET n = n + 1 WHERE name = 'a3'")
-                time.sleep(0.02)
-
     config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "busyother_lake")
-    thread = threading.Thread(target=writer, daemon=True)
-    try:
-        thread.start()
+    # Writes to a table the job does not capture, and nothing else.
+    with _writes_while(mariadb, db, lambda cur: cur.execute("UPDATE tag SET n = n + 1 WHERE name = 'a3'"), job):
         _wait_until_streaming(config, job)  # the first offset after the snapshot comes from those writes alone
         time.sleep(3)
-        with mariadb.admin() as conn, conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        busy_at = BinlogPosition(file, pos)
+        with mariadb.admin() as conn:
+            busy_at = read_watermark(conn, "mariadb").position
         deadline = time.monotonic() + 60
         offset = StateTable.open(config).stream_offset()
         while time.monotonic() < deadline and (offset is None or offset.position < busy_at):
@@ -478,11 +481,6 @@ def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop
         assert offset is not None and offset.position >= busy_at, (offset, busy_at)
         job.send_signal(signal.SIGTERM)
         _, err = job.communicate(timeout=120)
-    finally:
-        stop_writer.set()
-        thread.join(timeout=30)
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 0, err[-3000:]
     assert "stopping: everything up to" in err, err[-3000:]  # reached the signal's position, not the grace period
     assert verify(config)
