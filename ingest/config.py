@@ -21,6 +21,7 @@ Flavor = Literal["auto", "mysql", "mariadb"]
 TlsMode = Literal["disabled", "required", "verify_ca", "verify_identity"]
 StartupMode = Literal["initial", "snapshot_only"]
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
+StreamEngine = Literal["loop", "structured"]
 
 
 class Secret:
@@ -132,6 +133,10 @@ class StreamConfig:
     """DDL on a captured table: evolve the target where Iceberg allows it (else stop), stop, or ignore."""
     concurrent_merges: int = 4
     """Tables of one batch MERGEd at the same time (each is its own Iceberg commit)."""
+    engine: StreamEngine = "loop"
+    """`loop`: a driver loop reads the binlog; `structured`: a Spark Structured Streaming query does."""
+    checkpoint_location: str | None = None
+    """With the `structured` engine: Spark's checkpoint directory (None: a fresh one per run)."""
 
 
 @dataclass(frozen=True)
@@ -396,7 +401,15 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
 
     stm = top.section(
         "stream",
-        ("batch_max_changes", "batch_interval_seconds", "heartbeat_seconds", "on_schema_change", "concurrent_merges"),
+        (
+            "batch_max_changes",
+            "batch_interval_seconds",
+            "heartbeat_seconds",
+            "on_schema_change",
+            "concurrent_merges",
+            "engine",
+            "checkpoint_location",
+        ),
     )
     stream = StreamConfig(
         batch_max_changes=stm.positive_int("batch_max_changes", 100_000),
@@ -406,7 +419,11 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             SchemaChangePolicy, stm.choice("on_schema_change", ("evolve", "fail", "ignore"), "evolve")
         ),
         concurrent_merges=stm.positive_int("concurrent_merges", 4),
+        engine=cast(StreamEngine, stm.choice("engine", ("loop", "structured"), "loop")),
+        checkpoint_location=stm.get("checkpoint_location", str),
     )
+    if stream.checkpoint_location is not None and stream.engine != "structured":
+        raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")
     stm.done()
 
     startup_mode = cast(StartupMode, top.choice("startup_mode", ("initial", "snapshot_only"), "initial"))

@@ -105,6 +105,7 @@ def run(
     """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
     from ingest.runtime.spark import attach_catalog, spark_session
     from ingest.streaming import StopSignal, stream
+    from ingest.structured import stream_structured
 
     info = discover(config)
     stop = StopSignal()
@@ -123,7 +124,8 @@ def run(
                 return
         if snapshot_only or config.startup_mode == "snapshot_only":
             return
-        end = stream(spark, config, state, info.schemas, info.flavor, until_caught_up, stop)
+        phase = stream_structured if config.stream.engine == "structured" else stream
+        end = phase(spark, config, state, info.schemas, info.flavor, until_caught_up, stop)
         log.info("binlog phase stopped at %s", end)
     finally:
         stop.uninstall()

@@ -220,6 +220,57 @@ class StopSignal:
         self._previous.clear()
 
 
+@dataclass
+class StreamStart:
+    """Where the binlog phase starts and what each table holds there: what both engines begin with."""
+
+    tables: list[TableStream]
+    by_id: dict[str, TableStream]
+    filters: dict[str, HighWatermarkFilter]
+    start: BinlogPosition
+    start_gtid: MariadbGtidPos | None
+    """MariaDB's GTID position at `start` (None for MySQL)."""
+    here: int | None
+    """The server id of the source read now."""
+    goal: BinlogPosition | None
+    """With "stop when caught up": the binlog end when the phase started."""
+
+    @property
+    def contained_until(self) -> dict[tuple[str, str], BinlogPosition]:
+        """Per table, the position up to which its chunks hold every change (see BinlogReader)."""
+        return {(t.schema.database, t.schema.table): t.min_high for t in self.tables if t.chunk_highs}
+
+    @property
+    def mark(self) -> Watermark:
+        return Watermark(self.start, self.start_gtid, self.here)
+
+
+def prepare(
+    config: PipelineConfig,
+    state: StateTable,
+    schemas: Sequence[TableSchema],
+    conn: Any,
+    flavor: str,
+    until_caught_up: bool,
+) -> StreamStart:
+    """Read what every table and the state table hold, and where on the server read now that is."""
+    recorded = state.stream_offset()
+    tables, resumed = _table_streams(config, state, schemas, recorded, conn, flavor)
+    start = _resume_at(tables, resumed)
+    check_not_purged(conn, start)
+    here = server_id(conn)
+    start_gtid: MariadbGtidPos | None = None
+    if flavor == "mariadb":
+        # The recorded offset's own GTIDs when it is this server's point; else the server maps the point.
+        exact = recorded is not None and recorded.server_id == here and recorded.position == start
+        known = recorded.gtid if recorded is not None and exact else None
+        start_gtid = known if isinstance(known, MariadbGtidPos) else gtid_at(conn, start)
+    goal = read_watermark(conn, flavor).position if until_caught_up else None
+    by_id = {t.schema.table_id: t for t in tables}
+    filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
+    return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)
+
+
 def stream(
     spark: Any,
     config: PipelineConfig,
@@ -230,21 +281,10 @@ def stream(
     stop: StopSignal | None = None,
 ) -> BinlogPosition:
     """Run the binlog phase; return the offset committed last."""
-    recorded = state.stream_offset()
     with connect(config.source) as conn:
-        tables, resumed = _table_streams(config, state, schemas, recorded, conn, flavor)
-        by_id = {t.schema.table_id: t for t in tables}
-        start = _resume_at(tables, resumed)
-        check_not_purged(conn, start)
-        here = server_id(conn)
-        start_gtid: MariadbGtidPos | None = None
-        if flavor == "mariadb":
-            # The recorded offset's own GTIDs when it is this server's point; else the server maps the point.
-            exact = recorded is not None and recorded.server_id == here and recorded.position == start
-            known = recorded.gtid if recorded is not None and exact else None
-            start_gtid = known if isinstance(known, MariadbGtidPos) else gtid_at(conn, start)
-        goal = read_watermark(conn, flavor).position if until_caught_up else None
-        filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
+        begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
+        tables, by_id, filters, here, goal = begin.tables, begin.by_id, begin.filters, begin.here, begin.goal
+        start, start_gtid = begin.start, begin.start_gtid
         log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
         reader = BinlogReader(
             config.source,
@@ -254,7 +294,7 @@ def stream(
             heartbeat_seconds=config.stream.heartbeat_seconds,
             on_ddl=config.stream.on_schema_change,
             start_gtid=start_gtid,
-            contained_until={(t.schema.database, t.schema.table): t.min_high for t in tables if t.chunk_highs},
+            contained_until=begin.contained_until,
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
         prefetch = Prefetch(
@@ -387,7 +427,7 @@ def evolve_table(
     flavor: str,
     table: TableStream,
     ddl: DdlStatement,
-    reader: BinlogReader,
+    reader: BinlogReader | None,
     here: int | None = None,
 ) -> None:
     """Follow one ALTER TABLE: evolve the target, backfill added columns' defaults, decode with the new schema.
@@ -396,13 +436,10 @@ def evolve_table(
     exists is not added again, a type already wide is not altered), the backfill runs only while the target
     holds nothing newer than the DDL and its commit records the DDL's position as the table's offset, and
     the source schema the target mirrors is stored last, so a restart replays the DDL with the old one.
+    `reader` (None when another process reads the binlog) is told to decode later rows with the new schema.
     """
     old = table.schema
-    try:
-        live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
-    except UnsupportedTableError as e:
-        raise SchemaChangeError(f"{old.table_id} after the DDL at {ddl.end} ({ddl.query[:200]!r}): {e}") from None
-    _refuse_if_altered_again(config, conn, flavor, old, ddl)
+    live = schema_after(config, conn, flavor, old, ddl)
     plan = plan_schema_change(old, live, ddl.query, str(ddl.end))
     if not plan.empty and table.chunk_highs and table.max_high > ddl.start:
         # A chunk whose high watermark is past the statement may have been read after it, with the columns the
@@ -428,8 +465,19 @@ def evolve_table(
     crash_point("stream.after_backfill")
     store_source_schema(spark, table.target, live)
     table.schema = live
-    reader.set_schema(live)
+    if reader is not None:
+        reader.set_schema(live)
     log.info("%s: followed the schema change at %s: %s", old.table_id, ddl.end, "; ".join(done) or "nothing to do")
+
+
+def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:
+    """The table's schema right after `ddl`: the live one, when no later DDL on the table is in the binlog."""
+    try:
+        live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
+    except UnsupportedTableError as e:
+        raise SchemaChangeError(f"{old.table_id} after the DDL at {ddl.end} ({ddl.query[:200]!r}): {e}") from None
+    _refuse_if_altered_again(config, conn, flavor, old, ddl)
+    return live
 
 
 SUMMARY_SCHEMA_CHANGE = "ingest.schema-change"

@@ -87,15 +87,26 @@ class Prefetch:
             except queue.Empty:
                 yield Tick()
                 continue
-            if isinstance(item, Failed):
-                raise item.error
-            if not isinstance(item, Idle | End):
-                with self._room:
-                    self._ahead -= self._size_of(item)
-                    self._room.notify_all()
-            yield item
+            yield self._taken(item)
             if isinstance(item, End):
                 return
+
+    def poll(self) -> Any | None:
+        """The next item if one is waiting, else None at once (a Spark source hands over what is ready)."""
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        return self._taken(item)
+
+    def _taken(self, item: Any) -> Any:
+        if isinstance(item, Failed):
+            raise item.error
+        if not isinstance(item, Idle | End):
+            with self._room:
+                self._ahead -= self._size_of(item)
+                self._room.notify_all()
+        return item
 
     def has_ready(self) -> bool:
         """Whether an item is waiting to be taken right now (the consumer can take it without waiting)."""

@@ -1,0 +1,172 @@
+"""The binlog phase as a Spark Structured Streaming query (`stream.engine: structured`).
+
+The source is the binlog Python data source (`ingest.source.binlog_source`); the sink is `foreachBatch`,
+which commits each micro-batch exactly as the driver loop of `ingest.streaming` commits its batches: per
+table, skip what the target already holds and what its chunks hold, materialize, MERGE with the batch's end
+offset in the snapshot summary, append the changelog, then record the offset in the state table. A DDL
+begins its batch and is followed first, as in the loop.
+
+Iceberg stays the only durable state. Without `stream.checkpoint_location` every run starts a fresh query
+at the point the targets hold; with one, Spark replays the batch a crash interrupted from its offset log
+(`readBetweenOffsets`: the same events), and the targets skip what they already hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ingest import errors
+from ingest.config import PipelineConfig
+from ingest.faults import crash_point
+from ingest.source.binlog import DdlStatement, Transaction
+from ingest.source.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
+from ingest.source.mysql import TableSchema, connect
+from ingest.source.position import BinlogPosition, Watermark
+from ingest.state.table import StateTable
+from ingest.streaming import StopSignal, StreamStart, _commit, evolve_table, prepare
+
+log = logging.getLogger(__name__)
+
+
+class _Closing(Exception):
+    """A batch started after the job decided to stop: not committed, so a kept checkpoint replays it."""
+
+
+class _Sink:
+    """`foreachBatch`: commits each micro-batch; the job's thread waits on `done` and stops between batches."""
+
+    def __init__(
+        self, spark: Any, config: PipelineConfig, state: StateTable, conn: Any, flavor: str, begin: StreamStart
+    ) -> None:
+        self.spark, self.config, self.state, self.conn, self.flavor = spark, config, state, conn, flavor
+        self.begin = begin
+        self.committed = begin.start
+        self.source_time = state.offset_source_time()
+        self.lock = threading.Lock()
+        self.closing = False
+        self.done = threading.Event()
+        """The goal is committed (with "stop when caught up")."""
+        self.error: BaseException | None = None
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        with self.lock:
+            if self.closing:
+                raise _Closing(f"batch {batch_id} after the stop")
+            try:
+                self._apply(frame.collect())
+            except BaseException as e:
+                self.error = e
+                raise
+
+    def _apply(self, rows: list[Any]) -> None:
+        items, end_row = decode_batch(rows)
+        end = Watermark.from_json(end_row.offset)
+        begin = self.begin
+        pending: list[Transaction] = []
+        for item in items:
+            if isinstance(item, DdlStatement):
+                # The source begins a batch with a DDL: every change before it is committed already.
+                for db, t in item.tables:
+                    table = begin.by_id[f"{db}.{t}"]
+                    evolve_table(self.spark, self.config, self.conn, self.flavor, table, item, None, begin.here)
+                crash_point("stream.before_schema_state")
+                self.state.record_offset(Watermark(item.end, item.gtid_after, begin.here))
+                self.committed = item.end
+            else:
+                pending.append(item)
+        if pending:
+            self.source_time = max(tx.commit_time for tx in pending)
+        if end_row.at is not None:
+            self.source_time = int(end_row.at)
+        if end.position > self.committed or pending:
+            _commit(self.spark, self.config, self.state, begin.by_id, begin.filters, pending, end, self.source_time)
+            self.committed = end.position
+        if begin.goal is not None and self.committed >= begin.goal:
+            self.closing = True
+            self.done.set()
+
+    def close(self) -> None:
+        """Wait for the batch being committed, and refuse later ones."""
+        with self.lock:
+            self.closing = True
+
+
+def stream_structured(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    schemas: Sequence[TableSchema],
+    flavor: str,
+    until_caught_up: bool,
+    stop: StopSignal | None = None,
+) -> BinlogPosition:
+    """Run the binlog phase as a Structured Streaming query; return the offset committed last."""
+    with connect(config.source) as conn:
+        begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
+        goal = f" until {begin.goal}" if begin.goal else ""
+        log.info("binlog phase (structured streaming) from %s%s", begin.start, goal)
+        if begin.goal is not None and begin.start >= begin.goal:
+            return begin.start
+        spec = BinlogSourceSpec(
+            config, flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until
+        )
+        name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
+        spark.dataSource.register(make_binlog_source(name, spec))
+        sink = _Sink(spark, config, state, conn, flavor, begin)
+        kept = config.stream.checkpoint_location
+        checkpoint = kept or tempfile.mkdtemp(prefix="ingest-checkpoint-")
+        query = (
+            spark.readStream.format(name)
+            .load()
+            .writeStream.foreachBatch(sink)
+            .trigger(processingTime=f"{config.stream.batch_interval_seconds} seconds")
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        try:
+            _run_until_done(query, sink, stop)
+        finally:
+            if not kept:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+        return sink.committed
+
+
+def _run_until_done(query: Any, sink: _Sink, stop: StopSignal | None) -> None:
+    failure: BaseException | None = None
+    try:
+        while not sink.done.is_set() and not (stop is not None and stop.event.is_set()):
+            if query.awaitTermination(0.5):
+                break
+    except Exception as e:  # noqa: BLE001 - the query's own failure, raised below as what it was
+        failure = e
+    sink.close()
+    if stop is not None and stop.event.is_set() and not sink.done.is_set():
+        log.info("stopping after the current commit, as asked (committed up to %s)", sink.committed)
+    query.stop()
+    if isinstance(sink.error, _Closing):
+        return  # the query ended on a batch that came after the stop: nothing of it was committed
+    if sink.error is not None:
+        raise sink.error
+    if failure is not None:
+        raise _as_ingest_error(failure) from None
+
+
+_ERROR = re.compile(r"\b(?:ingest\.errors\.)?([A-Z]\w*Error): (.+)")
+
+
+def _as_ingest_error(failure: BaseException) -> BaseException:
+    """The error the binlog source raised in Spark's Python process, as the job's own error class (the query
+    reports it as text)."""
+    text = str(failure)
+    for match in reversed(list(_ERROR.finditer(text))):
+        cls = getattr(errors, match.group(1), None)
+        if isinstance(cls, type) and issubclass(cls, errors.IngestError):
+            return cls(match.group(2).strip())
+    return failure
