@@ -13,6 +13,7 @@ at the point the targets hold; with one, Spark replays the batch a crash interru
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -24,6 +25,7 @@ from typing import Any
 
 from ingest import errors
 from ingest.config import PipelineConfig
+from ingest.errors import ConfigError
 from ingest.faults import crash_point
 from ingest.source.binlog import DdlStatement, Transaction
 from ingest.source.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
@@ -121,6 +123,8 @@ def stream_structured(
         spark.dataSource.register(make_binlog_source(name, spec))
         sink = _Sink(spark, config, state, conn, flavor, begin)
         kept = config.stream.checkpoint_location
+        if kept:
+            _refuse_checkpoint_ahead(spark, kept, begin)
         checkpoint = kept or tempfile.mkdtemp(prefix="ingest-checkpoint-")
         query = (
             spark.readStream.format(name)
@@ -136,6 +140,42 @@ def stream_structured(
             if not kept:
                 shutil.rmtree(checkpoint, ignore_errors=True)
         return sink.committed
+
+
+def _refuse_checkpoint_ahead(spark: Any, location: str, begin: StreamStart) -> None:
+    """Spark resumes a kept checkpoint after its last committed batch. Each batch is committed to the targets
+    (and the state table) before Spark records it, so that point is never past where the targets hold the
+    source, unless the checkpoint is not theirs: other tables, or tables restored or dropped under it. Then
+    the changes in between would be skipped."""
+    committed = _checkpoint_committed(spark, location)
+    if committed is None or committed.server_id != begin.here or committed.position <= begin.start:
+        return
+    raise ConfigError(
+        f"the Spark checkpoint at {location} (`stream.checkpoint_location`) has committed the binlog up to "
+        f"{committed.position}, but the Iceberg tables hold the source only up to {begin.start}: the checkpoint "
+        "belongs to other tables, or the tables were restored or dropped under it. Iceberg is what says what is "
+        "done: delete the checkpoint directory and run again"
+    )
+
+
+def _checkpoint_committed(spark: Any, location: str) -> Watermark | None:
+    """The end offset of the last batch a checkpoint recorded as committed (its offset log's source line),
+    read through Hadoop's file system API, as Spark reads it (local, HDFS, S3 or GCS alike)."""
+    jvm = spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(location)
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
+    if not fs.exists(commits):
+        return None
+    batches = [int(s.getPath().getName()) for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
+    if not batches:
+        return None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(batches)}"))
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return Watermark.from_json(json.loads(text.strip().splitlines()[-1]))
 
 
 def _run_until_done(query: Any, sink: _Sink, stop: StopSignal | None) -> None:

@@ -13,20 +13,21 @@ reads the same range from the server again: the same transactions, the same rows
 A batch is rows of (seq, kind, payload): kind "tx" (a `Transaction`) or "ddl" (a `DdlStatement`), pickled,
 in binlog order, then one "end" row: the batch's end offset and the source time it is current to. Events
 before the point every target holds (the start the job computed from Iceberg) are never read: Iceberg,
-not Spark's checkpoint, is what says what is done, so a checkpoint may be lost, but one that is ahead of
-Iceberg (a warehouse restored or dropped under it) is refused.
+not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind (the job refuses one that
+is ahead, see `ingest.structured`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ingest.config import PipelineConfig
-from ingest.errors import ConfigError
 from ingest.source.binlog import BinlogReader, DdlStatement, Transaction
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
@@ -91,7 +92,8 @@ class BinlogStreamReader:
         """An item taken from the prefetch but left for the next batch (a DDL after other items)."""
         self._at: Watermark | None = None
         """Where the prefetch's next item starts."""
-        self._checked = False
+        self._failure: Exception | None = None
+        """The reader's error, raised once what it read before is handed over."""
 
     # -- the Spark interface
 
@@ -102,16 +104,18 @@ class BinlogStreamReader:
         begin = self._begin(start)
         if self._prefetch is None or self._at != begin:
             self._open(begin)
-        items, end = self._take(begin)
-        if end.offset == start:
+        items, end, at = self._take(begin)
+        if end.to_json() == start:
             return iter(()), start
-        return iter(_rows(items, end)), end.offset
+        return iter(_rows(items, BatchEnd(end.to_json(), at))), end.to_json()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
         begin, stop = self._begin(start), Watermark.from_json(end)
         items: list[Transaction | DdlStatement] = []
         if stop.position > begin.position:
-            reader = self._new_reader(begin, blocking=False)
+            # Its own replication server id: the source's process may be reading the binlog at the same time, and
+            # the server drops the older of two dump connections with one id.
+            reader = self._new_reader(begin, blocking=False, server_id=random.randint(1 << 20, (1 << 31) - 1))
             try:
                 # Other tables' transactions past `stop` end the read (at most a heartbeat period later).
                 for item in reader.transactions(idle=lambda at: reader.position >= stop.position):
@@ -140,25 +144,15 @@ class BinlogStreamReader:
         """Where to read from for a batch starting at `start`: never before what every target holds."""
         mark = Watermark.from_json(start)
         resume = self.spec.resume
-        same_server = mark.server_id == resume.server_id
-        if not self._checked:
-            self._checked = True
-            if same_server and mark.position > resume.position:
-                raise ConfigError(
-                    f"the Spark checkpoint (`stream.checkpoint_location`) continues from binlog position "
-                    f"{mark.position}, but the Iceberg tables hold the source only up to {resume.position}: the "
-                    "checkpoint belongs to other tables, or the tables were restored or dropped under it. Iceberg "
-                    "is what says what is done: delete the checkpoint directory and run again"
-                )
-        if same_server and mark.position < resume.position:
+        if mark.server_id == resume.server_id and mark.position < resume.position:
             return resume
         return mark
 
-    def _new_reader(self, begin: Watermark, blocking: bool) -> BinlogReader:
-        stream = self.spec.config.stream
+    def _new_reader(self, begin: Watermark, blocking: bool, server_id: int | None = None) -> BinlogReader:
+        stream, source = self.spec.config.stream, self.spec.config.source
         gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
         return BinlogReader(
-            self.spec.config.source,
+            source if server_id is None else dataclasses.replace(source, server_id=server_id),
             list(self._schemas.values()),
             begin.position,
             blocking=blocking,
@@ -184,17 +178,26 @@ class BinlogStreamReader:
             self._prefetch.close()
         if self._reader is not None:
             self._reader.close()
-        self._prefetch = self._reader = self._next = self._at = None
+        self._prefetch = self._reader = self._next = self._at = self._failure = None
 
-    def _take(self, begin: Watermark) -> tuple[list[Transaction | DdlStatement], BatchEnd]:
+    def _take(self, begin: Watermark) -> tuple[list[Transaction | DdlStatement], Watermark, float | None]:
         """What the prefetch has ready, whole transactions up to the batch size; a DDL only first."""
         assert self._prefetch is not None and self._reader is not None
         here = self.spec.resume.server_id
         items: list[Transaction | DdlStatement] = []
         changes = 0
         end, at = begin, None
+        if self._failure is not None:
+            raise self._failure
         while changes < self.spec.config.stream.batch_max_changes:
-            item, self._next = (self._next, None) if self._next is not None else (self._prefetch.poll(), None)
+            try:
+                item, self._next = (self._next, None) if self._next is not None else (self._prefetch.poll(), None)
+            except Exception as e:
+                if end == begin:
+                    raise
+                # What was read before the failure is handed over first (the job commits it, as the loop does).
+                self._failure = e
+                break
             if item is None:
                 break
             if isinstance(item, Idle):
@@ -215,7 +218,7 @@ class BinlogStreamReader:
             changes += len(item.changes)
             end, at = Watermark(item.end, item.gtid_after, here), None
         self._at = end
-        return items, BatchEnd(end.to_json(), at)
+        return items, end, at
 
     def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
         """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets)."""

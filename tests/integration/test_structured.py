@@ -3,7 +3,9 @@ source and the foreachBatch commit. Every test ends with `ingest verify`: MySQL 
 
 from __future__ import annotations
 
+import shutil
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +14,23 @@ import yaml
 
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.errors import ConfigError, SchemaChangeError
+from ingest.errors import SchemaChangeError
 from ingest.pipeline import discover, run
 from ingest.source.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.source.mysql import connect
+from ingest.source.position import Watermark
 from ingest.state.table import StateTable
 from ingest.streaming import prepare
 from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
-from tests.integration.test_streaming import DML, _config, _fresh_db, _snapshot_count
+from tests.integration.test_streaming import DML, _config, _fresh_db, _snapshot_count, _stream_offsets
 
 pytestmark = pytest.mark.integration
 
 
-def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, **stream: Any) -> PipelineConfig:
-    return _config(mariadb, db, warehouse, catalog=f"s_{db}", engine="structured", **stream)
+def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "", **stream: Any) -> PipelineConfig:
+    """A catalog name of its own per test (a Spark session keeps catalogs by name)."""
+    return _config(mariadb, db, warehouse, catalog=catalog or f"s_{db}", engine="structured", **stream)
 
 
 def _write(mariadb: MariaDBServer, db: str) -> None:
@@ -58,3 +62,134 @@ def test_a_structured_streaming_query_applies_the_binlog_exactly_once(
     run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
     assert _counts(config, db) == before
     assert spark.streams.active == []
+
+
+def _config_file(mariadb: MariaDBServer, db: str, base: Path, catalog: str = "", **stream: Any) -> Path:
+    """The pipeline `_structured` describes, as a file for `ingest run` in a process of its own."""
+    path = base / "pipeline.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": db,
+                "source": source_section(mariadb),
+                "tables": {"include": [rf"{db}\..*"]},
+                "sink": {**embedded_sink(base), "catalog_name": catalog or f"s_{db}"},
+                "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
+                "stream": {"batch_interval_seconds": 1, "engine": "structured", **stream},
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize("crash_at", ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"])
+def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_once(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+) -> None:
+    db = "skill"
+    _fresh_db(mariadb, db)
+    checkpoint = tmp_path / "checkpoint"
+    # One table after the other: the first crash after a table commit falls between the two tables.
+    settings = {"checkpoint_location": str(checkpoint), "concurrent_merges": 1}
+    catalog = "s_" + "".join(c if c.isalnum() else "_" for c in crash_at)
+    config = _structured(mariadb, db, tmp_path, catalog, **settings)
+    run(config, spark=spark, snapshot_only=True)
+    _write(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
+    config_file = _config_file(mariadb, db, tmp_path, catalog, **settings)
+    crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    acct_before = _stream_offsets(config, db, "acct")
+    assert acct_before, "the crash came before the first table commit"
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    acct, tag = _stream_offsets(config, db, "acct"), _stream_offsets(config, db, "tag")
+    # Each batch is committed once per table, and the batch cut short is the one Spark replays from its offset
+    # log: the table that missed it commits it with the very same end offset.
+    assert len(acct) == len(set(acct)) and len(tag) == len(set(tag))
+    assert acct_before[-1] in tag
+
+
+def test_a_replayed_batch_reads_the_same_events_as_the_first_read(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "sreplay"
+    _fresh_db(mariadb, db)
+    config = _structured(mariadb, db, tmp_path, batch_max_changes=40)
+    run(config, spark=spark, snapshot_only=True)
+    _write(mariadb, db)
+    mariadb.execute(
+        f"ALTER TABLE {db}.acct ADD COLUMN note VARCHAR(8) DEFAULT 'n'",
+        f"INSERT INTO {db}.acct VALUES (3000, 'after', 1, 'ddl')",
+        f"UPDATE {db}.acct SET note = 'set' WHERE id < 20",
+    )
+    info = discover(config)
+    with connect(config.source) as conn:
+        begin = prepare(config, StateTable.open(config), info.schemas, conn, info.flavor, True)
+    assert begin.goal is not None
+    spec = BinlogSourceSpec(
+        config, info.flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until
+    )
+    live = BinlogStreamReader(spec)
+    batches = []
+    start = live.initialOffset()
+    deadline = time.monotonic() + 60
+    while Watermark.from_json(start).position < begin.goal and time.monotonic() < deadline:
+        rows, end = live.read(start)
+        if end != start:
+            batches.append((start, end, list(rows)))
+            start = end
+        else:
+            time.sleep(0.1)
+    live.stop()
+    kinds = [[r[1] for r in rows] for _, _, rows in batches]
+    assert Watermark.from_json(start).position == begin.goal
+    assert any(k[0] == "ddl" for k in kinds) and not any("ddl" in k[1:] for k in kinds)  # a DDL begins its batch
+    assert sum(k.count("tx") for k in kinds) == 5 and len(batches) >= 3
+    replay = BinlogStreamReader(spec)  # a new process after a crash: it starts from the targets' schemas again
+    for start, end, rows in batches:
+        items, last = decode_batch(list(replay.readBetweenOffsets(start, end)))
+        assert (items, last.offset) == (decode_batch(rows)[0], end)
+    replay.stop()
+
+
+def test_an_error_of_the_binlog_source_stops_the_job_with_its_own_class_and_message(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "sfail"
+    _fresh_db(mariadb, db)
+    config = _structured(mariadb, db, tmp_path, on_schema_change="fail")
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute(
+        f"INSERT INTO {db}.acct VALUES (5000, 'before', 1)",
+        f"ALTER TABLE {db}.acct ADD COLUMN note VARCHAR(8)",
+        f"INSERT INTO {db}.acct VALUES (5001, 'after', 1, 'x')",
+    )
+    with pytest.raises(SchemaChangeError, match=r"on_schema_change.*is .fail."):
+        run(config, spark=spark, until_caught_up=True)
+    assert spark.streams.active == []
+    # Everything before the statement is committed.
+    ids = {r[0] for r in spark.sql(f"SELECT id FROM s_{db}.{db}.acct WHERE id >= 5000").collect()}
+    assert ids == {5000}
+
+
+def test_a_checkpoint_ahead_of_the_iceberg_tables_is_refused(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "sahead"
+    _fresh_db(mariadb, db)
+    base = tmp_path / "run"
+    base.mkdir()
+    settings = {"checkpoint_location": str(tmp_path / "checkpoint")}
+    config_file = _config_file(mariadb, db, base, **settings)
+    done = run_ingest("run", "--config", str(config_file), "--until-caught-up")
+    assert done.returncode == 0, done.stderr[-3000:]
+    shutil.copytree(base, tmp_path / "backup")
+    _write(mariadb, db)
+    done = run_ingest("run", "--config", str(config_file), "--until-caught-up")
+    assert done.returncode == 0, done.stderr[-3000:]
+    shutil.rmtree(base)
+    shutil.copytree(tmp_path / "backup", base)  # the warehouse restored to before the writes, the checkpoint not
+    refused = run_ingest("run", "--config", str(config_file), "--until-caught-up")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "(`stream.checkpoint_location`) has committed the binlog up to" in refused.stderr
+    assert "delete the checkpoint directory" in refused.stderr

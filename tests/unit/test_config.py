@@ -685,3 +685,15 @@ def test_schema_change_policy_defaults_to_evolve_and_names_its_choices() -> None
         error_of(cfg(stream={"on_schema_change": "apply"}))
         == "`stream.on_schema_change` must be one of evolve, fail, ignore; got 'apply'"
     )
+
+
+def test_the_stream_engine_defaults_to_the_loop_and_a_checkpoint_needs_the_structured_engine() -> None:
+    assert parse_config(cfg()).stream.engine == "loop"
+    assert parse_config(cfg()).stream.checkpoint_location is None
+    structured = parse_config(cfg(stream={"engine": "structured", "checkpoint_location": "s3a://b/ck"})).stream
+    assert (structured.engine, structured.checkpoint_location) == ("structured", "s3a://b/ck")
+    assert error_of(cfg(stream={"engine": "flink"})) == "`stream.engine` must be one of loop, structured; got 'flink'"
+    assert (
+        error_of(cfg(stream={"checkpoint_location": "/tmp/ck"}))
+        == "`stream.checkpoint_location` is only used with `stream.engine: structured`"
+    )
