@@ -286,6 +286,8 @@ def make_config(
     stream: dict[str, Any] = {}
     if "interval" in spec:
         stream["batch_interval_seconds"] = float(spec["interval"])
+    if "engine" in spec:
+        stream["engine"] = spec["engine"]
     return parse_config(
         {
             "name": PIPELINE,
@@ -442,9 +444,16 @@ class StreamProbe:
 
     def install(self) -> None:
         import ingest.streaming as streaming
+        import ingest.structured as structured
+
+        self._wrap(streaming, "stream")
+        self._wrap(structured, "stream_structured")
+
+    def _wrap(self, module: Any, phase: str) -> None:
+        """Time `module.<phase>` (what run() calls for the binlog phase) and each `module._commit`."""
         from ingest.source.binlog import Transaction
 
-        original_stream, original_commit = streaming.stream, streaming._commit
+        original_stream, original_commit = getattr(module, phase), module._commit
         probe = self
 
         def stream(*args: Any, **kwargs: Any) -> BinlogPosition:
@@ -473,8 +482,8 @@ class StreamProbe:
                 }
             )
 
-        streaming.stream = stream
-        streaming._commit = commit
+        setattr(module, phase, stream)
+        module._commit = commit
 
     def summary(self) -> dict[str, Any]:
         wall = None if self.started is None or self.ended is None else self.ended - self.started
@@ -991,6 +1000,26 @@ def run_verify(config: PipelineConfig) -> dict[str, Any]:
     return {"ok": ok, "output": buffer.getvalue().splitlines()}
 
 
+def measure_catchup(
+    server: MariaDBServer, spec: Mapping[str, Any], config: PipelineConfig, log: Path
+) -> dict[str, Any]:
+    """The job's catch-up over the recorded binlog in a child process, then `ingest verify`."""
+    commits_before = iceberg_commits(config)
+    catchup: dict[str, Any] = {}
+    db_before = mariadb_cpu(server)
+    with Worker(spec, log) as w:
+        catchup.update(w.finish())
+    db_after = mariadb_cpu(server)
+    catchup["mariadb_cpu_s"] = None if db_before is None or db_after is None else round(db_after - db_before, 3)
+    commits_after = iceberg_commits(config)
+    catchup["iceberg_commits"] = {k: commits_after[k] - commits_before.get(k, 0) for k in commits_after}
+    stream_s = catchup["stream_seconds"]
+    catchup["changes_per_s"] = catchup["changes"] / stream_s if stream_s else None
+    catchup["cpu_s_per_million"] = per_million(catchup["stream_cpu_s"], catchup["changes"])
+    catchup["verify"] = run_verify(config)
+    return catchup
+
+
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     password = "bench-" + secrets.token_hex(8)
     os.environ[PASSWORD_ENV] = password  # the workers inherit it; the config references it by name
@@ -1044,6 +1073,13 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             _progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
             with Worker({**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log") as w:
                 results["snapshot"] = w.finish()
+            # A second warehouse at the same point, for the catch-up of the Structured Streaming engine.
+            warehouse_b = scratch / "warehouse-structured"
+            warehouse_b.mkdir()
+            spec_b = {**base_spec, "warehouse": str(warehouse_b), "engine": "structured"}
+            config_b = make_config(spec_b)
+            with Worker({**spec_b, "kind": "snapshot", "label": "snapshot-b"}, scratch / "snapshot-b.log") as w:
+                w.finish()
 
             _progress(f"recording a binlog of at least {args.changes:,} row changes")
             binlog = record_binlog(server, config, keys, args.changes)
@@ -1057,25 +1093,18 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             _progress("BinlogReader + materialize, no Spark")
             results["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
 
-            _progress(f"ours: catch-up with run(until_caught_up=True) (log {scratch}/catchup.log)")
-            commits_before = iceberg_commits(config)
-            catchup: dict[str, Any] = {}
-            db_before = mariadb_cpu(server)
-            with Worker({**base_spec, "kind": "catchup", "label": "catchup"}, scratch / "catchup.log") as w:
-                catchup.update(w.finish())
-            db_after = mariadb_cpu(server)
-            catchup["mariadb_cpu_s"] = None if db_before is None or db_after is None else round(db_after - db_before, 3)
-            commits_after = iceberg_commits(config)
-            catchup["iceberg_commits"] = {k: commits_after[k] - commits_before.get(k, 0) for k in commits_after}
-            stream_s = catchup["stream_seconds"]
-            catchup["changes_per_s"] = catchup["changes"] / stream_s if stream_s else None
-            catchup["cpu_s_per_million"] = per_million(catchup["stream_cpu_s"], catchup["changes"])
-            catchup["verify"] = run_verify(config)
-            results["catchup"] = catchup
-            _progress(
-                f"ours: {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, "
-                f"verify {'OK' if catchup['verify']['ok'] else 'FAILED'}"
-            )
+            for engine, key, the_spec, the_config in (
+                ("loop", "catchup", base_spec, config),
+                ("structured", "catchup_structured", spec_b, config_b),
+            ):
+                log_path = scratch / f"{key}.log"
+                _progress(f"ours: catch-up with run(until_caught_up=True), stream.engine {engine} (log {log_path})")
+                catchup = measure_catchup(server, {**the_spec, "kind": "catchup", "label": key}, the_config, log_path)
+                results[key] = catchup
+                _progress(
+                    f"ours ({engine}): {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, "
+                    f"verify {'OK' if catchup['verify']['ok'] else 'FAILED'}"
+                )
 
             lag_runs: list[dict[str, Any]] = []
             first_id = keys.orders_hi + 1_000_000
@@ -1135,6 +1164,10 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     if catchup["changes_per_s"]:
         out["ours_changes_per_s_vs_baseline"] = catchup["changes_per_s"] / base["rows_per_s"]
         out["ours_cpu_per_change_vs_baseline"] = catchup["cpu_s_per_million"] / base["cpu_s_per_million"]
+    structured = results.get("catchup_structured") or {}
+    if structured.get("changes_per_s"):
+        out["structured_changes_per_s_vs_baseline"] = structured["changes_per_s"] / base["rows_per_s"]
+        out["structured_cpu_per_change_vs_baseline"] = structured["cpu_s_per_million"] / base["cpu_s_per_million"]
     for f in (results.get("merge") or {}).get("formats", []):
         if f["merge_vs_append"] is not None:
             out[f"merge_vs_append_v{f['format_version']}"] = f["merge_vs_append"]
@@ -1209,6 +1242,19 @@ def render(results: dict[str, Any]) -> str:
             c["mariadb_cpu_s"],
         )
     )
+    cs = results.get("catchup_structured")
+    if cs:
+        lines.append(
+            row(
+                "ours: the same, stream.engine structured",
+                cs["changes"],
+                cs["changes_per_s"],
+                cs["stream_seconds"],
+                cs["stream_cpu_s"],
+                cs["cpu_s_per_million"],
+                cs["mariadb_cpu_s"],
+            )
+        )
     commits = c["iceberg_commits"]
     target_commits = sum(v for k, v in commits.items() if k != "state_table")
     parts = ", ".join(f"{k} {v:.1f}" for k, v in c["stream_cpu_s_by_part"].items())
@@ -1224,10 +1270,19 @@ def render(results: dict[str, Any]) -> str:
         f"PSS {c['peak_pss_mib']:,.0f} MiB",
         f"ours: verify (MySQL vs Iceberg, row by row): {'OK' if c['verify']['ok'] else 'FAILED'}"
         + ("" if c["verify"]["ok"] else "  <-- " + "; ".join(c["verify"]["output"][-6:])),
+        *(
+            [
+                f"ours (structured): {cs['batches_with_changes']} batches with changes, commit median "
+                f"{_fmt(cs['batch_commit_seconds_median'], '.1f')}s; verify {'OK' if cs['verify']['ok'] else 'FAILED'}"
+                + ("" if cs["verify"]["ok"] else "  <-- " + "; ".join(cs["verify"]["output"][-6:]))
+            ]
+            if cs
+            else []
+        ),
         f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
         f"{reader['batches']} batches folding to {reader['final_rows']:,} final rows",
     ]
-    if base["rows"] != c["changes"] or reader["rows"] != base["rows"]:
+    if base["rows"] != c["changes"] or reader["rows"] != base["rows"] or (cs and cs["changes"] != base["rows"]):
         lines.append(
             f"  <-- CHANGE COUNT MISMATCH: baseline {base['rows']:,}, reader {reader['rows']:,}, job {c['changes']:,}"
         )

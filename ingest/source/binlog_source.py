@@ -93,6 +93,8 @@ class BinlogStreamReader:
         self._at: Watermark | None = None
         """Where the prefetch's next item starts."""
         self._failure: Exception | None = None
+        self._positioned = False
+        """Whether the schemas are those at the start of the next read (see `_open`)."""
         """The reader's error, raised once what it read before is handed over."""
 
     # -- the Spark interface
@@ -163,6 +165,13 @@ class BinlogStreamReader:
         )
 
     def _open(self, begin: Watermark) -> None:
+        resume = self.spec.resume
+        if not self._positioned and begin.server_id == resume.server_id and begin.position > resume.position:
+            # Spark continues a kept checkpoint after the batch it planned last (which it runs again elsewhere).
+            # The schemas are those at `resume`: follow the DDLs between there and `begin`, dropping the rows.
+            for _ in self.readBetweenOffsets(resume.to_json(), begin.to_json()):
+                pass
+        self._positioned = True
         self._close()
         self._reader = self._new_reader(begin, blocking=True)
         self._prefetch = Prefetch(

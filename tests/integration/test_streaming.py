@@ -341,7 +341,7 @@ def test_a_batch_that_only_creates_rows_is_appended_once_across_a_kill_between_t
 
 
 def _start_streaming_job(
-    mariadb: MariaDBServer, db: str, tmp_path: Path, tables: str, catalog: str
+    mariadb: MariaDBServer, db: str, tmp_path: Path, tables: str, catalog: str, **stream: Any
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
     """`ingest run` of `tables` in `db` as a separate process (to be signalled), batches due every second."""
     config_file = tmp_path / "pipeline.yaml"
@@ -353,7 +353,7 @@ def _start_streaming_job(
                 "tables": {"include": [tables]},
                 "sink": {**embedded_sink(tmp_path), "catalog_name": catalog},
                 "snapshot": {"chunk_size": 100},
-                "stream": {"batch_interval_seconds": 1},
+                "stream": {"batch_interval_seconds": 1, **stream},
             }
         )
     )

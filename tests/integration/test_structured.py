@@ -3,6 +3,7 @@ source and the foreachBatch commit. Every test ends with `ingest verify`: MySQL 
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
@@ -23,7 +24,15 @@ from ingest.state.table import StateTable
 from ingest.streaming import prepare
 from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
-from tests.integration.test_streaming import DML, _config, _fresh_db, _snapshot_count, _stream_offsets
+from tests.integration.test_streaming import (
+    DML,
+    _config,
+    _fresh_db,
+    _snapshot_count,
+    _start_streaming_job,
+    _stream_offsets,
+    _wait_until_streaming,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -193,3 +202,66 @@ def test_a_checkpoint_ahead_of_the_iceberg_tables_is_refused(
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "(`stream.checkpoint_location`) has committed the binlog up to" in refused.stderr
     assert "delete the checkpoint directory" in refused.stderr
+
+
+@pytest.mark.parametrize("crash_at", ["stream.after_schema_change:1", "stream.before_schema_state:1"])
+def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_schema_change(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+) -> None:
+    db = "sddl"
+    _fresh_db(mariadb, db)
+    catalog = "s_" + "".join(c if c.isalnum() else "_" for c in crash_at)
+    settings = {"checkpoint_location": str(tmp_path / "checkpoint")}
+    config = _structured(mariadb, db, tmp_path, catalog, **settings)
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute(
+        f"UPDATE {db}.acct SET owner = 'before' WHERE id < 10",
+        f"ALTER TABLE {db}.acct ADD COLUMN note VARCHAR(8) NOT NULL DEFAULT 'old'",
+        f"INSERT INTO {db}.acct VALUES (3000, 'after', 1, 'new')",
+        f"UPDATE {db}.acct SET note = 'set', owner = 'after' WHERE id BETWEEN 5 AND 14",
+    )
+    crashed = run_ingest(
+        "run", "--config", str(_config_file(mariadb, db, tmp_path, catalog, **settings)), crash_at=crash_at
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    # The restart runs the DDL's batch again from the checkpoint, and reads on from after it.
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    rows = spark.sql(
+        f"SELECT id, owner, note FROM {catalog}.{db}.acct WHERE id IN (1, 5, 20, 3000) ORDER BY id"
+    ).collect()
+    assert [tuple(r) for r in rows] == [
+        (1, "before", "old"),
+        (5, "after", "set"),
+        (20, "o20", "old"),
+        (3000, "after", "new"),
+    ]
+
+
+def test_sigterm_stops_the_structured_query_after_its_current_commit(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "sterm"
+    _fresh_db(mariadb, db)
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", "s_term", engine="structured")
+    updates = [0]
+
+    def update() -> None:  # keep changing the source until the job has committed a binlog batch
+        updates[0] += 1
+        mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{updates[0]}' WHERE id < 50")
+
+    try:
+        _wait_until_streaming(config, job, update)
+        update()
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, err[-3000:]
+    assert "binlog phase stopped at" in err
+    # A stopped query leaves no half-committed batch: the next run takes over where the targets are.
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    offsets = _stream_offsets(config, db, "acct")
+    assert len(offsets) == len(set(offsets))
