@@ -143,39 +143,66 @@ def stream_structured(
 
 
 def _refuse_checkpoint_ahead(spark: Any, location: str, begin: StreamStart) -> None:
-    """Spark resumes a kept checkpoint after its last committed batch. Each batch is committed to the targets
-    (and the state table) before Spark records it, so that point is never past where the targets hold the
-    source, unless the checkpoint is not theirs: other tables, or tables restored or dropped under it. Then
-    the changes in between would be skipped."""
-    committed = _checkpoint_committed(spark, location)
-    if committed is None or committed.server_id != begin.here or committed.position <= begin.start:
-        return
-    raise ConfigError(
-        f"the Spark checkpoint at {location} (`stream.checkpoint_location`) has committed the binlog up to "
-        f"{committed.position}, but the Iceberg tables hold the source only up to {begin.start}: the checkpoint "
-        "belongs to other tables, or the tables were restored or dropped under it. Iceberg is what says what is "
-        "done: delete the checkpoint directory and run again"
-    )
+    committed, planned = _checkpoint_offsets(spark, location)
+    problem = checkpoint_problem(location, committed, planned, begin.start, begin.here)
+    if problem:
+        raise ConfigError(problem)
 
 
-def _checkpoint_committed(spark: Any, location: str) -> Watermark | None:
-    """The end offset of the last batch a checkpoint recorded as committed (its offset log's source line),
-    read through Hadoop's file system API, as Spark reads it (local, HDFS, S3 or GCS alike)."""
+def checkpoint_problem(
+    location: str, committed: Watermark | None, planned: Watermark | None, start: BinlogPosition, here: int | None
+) -> str | None:
+    """Why a kept checkpoint cannot be continued (None when it can).
+
+    Spark runs the batch it planned last again, then continues after it. Each batch is committed to the targets
+    and the state table before Spark records it as done, so its last committed batch never ends past where the
+    targets hold the source (`start`), unless the checkpoint is not theirs: other tables, or tables restored or
+    dropped under it; the changes in between would be skipped. Positions recorded on another server (before a
+    failover) mean nothing on this one: the job finds its offsets there by GTID, from Iceberg, not from Spark.
+    """
+    if planned is not None and planned.server_id != here:
+        return (
+            f"the Spark checkpoint at {location} (`stream.checkpoint_location`) holds binlog positions of the server "
+            f"with server_id {planned.server_id}, but the source now is server_id {here} (a failover?): delete the "
+            "checkpoint directory; the job finds its offsets on this server from the Iceberg tables"
+        )
+    if committed is not None and committed.server_id == here and committed.position > start:
+        return (
+            f"the Spark checkpoint at {location} (`stream.checkpoint_location`) has committed the binlog up to "
+            f"{committed.position}, but the Iceberg tables hold the source only up to {start}: the checkpoint belongs "
+            "to other tables, or the tables were restored or dropped under it. Iceberg is what says what is done: "
+            "delete the checkpoint directory and run again"
+        )
+    return None
+
+
+def _checkpoint_offsets(spark: Any, location: str) -> tuple[Watermark | None, Watermark | None]:
+    """The end offsets of the last batch a checkpoint recorded as committed and of the last it planned (the
+    source line of its offset log), read through Hadoop's file system API as Spark reads them (local, HDFS,
+    S3 or GCS alike)."""
     jvm = spark.sparkContext._jvm
-    root = jvm.org.apache.hadoop.fs.Path(location)
+    fs_path = jvm.org.apache.hadoop.fs.Path
+    root = fs_path(location)
     fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
-    if not fs.exists(commits):
-        return None
-    batches = [int(s.getPath().getName()) for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
-    if not batches:
-        return None
-    stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(batches)}"))
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return Watermark.from_json(json.loads(text.strip().splitlines()[-1]))
+
+    def last_batch(log: str) -> int | None:
+        folder = fs_path(root, log)
+        if not fs.exists(folder):
+            return None
+        ids = [int(s.getPath().getName()) for s in fs.listStatus(folder) if s.getPath().getName().isdigit()]
+        return max(ids, default=None)
+
+    def end_of(batch: int | None) -> Watermark | None:
+        if batch is None:
+            return None
+        stream = fs.open(fs_path(root, f"offsets/{batch}"))
+        try:
+            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        return Watermark.from_json(json.loads(text.strip().splitlines()[-1]))
+
+    return end_of(last_batch("commits")), end_of(last_batch("offsets"))
 
 
 def _run_until_done(query: Any, sink: _Sink, stop: StopSignal | None) -> None:

@@ -4,7 +4,6 @@ source and the foreachBatch commit. Every test ends with `ingest verify`: MySQL 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import yaml
 
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.errors import SchemaChangeError
+from ingest.errors import ConfigError, SchemaChangeError
 from ingest.pipeline import discover, run
 from ingest.source.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.source.mysql import connect
@@ -91,7 +90,8 @@ def _config_file(mariadb: MariaDBServer, db: str, base: Path, catalog: str = "",
     return path
 
 
-@pytest.mark.parametrize("crash_at", ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"])
+# Between two tables' commits of a batch, and after the whole batch is committed but before Spark records it.
+@pytest.mark.parametrize("crash_at", ["stream.after_table_commit:1", "stream.after_state:1"])
 def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
 ) -> None:
@@ -186,31 +186,29 @@ def test_a_checkpoint_ahead_of_the_iceberg_tables_is_refused(
 ) -> None:
     db = "sahead"
     _fresh_db(mariadb, db)
-    base = tmp_path / "run"
-    base.mkdir()
-    settings = {"checkpoint_location": str(tmp_path / "checkpoint")}
-    config_file = _config_file(mariadb, db, base, **settings)
-    done = run_ingest("run", "--config", str(config_file), "--until-caught-up")
-    assert done.returncode == 0, done.stderr[-3000:]
-    shutil.copytree(base, tmp_path / "backup")
+    checkpoint = str(tmp_path / "checkpoint")
+    (tmp_path / "b").mkdir()
+    behind = _structured(mariadb, db, tmp_path / "b", "s_behind", checkpoint_location=checkpoint)
+    run(behind, spark=spark, snapshot_only=True)
+    ahead = _structured(mariadb, db, tmp_path, "s_ahead", checkpoint_location=checkpoint)
+    run(ahead, spark=spark, until_caught_up=True)
     _write(mariadb, db)
-    done = run_ingest("run", "--config", str(config_file), "--until-caught-up")
-    assert done.returncode == 0, done.stderr[-3000:]
-    shutil.rmtree(base)
-    shutil.copytree(tmp_path / "backup", base)  # the warehouse restored to before the writes, the checkpoint not
-    refused = run_ingest("run", "--config", str(config_file), "--until-caught-up")
-    assert refused.returncode == 2, refused.stderr[-3000:]
-    assert "(`stream.checkpoint_location`) has committed the binlog up to" in refused.stderr
-    assert "delete the checkpoint directory" in refused.stderr
+    run(ahead, spark=spark, until_caught_up=True)  # the checkpoint has committed up to after the writes
+    # Tables that hold the source only up to before the writes must not continue that checkpoint.
+    with pytest.raises(ConfigError, match=r"\(`stream.checkpoint_location`\) has committed the binlog up to .*delete"):
+        run(behind, spark=spark, until_caught_up=True)
+    assert spark.streams.active == []
 
 
-@pytest.mark.parametrize("crash_at", ["stream.after_schema_change:1", "stream.before_schema_state:1"])
 def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_schema_change(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     db = "sddl"
     _fresh_db(mariadb, db)
-    catalog = "s_" + "".join(c if c.isalnum() else "_" for c in crash_at)
+    # The target has the column, the source schema it mirrors is not stored yet (test_schema_evolution kills
+    # the loop at every step of a schema change; the steps are the same code here).
+    crash_at = "stream.after_schema_change:1"
+    catalog = "s_ddl"
     settings = {"checkpoint_location": str(tmp_path / "checkpoint")}
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
     run(config, spark=spark, snapshot_only=True)

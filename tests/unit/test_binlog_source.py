@@ -9,8 +9,8 @@ import pytest
 from ingest.errors import BinlogPurgedError, SchemaChangeError
 from ingest.source.binlog import DdlStatement, RowChange, Transaction
 from ingest.source.binlog_source import BatchEnd, _rows, decode_batch
-from ingest.source.position import BinlogPosition
-from ingest.structured import _as_ingest_error
+from ingest.source.position import BinlogPosition, Watermark
+from ingest.structured import _as_ingest_error, checkpoint_problem
 
 
 def _tx(pos: int) -> Transaction:
@@ -53,3 +53,18 @@ def test_the_source_processes_error_text_becomes_the_jobs_own_error_class() -> N
     assert isinstance(purged, BinlogPurgedError)
     other = RuntimeError("java.lang.OutOfMemoryError: Java heap space")
     assert _as_ingest_error(other) is other
+
+
+def test_a_kept_checkpoint_is_continued_only_when_it_is_not_ahead_of_the_targets_and_from_this_server() -> None:
+    def mark(pos: int, server: int = 1) -> Watermark:
+        return Watermark(BinlogPosition("mysql-bin.000003", pos), None, server)
+
+    start = BinlogPosition("mysql-bin.000003", 500)
+    assert checkpoint_problem("ck", None, None, start, 1) is None  # a new checkpoint
+    assert checkpoint_problem("ck", mark(400), mark(900), start, 1) is None  # behind; its last batch is replayed
+    assert checkpoint_problem("ck", mark(500), mark(500), start, 1) is None
+    ahead = checkpoint_problem("ck", mark(501), mark(700), start, 1)
+    assert ahead is not None and "has committed the binlog up to mysql-bin.000003:501" in ahead
+    assert "hold the source only up to mysql-bin.000003:500" in ahead and "delete the checkpoint directory" in ahead
+    moved = checkpoint_problem("ck", mark(100, 7), mark(200, 7), start, 1)
+    assert moved is not None and "server_id 7" in moved and "source now is server_id 1" in moved
