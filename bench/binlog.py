@@ -1,6 +1,7 @@
 """Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run.
 
-    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5]
+    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--lag-engines loop,structured]
+                                     [--duration 60] [--interval 5]
                                      [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
                                      [--merge-rounds 3] [--keep-logs]
 
@@ -8,11 +9,12 @@ Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `
 key), snapshots them with `ingest.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
 at least `--changes` row changes with set-based SQL, then measures in this order: the raw
 python-mysql-replication parse of that binlog range (the baseline) and our `BinlogReader` without Spark in
-this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child; the
-end-to-end lag at each offered load of `--loads` with the job running continuously in a child, stopped
-by SIGTERM; and MERGE INTO against a plain append of the same batch on format-version 2 and 3 tables in a
-child. The children are `python -m bench.binlog --worker SPEC` (their process tree is exactly the job).
-Nothing here asserts on timing. See bench/README.md for what each number means.
+this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child, with each
+`stream.engine`; the end-to-end lag at each offered load of `--loads` with the job running continuously in
+a child (each engine of `--lag-engines`), stopped by SIGTERM; and MERGE INTO against a plain append of
+the same batch on format-version 2 and 3 tables in a child. The children are
+`python -m bench.binlog --worker SPEC` (their process tree is exactly the job). Nothing here asserts on
+timing. See bench/README.md for what each number means.
 """
 
 from __future__ import annotations
@@ -1037,6 +1039,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "args": {
             "changes": args.changes,
             "loads": args.loads,
+            "lag_engines": args.lag_engines,
             "duration": args.duration,
             "interval": args.interval,
             "initial_rows": args.initial_rows,
@@ -1108,18 +1111,19 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
 
             lag_runs: list[dict[str, Any]] = []
             first_id = keys.orders_hi + 1_000_000
-            for rate in args.loads:
-                label = f"lag{rate}"
+            for engine, rate in [(e, r) for e in args.lag_engines for r in args.loads]:
+                label = f"lag{rate}" + ("" if engine == "loop" else f"-{engine}")
                 _progress(
-                    f"lag at {rate}/s for {args.duration:.0f}s, trigger interval {args.interval:g}s "
-                    f"(log {scratch}/{label}.log)"
+                    f"lag at {rate}/s for {args.duration:.0f}s, trigger interval {args.interval:g}s, "
+                    f"stream.engine {engine} (log {scratch}/{label}.log)"
                 )
-                spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval}
+                spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval, "engine": engine}
                 entry = measure_lag(server, spec, rate, args.duration, first_id, scratch / f"{label}.log")
+                entry["engine"] = engine
                 lag_runs.append(entry)
                 first_id += entry["writer"]["rows"] + 1_000_000
                 lc = entry["lag_commit_s"]
-                _progress(f"lag at {rate}/s: p50 {_fmt(lc['p50'], '.2f')}s, p95 {_fmt(lc['p95'], '.2f')}s")
+                _progress(f"lag at {rate}/s ({engine}): p50 {_fmt(lc['p50'], '.2f')}s, p95 {_fmt(lc['p95'], '.2f')}s")
             results["lag"] = lag_runs
 
             if args.merge_changes > 0:
@@ -1296,7 +1300,8 @@ def render(results: dict[str, Any]) -> str:
             f"that saw it, every {LAG_POLL_SECONDS:g}s)",
         ]
         head = (
-            f"{'offered/s':>9} {'achieved/s':>10} {'interval s':>10} {'trig obs s':>10} {'rows seen':>9} "
+            f"{'engine':<10} {'offered/s':>9} {'achieved/s':>10} {'interval s':>10} {'trig obs s':>10} "
+            f"{'rows seen':>9} "
             f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'seen p50':>8} {'seen p95':>8} {'seen max':>8} "
             f"{'commits':>7} {'cores':>5} {'stop s':>6} {'exit s':>6} {'unseen':>6}"
         )
@@ -1304,7 +1309,8 @@ def render(results: dict[str, Any]) -> str:
         for e in lag:
             lc, ls, w = e["lag_commit_s"], e["lag_seen_s"], e["writer"]
             lines.append(
-                f"{e['offered_rate']:>9,} {w['achieved_rate_until_sigterm']:>10,.0f} {e['interval_s']:>10g} "
+                f"{e.get('engine', 'loop'):<10} {e['offered_rate']:>9,} {w['achieved_rate_until_sigterm']:>10,.0f} "
+                f"{e['interval_s']:>10g} "
                 f"{_fmt(e['trigger_interval_observed_median_s'], '.1f'):>10} {e['rows_visible']:>9,} "
                 f"{_fmt(lc['p50'], '.2f'):>6} {_fmt(lc['p95'], '.2f'):>6} {_fmt(lc['max'], '.2f'):>6} "
                 f"{_fmt(ls['p50'], '.2f'):>8} {_fmt(ls['p95'], '.2f'):>8} {_fmt(ls['max'], '.2f'):>8} "
@@ -1324,7 +1330,7 @@ def render(results: dict[str, Any]) -> str:
                 notes.append(f"writer error: {e['writer']['error']}")
             if e["poller"]["errors"]:
                 notes.append(f"{len(e['poller']['errors'])} failed polls, e.g. {e['poller']['errors'][0][:160]}")
-            lines.append(f"  at {e['offered_rate']}/s: " + "; ".join(notes))
+            lines.append(f"  {e.get('engine', 'loop')} at {e['offered_rate']}/s: " + "; ".join(notes))
 
     merge = results.get("merge")
     if merge and merge.get("formats"):
@@ -1382,11 +1388,25 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _engines(text: str) -> list[str]:
+    engines = [e.strip() for e in text.split(",") if e.strip()]
+    unknown = sorted(set(engines) - {"loop", "structured"})
+    if not engines or unknown:
+        raise argparse.ArgumentTypeError(f"engines are loop and structured, got {text!r}")
+    return engines
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.binlog", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--changes", type=_positive, default=200_000, help="row changes in the recorded binlog")
     parser.add_argument(
         "--loads", type=_int_list, default=[500, 2000], help="comma-separated offered loads, rows/s ('' skips)"
+    )
+    parser.add_argument(
+        "--lag-engines",
+        type=_engines,
+        default=["loop", "structured"],
+        help="comma-separated stream.engine values of the lag runs (loop,structured)",
     )
     parser.add_argument("--duration", type=_seconds, default=60.0, help="seconds of writing per offered load (60)")
     parser.add_argument(

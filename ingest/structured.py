@@ -21,6 +21,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ingest import errors
@@ -123,9 +124,14 @@ def stream_structured(
         spark.dataSource.register(make_binlog_source(name, spec))
         sink = _Sink(spark, config, state, conn, flavor, begin)
         kept = config.stream.checkpoint_location
+        scratch: Path | None = None
         if kept:
             _refuse_checkpoint_ahead(spark, kept, begin)
-        checkpoint = kept or tempfile.mkdtemp(prefix="ingest-checkpoint-")
+            checkpoint = kept
+        else:
+            scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
+            # Without a scheme, the path would be on the cluster's default file system (HDFS on EMR).
+            checkpoint = scratch.as_uri()
         query = (
             spark.readStream.format(name)
             .load()
@@ -137,8 +143,8 @@ def stream_structured(
         try:
             _run_until_done(query, sink, stop)
         finally:
-            if not kept:
-                shutil.rmtree(checkpoint, ignore_errors=True)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         return sink.committed
 
 

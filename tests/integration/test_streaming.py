@@ -22,6 +22,8 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.faults import ENV as CRASH_ENV
+from ingest.faults import FAIL_ENV, InjectedFailure
+from ingest.faults import reset as reset_fault_counts
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
@@ -90,14 +92,8 @@ def _stream_offsets(config: PipelineConfig, namespace: str, table: str) -> list[
     return out
 
 
-def test_changes_after_the_snapshot_are_applied_exactly_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    db = "flow"
-    _fresh_db(mariadb, db)
-    config = _config(mariadb, db, tmp_path)
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
+def write_dml(mariadb: MariaDBServer, db: str) -> None:
+    """DML in one transaction over both tables, then two single-row updates of one key."""
     with mariadb.admin() as conn, conn.cursor() as cur:
         cur.execute("BEGIN")
         for statement in DML:
@@ -105,12 +101,25 @@ def test_changes_after_the_snapshot_are_applied_exactly_once(
         cur.execute("COMMIT")
         cur.execute(f"UPDATE {db}.acct SET owner = 'twice' WHERE id = 1")
         cur.execute(f"UPDATE {db}.acct SET owner = 'thrice' WHERE id = 1")
+
+
+@pytest.mark.parametrize("engine", ["loop", "structured"])
+def test_changes_after_the_snapshot_are_applied_exactly_once(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+) -> None:
+    db = "flow"
+    _fresh_db(mariadb, db)
+    config = _config(mariadb, db, tmp_path, catalog=f"flow_{engine}", engine=engine)
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    write_dml(mariadb, db)
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     before = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
     assert (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag")) == before
     assert StateTable.open(config).stream_offset() is not None
+    assert spark.streams.active == []
 
 
 def test_every_type_case_has_the_same_iceberg_value_through_the_binlog(
@@ -193,6 +202,38 @@ def test_writes_during_the_snapshot_and_after_end_equal(spark: Any, mariadb: Mar
 
 
 STREAM_CRASH_POINTS = ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "point"), [("loop", "stream.after_table_commit"), ("structured", "stream.before_state")]
+)
+def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_nothing_twice(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str, point: str
+) -> None:
+    """FAILURES.md "commit outcome unknown": a table's commit succeeded, then the job failed in its own process
+    (not killed: its error handling runs, the Spark session lives on). In the same session the retry finds
+    what the failed run committed, with its files, and commits nothing twice."""
+    db = "failflow"
+    _fresh_db(mariadb, db)
+    config = _config(mariadb, db, tmp_path, catalog=f"fail_{engine}", engine=engine, concurrent_merges=1)
+    run(config, spark=spark, snapshot_only=True)
+    write_dml(mariadb, db)
+    reset_fault_counts()
+    monkeypatch.setenv(FAIL_ENV, f"{point}:1")
+    with pytest.raises(InjectedFailure):
+        run(config, spark=spark, until_caught_up=True)
+    monkeypatch.delenv(FAIL_ENV)
+    assert spark.streams.active == []
+    committed = _stream_offsets(config, db, "acct")
+    assert committed, "the failure came after the first table's commit"
+    # Every file the committed snapshot references is still there (nothing was cleaned up as if it failed).
+    assert spark.sql(f"SELECT count(*) FROM fail_{engine}.{db}.acct").collect()[0][0] > 0
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    for table in ("acct", "tag"):
+        offsets = _stream_offsets(config, db, table)
+        assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"
+    assert _stream_offsets(config, db, "acct")[: len(committed)] == committed
 
 
 @pytest.mark.parametrize("crash_at", STREAM_CRASH_POINTS)

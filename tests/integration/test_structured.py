@@ -1,5 +1,6 @@
 """The binlog phase as a Spark Structured Streaming query (`stream.engine: structured`): the binlog Python data
-source and the foreachBatch commit. Every test ends with `ingest verify`: MySQL and Iceberg equal row for row."""
+source and the foreachBatch commit, in the cases the loop's tests do not cover (test_streaming runs its basic
+test with both engines, test_chaos alternates them). Tests that apply changes end with `ingest verify`."""
 
 from __future__ import annotations
 
@@ -24,13 +25,12 @@ from ingest.streaming import prepare
 from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
 from tests.integration.test_streaming import (
-    DML,
     _config,
     _fresh_db,
-    _snapshot_count,
     _start_streaming_job,
     _stream_offsets,
     _wait_until_streaming,
+    write_dml,
 )
 
 pytestmark = pytest.mark.integration
@@ -39,37 +39,6 @@ pytestmark = pytest.mark.integration
 def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "", **stream: Any) -> PipelineConfig:
     """A catalog name of its own per test (a Spark session keeps catalogs by name)."""
     return _config(mariadb, db, warehouse, catalog=catalog or f"s_{db}", engine="structured", **stream)
-
-
-def _write(mariadb: MariaDBServer, db: str) -> None:
-    with mariadb.admin() as conn, conn.cursor() as cur:
-        cur.execute("BEGIN")
-        for statement in DML:
-            cur.execute(statement.format(db=db))
-        cur.execute("COMMIT")
-        cur.execute(f"UPDATE {db}.acct SET owner = 'twice' WHERE id = 1")
-        cur.execute(f"UPDATE {db}.acct SET owner = 'thrice' WHERE id = 1")
-
-
-def _counts(config: PipelineConfig, db: str) -> tuple[int, int]:
-    return _snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag")
-
-
-def test_a_structured_streaming_query_applies_the_binlog_exactly_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    db = "sflow"
-    _fresh_db(mariadb, db)
-    config = _structured(mariadb, db, tmp_path)
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    _write(mariadb, db)
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    before = _counts(config, db)
-    run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
-    assert _counts(config, db) == before
-    assert spark.streams.active == []
 
 
 def _config_file(mariadb: MariaDBServer, db: str, base: Path, catalog: str = "", **stream: Any) -> Path:
@@ -103,7 +72,7 @@ def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_o
     catalog = "s_" + "".join(c if c.isalnum() else "_" for c in crash_at)
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
     run(config, spark=spark, snapshot_only=True)
-    _write(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
+    write_dml(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
     config_file = _config_file(mariadb, db, tmp_path, catalog, **settings)
     crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
@@ -125,7 +94,7 @@ def test_a_replayed_batch_reads_the_same_events_as_the_first_read(
     _fresh_db(mariadb, db)
     config = _structured(mariadb, db, tmp_path, batch_max_changes=40)
     run(config, spark=spark, snapshot_only=True)
-    _write(mariadb, db)
+    write_dml(mariadb, db)
     mariadb.execute(
         f"ALTER TABLE {db}.acct ADD COLUMN note VARCHAR(8) DEFAULT 'n'",
         f"INSERT INTO {db}.acct VALUES (3000, 'after', 1, 'ddl')",
@@ -192,7 +161,7 @@ def test_a_checkpoint_ahead_of_the_iceberg_tables_is_refused(
     run(behind, spark=spark, snapshot_only=True)
     ahead = _structured(mariadb, db, tmp_path, "s_ahead", checkpoint_location=checkpoint)
     run(ahead, spark=spark, until_caught_up=True)
-    _write(mariadb, db)
+    write_dml(mariadb, db)
     run(ahead, spark=spark, until_caught_up=True)  # the checkpoint has committed up to after the writes
     # Tables that hold the source only up to before the writes must not continue that checkpoint.
     with pytest.raises(ConfigError, match=r"\(`stream.checkpoint_location`\) has committed the binlog up to .*delete"):
