@@ -10,11 +10,11 @@ schema the target mirrors when the batch starts, the rows after it with the sche
 `readBetweenOffsets(start, end)`, which Spark calls to run a batch of its checkpoint again after a crash,
 reads the same range from the server again: the same transactions, the same rows, the same end.
 
-A batch is rows of (seq, kind, payload): kind "tx" (a `Transaction`) or "ddl" (a `DdlStatement`), pickled,
-in binlog order, then one "end" row: the batch's end offset and the source time it is current to. Events
-before the point every target holds (the start the job computed from Iceberg) are never read: Iceberg,
-not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind (the job refuses one that
-is ahead, see `ingest.structured`).
+A batch is rows of (seq, kind, payload): kind "items" (a list of up to ITEMS_PER_ROW `Transaction`s and
+`DdlStatement`s, pickled), in binlog order, then one "end" row: the batch's end offset and the source time
+it is current to. Events before the point every target holds (the start the job computed from Iceberg)
+are never read: Iceberg, not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind
+(the job refuses one that is ahead, see `ingest.structured`).
 """
 
 from __future__ import annotations
@@ -60,18 +60,25 @@ class BatchEnd:
     at: float | None = None
 
 
+ITEMS_PER_ROW = 1000
+"""Transactions pickled together into one row: Spark moves a few large rows much faster than many small."""
+
+
 def decode_batch(rows: list[Any]) -> tuple[list[Transaction | DdlStatement], BatchEnd]:
     """The items and the end of one micro-batch, from the rows of its DataFrame (in any order)."""
     ordered = sorted(rows, key=lambda r: r[0])
     if not ordered or ordered[-1][1] != "end":
         raise RuntimeError(f"a binlog batch without its end row ({len(ordered)} rows)")
     end = pickle.loads(bytes(ordered[-1][2]))
-    return [pickle.loads(bytes(r[2])) for r in ordered[:-1]], end
+    return [item for r in ordered[:-1] for item in pickle.loads(bytes(r[2]))], end
 
 
 def _rows(items: list[Transaction | DdlStatement], end: BatchEnd) -> list[tuple[int, str, bytes]]:
-    rows = [(i, "ddl" if isinstance(item, DdlStatement) else "tx", pickle.dumps(item)) for i, item in enumerate(items)]
-    rows.append((len(items), "end", pickle.dumps(end)))
+    rows = [
+        (i, "items", pickle.dumps(items[start : start + ITEMS_PER_ROW], protocol=pickle.HIGHEST_PROTOCOL))
+        for i, start in enumerate(range(0, len(items), ITEMS_PER_ROW))
+    ]
+    rows.append((len(rows), "end", pickle.dumps(end)))
     return rows
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from ingest.errors import BinlogPurgedError, SchemaChangeError
 from ingest.source.binlog import DdlStatement, RowChange, Transaction
-from ingest.source.binlog_source import BatchEnd, _rows, decode_batch
+from ingest.source.binlog_source import ITEMS_PER_ROW, BatchEnd, _rows, decode_batch
 from ingest.source.position import BinlogPosition, Watermark
 from ingest.structured import _as_ingest_error, checkpoint_problem
 
@@ -28,8 +28,12 @@ def test_a_batch_decodes_to_its_items_in_binlog_order_whatever_order_spark_retur
     items = [ddl, _tx(200), _tx(300)]
     end = BatchEnd({"file": "mysql-bin.000002", "pos": 300}, None)
     rows = _rows(items, end)
-    assert [r[1] for r in rows] == ["ddl", "tx", "tx", "end"]
+    assert [r[1] for r in rows] == ["items", "end"]
     assert decode_batch(list(reversed(rows))) == (items, end)
+    many = [_tx(100 + i) for i in range(2 * ITEMS_PER_ROW + 1)]
+    rows = _rows(many, end)
+    assert [r[1] for r in rows] == ["items", "items", "items", "end"]
+    assert decode_batch(rows[::-1]) == (many, end)
 
 
 def test_a_batch_without_its_end_row_is_refused() -> None:
