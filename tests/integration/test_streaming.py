@@ -65,6 +65,21 @@ def _config(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "la
     )
 
 
+def write_config_file(mariadb: MariaDBServer, db: str, base: Path, catalog: str, **stream: Any) -> Path:
+    """The pipeline `_config` describes, as a file for `ingest run` in a process of its own."""
+    path = base / "pipeline.yaml"
+    data = {
+        "name": db,
+        "source": source_section(mariadb),
+        "tables": {"include": [rf"{db}\..*"]},
+        "sink": {**embedded_sink(base), "catalog_name": catalog},
+        "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
+        "stream": {"batch_interval_seconds": 1, **stream},
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 DML = [
     "UPDATE {db}.acct SET balance = balance + 10 WHERE id % 7 = 0",
     "DELETE FROM {db}.acct WHERE id BETWEEN 100 AND 120",
@@ -254,21 +269,9 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
         cur.execute(f"UPDATE {db}.acct SET balance = balance + 1 WHERE id IN (40, 41)")
         cur.execute(f"UPDATE {db}.tag SET n = n + 100 WHERE name IN ('B1', 'c2')")
         cur.execute("COMMIT")
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "name": db,
-                "source": source_section(mariadb),
-                "tables": {"include": [rf"{db}\..*"]},
-                "sink": {**embedded_sink(tmp_path), "catalog_name": catalog},
-                "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
-                # One table after the other, so that the first crash after a table commit falls between the two
-                # tables (with concurrent MERGEs both may be done by then; test_chaos kills those at random).
-                "stream": {"batch_interval_seconds": 60, "concurrent_merges": 1},
-            }
-        )
-    )
+    # One table after the other, so that the first crash after a table commit falls between the two tables
+    # (with concurrent MERGEs both may be done by then; test_chaos kills those at random).
+    config_file = write_config_file(mariadb, db, tmp_path, catalog, batch_interval_seconds=60, concurrent_merges=1)
     crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     counts = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
@@ -449,12 +452,13 @@ def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], ea
     assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
 
 
+@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_sigterm_stops_the_running_job_after_its_current_commit(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
 ) -> None:
     db = "termflow"
     _fresh_db(mariadb, db)
-    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", "term_lake")
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", f"term_{engine}", engine=engine)
     updates = [0]
 
     def update() -> None:  # keep changing the source until the job has committed a binlog batch
@@ -470,7 +474,12 @@ def test_sigterm_stops_the_running_job_after_its_current_commit(
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 0, err[-3000:]
     assert "binlog phase stopped at" in err
+    if engine == "structured":
+        # It stops after the batch being committed, without reading first what the source wrote before the signal.
+        run(config, spark=spark, until_caught_up=True)
     assert verify(config)
+    offsets = _stream_offsets(config, db, "acct")
+    assert len(offsets) == len(set(offsets))  # no batch half-committed by the stop and committed again
 
 
 def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(

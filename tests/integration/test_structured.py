@@ -1,17 +1,16 @@
 """The binlog phase as a Spark Structured Streaming query (`stream.engine: structured`): the binlog Python data
-source and the foreachBatch commit, in the cases the loop's tests do not cover (test_streaming runs its basic
-test with both engines, test_chaos alternates them). Tests that apply changes end with `ingest verify`."""
+source and the foreachBatch commit, in the cases the loop's tests do not cover (test_streaming runs its basic,
+SIGTERM and error-after-commit tests with both engines, test_chaos alternates them). Tests that apply changes
+end with `ingest verify`."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
@@ -24,13 +23,12 @@ from ingest.source.position import Watermark
 from ingest.state.table import StateTable
 from ingest.streaming import prepare
 from ingest.verify import verify
-from tests.conftest import embedded_sink, run_ingest, source_section
+from tests.conftest import run_ingest
 from tests.integration.test_streaming import (
     _config,
     _fresh_db,
-    _start_streaming_job,
     _stream_offsets,
-    _wait_until_streaming,
+    write_config_file,
     write_dml,
 )
 
@@ -40,24 +38,6 @@ pytestmark = pytest.mark.integration
 def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "", **stream: Any) -> PipelineConfig:
     """A catalog name of its own per test (a Spark session keeps catalogs by name)."""
     return _config(mariadb, db, warehouse, catalog=catalog or f"s_{db}", engine="structured", **stream)
-
-
-def _config_file(mariadb: MariaDBServer, db: str, base: Path, catalog: str = "", **stream: Any) -> Path:
-    """The pipeline `_structured` describes, as a file for `ingest run` in a process of its own."""
-    path = base / "pipeline.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": db,
-                "source": source_section(mariadb),
-                "tables": {"include": [rf"{db}\..*"]},
-                "sink": {**embedded_sink(base), "catalog_name": catalog or f"s_{db}"},
-                "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
-                "stream": {"batch_interval_seconds": 1, "engine": "structured", **stream},
-            }
-        )
-    )
-    return path
 
 
 # Between two tables' commits of a batch, and after the whole batch is committed but before Spark records it.
@@ -74,7 +54,7 @@ def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_o
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
     run(config, spark=spark, snapshot_only=True)
     write_dml(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
-    config_file = _config_file(mariadb, db, tmp_path, catalog, **settings)
+    config_file = write_config_file(mariadb, db, tmp_path, catalog, engine="structured", **settings)
     crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     acct_before = _stream_offsets(config, db, "acct")
@@ -189,9 +169,8 @@ def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_sc
         f"INSERT INTO {db}.acct VALUES (3000, 'after', 1, 'new')",
         f"UPDATE {db}.acct SET note = 'set', owner = 'after' WHERE id BETWEEN 5 AND 14",
     )
-    crashed = run_ingest(
-        "run", "--config", str(_config_file(mariadb, db, tmp_path, catalog, **settings)), crash_at=crash_at
-    )
+    config_file = write_config_file(mariadb, db, tmp_path, catalog, engine="structured", **settings)
+    crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     # The restart runs the DDL's batch again from the checkpoint, and reads on from after it.
     run(config, spark=spark, until_caught_up=True)
@@ -205,32 +184,3 @@ def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_sc
         (20, "o20", "old"),
         (3000, "after", "new"),
     ]
-
-
-def test_sigterm_stops_the_structured_query_after_its_current_commit(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    db = "sterm"
-    _fresh_db(mariadb, db)
-    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", "s_term", engine="structured")
-    updates = [0]
-
-    def update() -> None:  # keep changing the source until the job has committed a binlog batch
-        updates[0] += 1
-        mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{updates[0]}' WHERE id < 50")
-
-    try:
-        _wait_until_streaming(config, job, update)
-        update()
-        job.send_signal(signal.SIGTERM)
-        _, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    assert job.returncode == 0, err[-3000:]
-    assert "binlog phase stopped at" in err
-    # A stopped query leaves no half-committed batch: the next run takes over where the targets are.
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    offsets = _stream_offsets(config, db, "acct")
-    assert len(offsets) == len(set(offsets))
