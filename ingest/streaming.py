@@ -52,6 +52,7 @@ from ingest.source.binlog import (
     RowChange,
     SchemaChangeError,
     Transaction,
+    changes_in,
     check_not_purged,
     ddl_tables,
     open_stream,
@@ -268,7 +269,36 @@ def prepare(
     goal = read_watermark(conn, flavor).position if until_caught_up else None
     by_id = {t.schema.table_id: t for t in tables}
     filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
+    log.info("binlog phase (%s) from %s%s", config.stream.engine, start, f" until {goal}" if goal else "")
     return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)
+
+
+def follow_ddl(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    conn: Any,
+    flavor: str,
+    begin: StreamStart,
+    ddl: DdlStatement,
+    reader: BinlogReader | None,
+) -> None:
+    """Follow `ddl` on every table it touches, then record its end as the job's offset (every change before it
+    is committed by then)."""
+    for db, t in ddl.tables:
+        evolve_table(spark, config, conn, flavor, begin.by_id[f"{db}.{t}"], ddl, reader, begin.here)
+    crash_point("stream.before_schema_state")
+    state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here))
+
+
+def batch_source_time(previous: int | None, batch: Sequence[Transaction], idle_at: float | None) -> int | None:
+    """When the source was at a batch's end: at the idle report's time when the batch ends on one, else at its
+    last transaction's commit, else as before it."""
+    if idle_at is not None:
+        return int(idle_at)
+    if batch:
+        return max(tx.commit_time for tx in batch)
+    return previous
 
 
 def stream(
@@ -285,7 +315,6 @@ def stream(
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
         tables, by_id, filters, here, goal = begin.tables, begin.by_id, begin.filters, begin.here, begin.goal
         start, start_gtid = begin.start, begin.start_gtid
-        log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
         reader = BinlogReader(
             config.source,
             [t.schema for t in tables],
@@ -300,7 +329,7 @@ def stream(
         prefetch = Prefetch(
             reader,
             config.stream.batch_max_changes,
-            _changes_in,
+            changes_in,
             pause_after=lambda item: isinstance(item, DdlStatement),
         )
         pending: list[Transaction] = []
@@ -320,11 +349,7 @@ def stream(
             # reading, so under load batches follow each other and lag stays near max(interval, commit).
             started = time.monotonic()
             if end > committed or pending:
-                if pending:
-                    source_time = max(tx.commit_time for tx in pending)
-                if caught_up_at is not None:
-                    # A heartbeat: the source had nothing newer than `end` at that time.
-                    source_time = int(caught_up_at)
+                source_time = batch_source_time(source_time, pending, caught_up_at)
                 _commit(spark, config, state, by_id, filters, pending, Watermark(end, gtid, here), source_time)
                 committed = end
             pending = []
@@ -387,10 +412,7 @@ def stream(
                         # The reader waits (pause_after) until the schema it must decode later rows with is set.
                         # The batch boundary is the DDL: rows before it use the old schema.
                         flush(item.start, taken_gtid)
-                        for db, t in item.tables:
-                            evolve_table(spark, config, conn, flavor, by_id[f"{db}.{t}"], item, reader, here)
-                        crash_point("stream.before_schema_state")
-                        state.record_offset(Watermark(item.end, item.gtid_after, here))
+                        follow_ddl(spark, config, state, conn, flavor, begin, item, reader)
                         committed = taken = item.end
                         taken_gtid = item.gtid_after
                         prefetch.resume()
@@ -564,10 +586,6 @@ def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPla
 
 STOP_GRACE_SECONDS = 10.0
 """How long a stop (SIGTERM) waits at most for the reader to catch up before the last commit."""
-
-
-def _changes_in(item: Any) -> int:
-    return len(item.changes) if isinstance(item, Transaction) else 0
 
 
 def _commit(

@@ -27,13 +27,12 @@ from typing import Any
 from ingest import errors
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
-from ingest.faults import crash_point
 from ingest.source.binlog import DdlStatement, Transaction
 from ingest.source.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
 from ingest.source.mysql import TableSchema, connect
 from ingest.source.position import BinlogPosition, Watermark
 from ingest.state.table import StateTable
-from ingest.streaming import StopSignal, StreamStart, _commit, evolve_table, prepare
+from ingest.streaming import StopSignal, StreamStart, _commit, batch_source_time, follow_ddl, prepare
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +59,9 @@ class _Sink:
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         with self.lock:
-            if self.closing:
-                raise _Closing(f"batch {batch_id} after the stop")
             try:
+                if self.closing:
+                    raise _Closing(f"batch {batch_id} after the stop")
                 self._apply(frame.collect())
             except BaseException as e:
                 self.error = e
@@ -76,19 +75,12 @@ class _Sink:
         for item in items:
             if isinstance(item, DdlStatement):
                 # The source begins a batch with a DDL: every change before it is committed already.
-                for db, t in item.tables:
-                    table = begin.by_id[f"{db}.{t}"]
-                    evolve_table(self.spark, self.config, self.conn, self.flavor, table, item, None, begin.here)
-                crash_point("stream.before_schema_state")
-                self.state.record_offset(Watermark(item.end, item.gtid_after, begin.here))
+                follow_ddl(self.spark, self.config, self.state, self.conn, self.flavor, begin, item, None)
                 self.committed = item.end
             else:
                 pending.append(item)
-        if pending:
-            self.source_time = max(tx.commit_time for tx in pending)
-        if end_row.at is not None:
-            self.source_time = int(end_row.at)
         if end.position > self.committed or pending:
+            self.source_time = batch_source_time(self.source_time, pending, end_row.at)
             _commit(self.spark, self.config, self.state, begin.by_id, begin.filters, pending, end, self.source_time)
             self.committed = end.position
         if begin.goal is not None and self.committed >= begin.goal:
@@ -113,8 +105,6 @@ def stream_structured(
     """Run the binlog phase as a Structured Streaming query; return the offset committed last."""
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
-        goal = f" until {begin.goal}" if begin.goal else ""
-        log.info("binlog phase (structured streaming) from %s%s", begin.start, goal)
         if begin.goal is not None and begin.start >= begin.goal:
             return begin.start
         spec = BinlogSourceSpec(
@@ -132,15 +122,15 @@ def stream_structured(
             scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
             # Without a scheme, the path would be on the cluster's default file system (HDFS on EMR).
             checkpoint = scratch.as_uri()
-        query = (
-            spark.readStream.format(name)
-            .load()
-            .writeStream.foreachBatch(sink)
-            .trigger(processingTime=f"{config.stream.batch_interval_seconds} seconds")
-            .option("checkpointLocation", checkpoint)
-            .start()
-        )
         try:
+            query = (
+                spark.readStream.format(name)
+                .load()
+                .writeStream.foreachBatch(sink)
+                .trigger(processingTime=f"{config.stream.batch_interval_seconds} seconds")
+                .option("checkpointLocation", checkpoint)
+                .start()
+            )
             _run_until_done(query, sink, stop)
         finally:
             if scratch is not None:

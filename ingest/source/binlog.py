@@ -133,6 +133,11 @@ class Transaction:
     """The server's GTID position once this transaction is applied (MariaDB; None where not tracked)."""
 
 
+def changes_in(item: Any) -> int:
+    """Row changes in one item of `BinlogReader.transactions` (a DDL statement holds none)."""
+    return len(item.changes) if isinstance(item, Transaction) else 0
+
+
 def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.config import PipelineConfig
-from ingest.source.binlog import BinlogReader, DdlStatement, Transaction
+from ingest.source.binlog import BinlogReader, DdlStatement, Transaction, changes_in
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.source.prefetch import End, Idle, Prefetch
@@ -82,10 +82,6 @@ def _rows(items: list[Transaction | DdlStatement], end: BatchEnd) -> list[tuple[
     return rows
 
 
-def _changes_in(item: Any) -> int:
-    return len(item.changes) if isinstance(item, Transaction) else 0
-
-
 class BinlogStreamReader:
     """The simple stream reader (the pyspark base class is added by `make_binlog_source`, so that this module
     imports without pyspark's data source machinery)."""
@@ -100,9 +96,9 @@ class BinlogStreamReader:
         self._at: Watermark | None = None
         """Where the prefetch's next item starts."""
         self._failure: Exception | None = None
+        """The reader's error, raised once what it read before is handed over."""
         self._positioned = False
         """Whether the schemas are those at the start of the next read (see `_open`)."""
-        """The reader's error, raised once what it read before is handed over."""
 
     # -- the Spark interface
 
@@ -184,7 +180,7 @@ class BinlogStreamReader:
         self._prefetch = Prefetch(
             self._reader,
             self.spec.config.stream.batch_max_changes,
-            _changes_in,
+            changes_in,
             pause_after=lambda item: isinstance(item, DdlStatement),
         )
         self._at = begin
@@ -199,15 +195,17 @@ class BinlogStreamReader:
     def _take(self, begin: Watermark) -> tuple[list[Transaction | DdlStatement], Watermark, float | None]:
         """What the prefetch has ready, whole transactions up to the batch size; a DDL only first."""
         assert self._prefetch is not None and self._reader is not None
+        if self._failure is not None:
+            raise self._failure
         here = self.spec.resume.server_id
         items: list[Transaction | DdlStatement] = []
         changes = 0
         end, at = begin, None
-        if self._failure is not None:
-            raise self._failure
         while changes < self.spec.config.stream.batch_max_changes:
+            item, self._next = self._next, None
             try:
-                item, self._next = (self._next, None) if self._next is not None else (self._prefetch.poll(), None)
+                if item is None:
+                    item = self._prefetch.poll()
             except Exception as e:
                 if end == begin:
                     raise
