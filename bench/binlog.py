@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--lag-engines loop,structured]
                                      [--duration 60] [--interval 5]
                                      [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
-                                     [--merge-rounds 3] [--keep-logs]
+                                     [--merge-rounds 3] [--keep-logs] [--spark-conf KEY=VALUE ...]
 
 Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `bench.events` with a VARCHAR
 key), snapshots them with `ingest.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
@@ -61,9 +61,13 @@ from bench.snapshot import (
     _int_list,
     _positive,
     _progress,
+    add_spark_conf_option,
     cpu_delta,
     mariadb_cpu,
     per_million,
+    share_spark_conf,
+    spark_conf_note,
+    spark_section,
     tree_cpu,
 )
 from ingest.config import PipelineConfig, StreamConfig, parse_config
@@ -312,7 +316,7 @@ def make_config(
                 "format_version": format_version,
             },
             "snapshot": {"parallelism": 2},
-            "spark": {"master": "local[2]"},
+            "spark": spark_section("local[2]"),
             "stream": stream,
             "table_options": {f"{DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
         }
@@ -1025,6 +1029,7 @@ def measure_catchup(
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     password = "bench-" + secrets.token_hex(8)
     os.environ[PASSWORD_ENV] = password  # the workers inherit it; the config references it by name
+    spark_conf = share_spark_conf(args.spark_conf)
     started_at = dt.datetime.now(dt.UTC)
     defaults = StreamConfig()
     results: dict[str, Any] = {
@@ -1046,6 +1051,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "merge_changes": args.merge_changes,
             "merge_base_rows": args.merge_base_rows,
             "merge_rounds": args.merge_rounds,
+            "spark_conf": spark_conf,
         },
         "tables": {
             "orders": "INT key + BIGINT, VARCHAR(16), DECIMAL(12,2) (some NULLs), DATETIME(6), BIGINT, VARCHAR(64)",
@@ -1189,7 +1195,8 @@ def render(results: dict[str, Any]) -> str:
     b = results["binlog"]
     lines = [
         f"Binlog benchmark, {results['started_at']}: {results['host']['cpus']} CPUs, "
-        f"load average at start {results['host']['load_avg_1m_at_start']:.2f}, Spark {results['spark_master']}",
+        f"load average at start {results['host']['load_avg_1m_at_start']:.2f}, Spark {results['spark_master']}"
+        f"{spark_conf_note(results['args'].get('spark_conf'))}",
         f"tables {', '.join(f'{DATABASE}.{t}' for t in TABLES)}: initial rows {results['initial_rows']}, "
         f"after the recorded binlog {results['rows_after_binlog']}",
         f"binlog {b['start']} .. {b['end']}: {b['rows_affected']:,} row changes in {b['transactions']:,} "
@@ -1421,6 +1428,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--merge-base-rows", type=_positive, default=200_000, help="rows in the MERGE tables")
     parser.add_argument("--merge-rounds", type=_positive, default=3, help="timed MERGE/append rounds (3)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
+    add_spark_conf_option(parser)
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.initial_rows < 2 * SLICE:

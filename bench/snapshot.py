@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.snapshot [--rows N] [--chunk-size 8192] [--parallelism 1,2]
                                        [--memory-sizes 1000000,4000000] [--update-rate 500] [--keep-logs]
+                                       [--spark-conf KEY=VALUE ...]
 
 Starts a private MariaDB, fills `bench.items`, measures the baselines in this process, then runs
 `ingest.pipeline.run(snapshot_only=True)` once per measurement in a child process
@@ -46,6 +47,37 @@ DATABASE = "bench"
 TABLE = "items"
 CDC_USER = "bench_cdc"
 PASSWORD_ENV = "INGEST_BENCH_MYSQL_PASSWORD"
+SPARK_CONF_ENV = "INGEST_BENCH_SPARK_CONF"
+"""`--spark-conf` settings as JSON, for the workers (which inherit the environment)."""
+
+
+def add_spark_conf_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark-conf",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a Spark setting for every run of ours (repeatable), as `spark.conf` in the pipeline file",
+    )
+
+
+def share_spark_conf(pairs: list[str]) -> dict[str, str]:
+    """Parse `--spark-conf` values and hand them to the workers through the environment."""
+    conf = dict(p.split("=", 1) for p in pairs)
+    os.environ[SPARK_CONF_ENV] = json.dumps(conf)
+    return conf
+
+
+def spark_conf_note(conf: dict[str, str] | None) -> str:
+    """For a report's first line: the `--spark-conf` settings, if any."""
+    return "; spark.conf " + ", ".join(f"{k}={v}" for k, v in conf.items()) if conf else ""
+
+
+def spark_section(master: str) -> dict[str, Any]:
+    """The pipeline's `spark` section in a worker: the master, and the settings `--spark-conf` gave."""
+    return {"master": master, "conf": json.loads(os.environ.get(SPARK_CONF_ENV, "{}"))}
+
+
 LOAD_SLICE = 250_000
 """Rows per INSERT ... SELECT when filling a table."""
 FIXED_PARALLELISM = 2
@@ -341,7 +373,7 @@ def make_config(spec: dict[str, Any]) -> PipelineConfig:
                 },
             },
             "snapshot": {"chunk_size": int(spec["chunk_size"]), "parallelism": parallelism},
-            "spark": {"master": f"local[{parallelism}]"},
+            "spark": spark_section(f"local[{parallelism}]"),
             "startup_mode": "snapshot_only",
         }
     )
@@ -646,6 +678,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     memory_sizes: list[int] = args.memory_sizes
     password = "bench-" + secrets.token_hex(8)
     os.environ[PASSWORD_ENV] = password  # the workers inherit it; the config references it by name
+    spark_conf = share_spark_conf(args.spark_conf)
     started_at = dt.datetime.now(dt.UTC)
     results: dict[str, Any] = {
         "benchmark": "snapshot",
@@ -662,6 +695,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "parallelism": parallelisms,
             "memory_sizes": memory_sizes,
             "update_rate": args.update_rate,
+            "spark_conf": spark_conf,
         },
         "table": f"{DATABASE}.{TABLE}: INT UNSIGNED AUTO_INCREMENT key + BIGINT, VARCHAR(64), DECIMAL(12,2), "
         "DATETIME(6), TIMESTAMP, DOUBLE, TINYINT, TEXT(60 chars)",
@@ -796,7 +830,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"Snapshot benchmark, {results['started_at']}: {results['args']['rows']:,} rows, "
         f"chunk size {results['args']['chunk_size']:,}, {results['host']['cpus']} CPUs, "
-        f"load average at start {results['host']['load_avg_1m_at_start']:.2f}",
+        f"load average at start {results['host']['load_avg_1m_at_start']:.2f}"
+        f"{spark_conf_note(results['args'].get('spark_conf'))}",
         f"table {results['table']}; loaded in {results['load_s']:.1f}s",
         f"CPU of ours: {results['cpu_method']}",
         "",
@@ -915,6 +950,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="updates/s of the writer during the watermark-correction run (500; 0 skips that run)",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
+    add_spark_conf_option(parser)
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

@@ -44,7 +44,13 @@ from ingest.sink.evolution import (
     schema_from_json,
     store_source_schema,
 )
-from ingest.sink.merge import committed_offset, merge_into, snapshot_properties, stream_offset_properties
+from ingest.sink.merge import (
+    committed_offset,
+    merge_into,
+    snapshot_properties,
+    stream_history,
+    stream_offset_properties,
+)
 from ingest.sink.targets import qualified
 from ingest.source.binlog import (
     BinlogReader,
@@ -84,6 +90,8 @@ class TableStream:
     """(namespace, name) of the table's changelog table, when it has one."""
     changelog_committed: BinlogPosition | None = None
     """The newest batch end the changelog table holds."""
+    committed_known: bool = True
+    """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
 
     @property
     def max_high(self) -> BinlogPosition:
@@ -174,8 +182,10 @@ def _table_streams(
             schema = schema_from_json(schema.database, schema.table, stored)
         changelog = config.changelog_for(schema.database, schema.table)
         logged = None if changelog is None else committed_offset(catalog.load_table(changelog), config.name)
+        history = stream_history(table, config.name)
         stream = TableStream(schema, qualified(config, namespace, name), plan, [], None, changelog)
-        found.append((stream, highs, committed_offset(table, config.name), logged))
+        stream.committed_known = history.complete
+        found.append((stream, highs, history.offset, logged))
     marks = [recorded, *(m for _, highs, held, logged in found for m in (*highs, held, logged))]
     points = [m for m in marks if m is not None]
     here = dict(zip(map(id, points), to_this_server(conn, config.source, flavor, points), strict=True))
@@ -658,9 +668,11 @@ def _merge_table(
     finals = materialize(folded, table.schema.primary_key_positions())
     # A batch that only creates rows (inserts of keys absent before it: an event or log table, new orders) is
     # appended: the target holds exactly the source before the batch, so it cannot hold those keys. Not under
-    # the `ignore` DDL policy, where an ignored TRUNCATE leaves rows behind that re-inserts must overwrite.
+    # the `ignore` DDL policy, where an ignored TRUNCATE leaves rows behind that re-inserts must overwrite. Nor
+    # when expiry hid the target's newest offset: it may hold this very batch (committed before a crash).
     append = (
-        config.stream.on_schema_change != "ignore"
+        table.committed_known
+        and config.stream.on_schema_change != "ignore"
         and all(row is not None for row in finals.values())
         and finals.keys() <= created_keys(folded, table.schema.primary_key_positions())
     )
@@ -677,7 +689,7 @@ def _merge_table(
         return _committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
     done = merge_into(spark, table.target, table.schema, finals, end, read_offset, append)
-    table.committed = end.position
+    table.committed, table.committed_known = end.position, True
     return done
 
 

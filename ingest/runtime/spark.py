@@ -32,6 +32,15 @@ _BASE_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
+_JIT = "-XX:TieredStopAtLevel=1"
+LAUNCH_CONF = {
+    # When the job launches the JVM itself (no spark-submit), HotSpot compiles with C1 only. The job's JVM
+    # runs many short, different query plans; C2 kept recompiling them on one of the two cores and cost more
+    # than it gave back: bench/README.md ("JIT") has the numbers. spark.conf in the pipeline file overrides.
+    "spark.driver.extraJavaOptions": _JIT,
+    "spark.executor.extraJavaOptions": _JIT,
+}
+
 
 def jar_conf() -> dict[str, str]:
     """Local jars when setup fetched them, else Maven coordinates that Spark resolves itself."""
@@ -54,6 +63,7 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(config.spark.master)
         conf.update(jar_conf())
+        conf.update(LAUNCH_CONF)
         conf.setdefault("spark.driver.memory", "2g")
     plain, secret = spark_catalog_conf(config.sink)
     conf.update(plain)

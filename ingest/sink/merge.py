@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import CommitConflictError
-from ingest.sink.targets import SUMMARY_PIPELINE, target_columns
+from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, target_columns
 from ingest.sink.types import quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, Watermark, parse_gtid_set
@@ -52,16 +52,30 @@ def offset_from_summary(text: str) -> Watermark:
 
 
 def committed_offset(iceberg_table: Any, pipeline: str) -> Watermark | None:
-    """The newest stream offset this pipeline committed to the table, from its snapshot summaries.
+    """The newest stream offset this pipeline committed to the table, from its snapshot summaries."""
+    return stream_history(iceberg_table, pipeline).offset
 
-    Walks back from the current snapshot through parent ids and stops at the first snapshot of this
-    pipeline carrying an offset: our MERGEs commit strictly increasing offsets (a batch not newer than the
-    table's offset is skipped), so the newest ancestor of ours holds the largest one. Commits on top by
-    other writers (compaction, another pipeline, a user's DELETE) carry no offset of ours and are passed
-    over. Only the current lineage counts: a snapshot rolled back or on another branch no longer holds
-    its data, so its offset must not count. Expiry cuts the walk short where it removed a parent; then
-    the answer is None, or an older offset, and the batch is MERGEd again, which is idempotent since
-    it carries final row images.
+
+@dataclasses.dataclass(frozen=True)
+class StreamHistory:
+    offset: Watermark | None
+    """The newest stream offset of this pipeline in the table's current lineage."""
+    complete: bool
+    """True when `offset` is surely the newest the table holds: found, or the lineage was read back to the
+    snapshot phase's commits (or the table's first snapshot) with no stream commit after them. False when
+    snapshot expiry cut the walk short: a stream commit may have been expired with the snapshots above it."""
+
+
+def stream_history(iceberg_table: Any, pipeline: str) -> StreamHistory:
+    """What the table says about this pipeline's stream commits, walking back from its current snapshot.
+
+    Walks parent ids and stops at the first snapshot of this pipeline carrying an offset: our MERGEs commit
+    strictly increasing offsets (a batch not newer than the table's offset is skipped), so the newest ancestor
+    of ours holds the largest one. Commits on top by other writers (compaction, another pipeline, a user's
+    DELETE) carry no offset of ours and are passed over. Only the current lineage counts: a snapshot rolled
+    back or on another branch no longer holds its data, so its offset must not count. Expiry cuts the walk
+    short where it removed a parent; then the answer is None and not complete: MERGE, which carries final
+    row images, is idempotent over a batch the table may hold, an append is not.
     """
     by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
     snapshot = iceberg_table.current_snapshot()
@@ -69,10 +83,15 @@ def committed_offset(iceberg_table: Any, pipeline: str) -> Watermark | None:
     while snapshot is not None and snapshot.snapshot_id not in seen:
         seen.add(snapshot.snapshot_id)
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_STREAM_OFFSET in props:
-            return offset_from_summary(props[SUMMARY_STREAM_OFFSET])
-        snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
-    return None
+        if props.get(SUMMARY_PIPELINE) == pipeline:
+            if SUMMARY_STREAM_OFFSET in props:
+                return StreamHistory(offset_from_summary(props[SUMMARY_STREAM_OFFSET]), True)
+            if SUMMARY_CHUNKS_DONE in props:
+                return StreamHistory(None, True)  # the snapshot phase's commit: the stream came after it
+        if snapshot.parent_snapshot_id is None:
+            return StreamHistory(None, True)
+        snapshot = by_id.get(snapshot.parent_snapshot_id)
+    return StreamHistory(None, snapshot is None and not seen)
 
 
 @contextmanager

@@ -14,6 +14,8 @@ from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import BinlogPurgedError, SinkError, SourceError
+from ingest.faults import FAIL_ENV, InjectedFailure
+from ingest.faults import reset as reset_fault_counts
 from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
@@ -201,6 +203,34 @@ def test_compaction_and_expiry_down_to_one_snapshot_do_not_lose_the_offset(
     )
     mariadb.execute("UPDATE maint.t SET v = 'after' WHERE id < 20", "INSERT INTO maint.t VALUES (500, 'x', 1)")
     run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+
+
+def test_an_insert_batch_committed_before_a_failure_is_not_appended_again_when_expiry_hid_its_offset(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target committed a batch of inserts, the job failed before the state table recorded it, and then
+    compaction and expiry down to one snapshot removed every snapshot naming the batch's offset. The restart
+    replays the batch from the state table's offset and cannot tell that the target holds it: it must MERGE
+    it (idempotent), never append it (which would duplicate every row)."""
+    config = _setup(mariadb, "maintfail", tmp_path, "maintfail_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute("INSERT INTO maintfail.t SELECT seq, 'new', seq FROM maintfail.seq_1000_to_1099")
+    reset_fault_counts()
+    monkeypatch.setenv(FAIL_ENV, "stream.after_table_commit:1")
+    with pytest.raises(InjectedFailure):
+        run(config, spark=spark, until_caught_up=True)
+    monkeypatch.delenv(FAIL_ENV)
+    assert spark.sql("SELECT count(*) FROM maintfail_lake.maintfail.t").collect()[0][0] == 300  # the batch is in
+    spark.sql(
+        "CALL maintfail_lake.system.rewrite_data_files(table => 'maintfail.t', options => map('min-input-files', '1'))"
+    )
+    spark.sql(
+        "CALL maintfail_lake.system.expire_snapshots(table => 'maintfail.t', older_than => TIMESTAMP '2999-01-01', "
+        "retain_last => 1)"
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert spark.sql("SELECT count(*) FROM maintfail_lake.maintfail.t").collect()[0][0] == 300
     assert verify(config)
 
 

@@ -6,8 +6,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET, committed_offset, offset_from_summary, offset_summary
-from ingest.sink.targets import SUMMARY_PIPELINE
+from ingest.sink.merge import (
+    SUMMARY_STREAM_OFFSET,
+    committed_offset,
+    offset_from_summary,
+    offset_summary,
+    stream_history,
+)
+from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.state.table import _quote, snapshots_to_expire
 
@@ -96,6 +102,22 @@ def test_expired_parents_end_the_walk() -> None:
     assert offset(FakeTable([other(7, 6)], 7)) is None  # compaction, then expiry down to one snapshot
     assert offset(FakeTable([ours(6, 5, 600), other(7, 6)], 7)) == BinlogPosition.parse("bin.000001:600")
     assert offset(FakeTable([], None)) is None
+
+
+def test_the_walk_is_complete_only_when_nothing_of_ours_can_have_been_expired() -> None:
+    def complete(table: FakeTable) -> bool:
+        return stream_history(table, "p").complete
+
+    snapshot_phase = FakeSnapshot(1, None, FakeSummary({SUMMARY_PIPELINE: "p", SUMMARY_CHUNKS_DONE: "0-3"}))
+    assert complete(FakeTable([ours(6, 5, 600), other(7, 6)], 7))  # found
+    assert complete(FakeTable([snapshot_phase, other(2, 1)], 2))  # no stream commit after the snapshot phase
+    assert complete(FakeTable([other(1, None), other(2, 1)], 2))  # the whole history, none of ours
+    assert complete(FakeTable([], None))  # an empty table
+    # Compaction, then expiry down to one snapshot: a stream commit may have been under it.
+    assert not complete(FakeTable([other(7, 6)], 7))
+    assert not complete(
+        FakeTable([FakeSnapshot(1, 0, FakeSummary({SUMMARY_PIPELINE: "q", SUMMARY_CHUNKS_DONE: "0"}))], 1)
+    )
 
 
 def test_a_cycle_in_broken_metadata_does_not_loop_forever() -> None:
