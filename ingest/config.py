@@ -94,6 +94,16 @@ class TableOptions:
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """The job's upkeep of its targets and changelog tables (ingest/sink/maintenance.py)."""
+
+    every_commits: int = 50
+    """Compact a table after this many commits on top of its last rewrite; 0: never (yours to do)."""
+    expire_after_hours: float | None = 24.0
+    """With each compaction, expire snapshots older than this (the newest 10 always stay); None: never."""
+
+
+@dataclass(frozen=True)
 class SinkConfig:
     """The Iceberg catalog (properties passed through to Iceberg) and how targets are named."""
 
@@ -106,6 +116,7 @@ class SinkConfig:
     table_properties: Mapping[str, str] = field(default_factory=dict)
     changelog: bool = False
     """Default for `table_options.<table>.changelog`: keep a changelog table next to each target."""
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
 
 # The changelog table of a target is `<target name><CHANGELOG_SUFFIX>` in the target's namespace.
@@ -240,6 +251,20 @@ class _Section:
             raise ConfigError(f"unknown key `{self.key(unknown[0])}`{where}; see docs/config.md for the valid keys")
 
 
+def _maintenance(section: _Section) -> MaintenanceConfig:
+    every = int(section.get("every_commits", int, 50))
+    if every < 0:
+        raise ConfigError(f"`{section.key('every_commits')}` must be 0 (never) or more, got {every}")
+    expire: float | None = 24.0
+    if "expire_after_hours" in section.data and section.data["expire_after_hours"] is None:
+        expire = None  # written as null: never expire
+    else:
+        expire = float(section.get("expire_after_hours", (int, float), 24.0))
+        if expire < 0:
+            raise ConfigError(f"`{section.key('expire_after_hours')}` must be 0 or more (or null: never), got {expire}")
+    return MaintenanceConfig(every, expire)
+
+
 def resolve_secret(value: Any, key: str, base_dir: Path) -> Secret:
     """`{env: NAME}` or `{file: PATH}` (relative to the pipeline file) into a Secret."""
     if isinstance(value, str):
@@ -330,6 +355,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "format_version",
             "table_properties",
             "changelog",
+            "maintenance",
         ),
     )
     cat = snk.section("catalog")
@@ -368,6 +394,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         format_version=format_version,
         table_properties=table_properties,
         changelog=bool(snk.get("changelog", bool, False)),
+        maintenance=_maintenance(snk.section("maintenance", ("every_commits", "expire_after_hours"))),
     )
     for template_key, template in (("namespace", sink.namespace), ("table_name", sink.table_name)):
         try:

@@ -44,6 +44,7 @@ from ingest.sink.evolution import (
     schema_from_json,
     store_source_schema,
 )
+from ingest.sink.maintenance import commits_since_compaction, maintain
 from ingest.sink.merge import (
     committed_offset,
     merge_into,
@@ -92,6 +93,9 @@ class TableStream:
     """The newest batch end the changelog table holds."""
     committed_known: bool = True
     """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
+    since_compaction: int = 0
+    """Commits on the target since its last rewrite (counted up to `sink.maintenance.every_commits`)."""
+    changelog_since_compaction: int = 0
 
     @property
     def max_high(self) -> BinlogPosition:
@@ -181,10 +185,14 @@ def _table_streams(
             # target mirrors, not with the live one (which may already be past that DDL).
             schema = schema_from_json(schema.database, schema.table, stored)
         changelog = config.changelog_for(schema.database, schema.table)
-        logged = None if changelog is None else committed_offset(catalog.load_table(changelog), config.name)
+        log_table = None if changelog is None else catalog.load_table(changelog)
+        logged = None if log_table is None else committed_offset(log_table, config.name)
         history = stream_history(table, config.name)
         stream = TableStream(schema, qualified(config, namespace, name), plan, [], None, changelog)
         stream.committed_known = history.complete
+        every = config.sink.maintenance.every_commits
+        stream.since_compaction = commits_since_compaction(table, every)
+        stream.changelog_since_compaction = 0 if log_table is None else commits_since_compaction(log_table, every)
         found.append((stream, highs, history.offset, logged))
     marks = [recorded, *(m for _, highs, held, logged in found for m in (*highs, held, logged))]
     points = [m for m in marks if m is not None]
@@ -655,6 +663,28 @@ def _commit(
     state.record_offset(end, source_time)
     crash_point("stream.after_state")
     log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end.position)
+    _maintain_due(spark, config, [table for table, _, _ in work], end)
+
+
+def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream], end: Watermark) -> None:
+    """Compact (and expire) each target and changelog table of the batch that reached its commit count."""
+    every = config.sink.maintenance.every_commits
+    if every == 0:
+        return
+    for table in tables:
+        due = []
+        if table.committed == end.position:
+            table.since_compaction += 1
+            if table.since_compaction >= every:
+                due.append(table.target)
+                table.since_compaction = 0
+        if table.changelog is not None and table.changelog_committed == end.position:
+            table.changelog_since_compaction += 1
+            if table.changelog_since_compaction >= every:
+                due.append(qualified(config, *table.changelog))
+                table.changelog_since_compaction = 0
+        for name in due:
+            maintain(spark, name, config.name, end, config.sink.maintenance)
 
 
 def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition | None:

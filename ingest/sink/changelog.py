@@ -17,7 +17,7 @@ from ingest.changes.changelog import ChangelogRow
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET, offset_summary
-from ingest.sink.targets import SUMMARY_PIPELINE, qualified, target_columns
+from ingest.sink.targets import OLD_METADATA_DELETED, SUMMARY_PIPELINE, qualified, target_columns
 from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, Watermark
@@ -60,7 +60,11 @@ def ensure_changelog(spark: Any, config: PipelineConfig, schema: TableSchema) ->
         columns += [
             f"{quote_identifier(n)} {ddl}{'' if nullable else ' NOT NULL'}" for n, ddl, _, nullable in META_COLUMNS
         ]
-        props = {"format-version": str(config.sink.format_version), **config.sink.table_properties}
+        props = {
+            "format-version": str(config.sink.format_version),
+            **OLD_METADATA_DELETED,
+            **config.sink.table_properties,
+        }
         tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}) USING iceberg TBLPROPERTIES ({tblprops})")
         log.info("created changelog %s for %s", table, schema.table_id)

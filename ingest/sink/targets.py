@@ -23,6 +23,11 @@ MERGE_ON_READ = {
     "write.update.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
 }
+OLD_METADATA_DELETED = {
+    # Every commit writes a new metadata.json; without this each one stays forever (Iceberg keeps the
+    # newest `write.metadata.previous-versions-max`, 100 by default, only when told to delete).
+    "write.metadata.delete-after-commit.enabled": "true",
+}
 
 
 def target_columns(schema: TableSchema) -> list[TargetColumn]:
@@ -56,6 +61,7 @@ def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchem
         props = {
             "format-version": str(config.sink.format_version),
             **MERGE_ON_READ,
+            **OLD_METADATA_DELETED,
             **config.sink.table_properties,
             # The source schema the target mirrors; the binlog phase decodes with it until a DDL changes it.
             SOURCE_SCHEMA_PROPERTY: schema_to_json(schema),

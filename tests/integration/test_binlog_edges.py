@@ -19,6 +19,9 @@ from ingest.faults import reset as reset_fault_counts
 from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.maintenance import RETAIN_LAST, SUMMARY_MAINTENANCE
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.targets import SUMMARY_PIPELINE
 from ingest.source import table_maps
 from ingest.source.binlog import SchemaChangeError, open_stream
 from ingest.source.mysql import connect
@@ -31,7 +34,13 @@ pytestmark = pytest.mark.integration
 
 
 def _setup(
-    mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str, tables: str = "t", **stream: Any
+    mariadb: MariaDBServer,
+    db: str,
+    tmp_path: Path,
+    catalog: str,
+    tables: str = "t",
+    maintenance: dict[str, Any] | None = None,
+    **stream: Any,
 ) -> PipelineConfig:
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
@@ -42,6 +51,8 @@ def _setup(
     )
     sink = embedded_sink(tmp_path)
     sink["catalog_name"] = catalog
+    if maintenance is not None:
+        sink["maintenance"] = maintenance
     return parse_config(
         {
             "name": db,
@@ -232,6 +243,51 @@ def test_an_insert_batch_committed_before_a_failure_is_not_appended_again_when_e
     run(config, spark=spark, until_caught_up=True)
     assert spark.sql("SELECT count(*) FROM maintfail_lake.maintfail.t").collect()[0][0] == 300
     assert verify(config)
+
+
+def test_the_job_compacts_and_expires_its_targets_so_many_small_commits_keep_files_and_snapshots_bounded(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """FAILURES.md "Many small commits": each batch adds data and delete files and a snapshot; the job's own
+    maintenance (every 3 commits here) keeps their number bounded, and the rewrites keep the offset."""
+    db = "upkeep"
+    config = _setup(
+        mariadb,
+        db,
+        tmp_path,
+        "upkeep_lake",
+        maintenance={"every_commits": 3, "expire_after_hours": 0},
+        batch_max_changes=1,
+    )
+    run(config, spark=spark, until_caught_up=True)
+    for i in range(7):  # seven transactions, each its own batch: an update of 20 rows, a delete, an insert
+        mariadb.execute(
+            f"UPDATE {db}.t SET n = n + 1 WHERE id BETWEEN {i * 20 + 1} AND {i * 20 + 20}",
+            f"DELETE FROM {db}.t WHERE id = {150 + i}",
+            f"INSERT INTO {db}.t VALUES ({1000 + i}, 'new', {i})",
+        )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+
+    table = load_pyiceberg_catalog(config.sink).load_table((db, "t"))
+    snapshots = table.snapshots()
+    rewrites = [
+        s for s in snapshots if s.summary is not None and SUMMARY_MAINTENANCE in s.summary.additional_properties
+    ]
+    assert rewrites, "the job never compacted its target"
+    # 21 batches (without upkeep, measured: 22 snapshots and 16 data files; Iceberg keeps delete files at 2 itself).
+    assert len(snapshots) <= RETAIN_LAST + 3
+    summary = table.current_snapshot().summary.additional_properties
+    assert int(summary["total-data-files"]) <= 4 and int(summary["total-delete-files"]) <= 3, summary
+    # A rewrite carries the offset of the commit below it, so expiry that keeps only the rewrite keeps the offset.
+    by_id = {s.snapshot_id: s for s in snapshots}
+    below = rewrites[-1]
+    while below.summary is not None and SUMMARY_MAINTENANCE in below.summary.additional_properties:
+        below = by_id[below.parent_snapshot_id]
+    for rewrite in rewrites:
+        assert rewrite.summary.additional_properties[SUMMARY_PIPELINE] == config.name
+    offset_of = [s.summary.additional_properties[SUMMARY_STREAM_OFFSET] for s in (rewrites[-1], below)]
+    assert offset_of[0] == offset_of[1]
 
 
 def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_other_streams(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ingest.config import (
+    MaintenanceConfig,
     PipelineConfig,
     Secret,
     SnapshotConfig,
@@ -208,6 +209,23 @@ def test_unknown_table_option_key() -> None:
 def test_unknown_snapshot_and_spark_keys() -> None:
     assert "unknown key `snapshot.chunksize` in `snapshot`" in error_of(cfg(snapshot={"chunksize": 1}))
     assert "unknown key `spark.mastr` in `spark`" in error_of(cfg(spark={"mastr": "local"}))
+
+
+def test_target_maintenance_defaults_off_switches_and_bad_values() -> None:
+    def maintenance(**values: Any) -> Any:
+        return parse_config(cfg(sink={**MINIMAL["sink"], "maintenance": values})).sink.maintenance
+
+    assert parse_config(cfg()).sink.maintenance == MaintenanceConfig(every_commits=50, expire_after_hours=24.0)
+    assert maintenance(every_commits=0, expire_after_hours=None) == MaintenanceConfig(0, None)
+    assert maintenance(expire_after_hours=0.5) == MaintenanceConfig(50, 0.5)
+    sink = MINIMAL["sink"]
+    assert "`sink.maintenance.every_commits` must be 0 (never) or more" in error_of(
+        cfg(sink={**sink, "maintenance": {"every_commits": -1}})
+    )
+    assert "`sink.maintenance.expire_after_hours` must be 0 or more" in error_of(
+        cfg(sink={**sink, "maintenance": {"expire_after_hours": -2}})
+    )
+    assert "unknown key `sink.maintenance.every`" in error_of(cfg(sink={**sink, "maintenance": {"every": 3}}))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.sink.maintenance import commits_since_compaction
 from ingest.sink.merge import (
     SUMMARY_STREAM_OFFSET,
     committed_offset,
@@ -50,8 +51,14 @@ def test_pipeline_names_are_quoted_for_pyiceberg_filters() -> None:
 
 
 @dataclass
+class FakeOperation:
+    value: str
+
+
+@dataclass
 class FakeSummary:
     additional_properties: dict[str, str] = field(default_factory=dict)
+    operation: FakeOperation = field(default_factory=lambda: FakeOperation("overwrite"))
 
 
 @dataclass
@@ -118,6 +125,18 @@ def test_the_walk_is_complete_only_when_nothing_of_ours_can_have_been_expired() 
     assert not complete(
         FakeTable([FakeSnapshot(1, 0, FakeSummary({SUMMARY_PIPELINE: "q", SUMMARY_CHUNKS_DONE: "0"}))], 1)
     )
+
+
+def test_commits_since_compaction_count_back_to_the_newest_rewrite_and_stop_at_the_limit() -> None:
+    def rewrite(sid: int, parent: int | None) -> FakeSnapshot:
+        return FakeSnapshot(sid, parent, FakeSummary(operation=FakeOperation("replace")))
+
+    chain = [ours(1, None, 100), rewrite(2, 1), ours(3, 2, 300), other(4, 3), ours(5, 4, 500)]
+    assert commits_since_compaction(FakeTable(chain, 5), 50) == 3
+    assert commits_since_compaction(FakeTable(chain, 5), 2) == 2  # no need to walk further than the limit
+    assert commits_since_compaction(FakeTable(chain, 2), 50) == 0
+    assert commits_since_compaction(FakeTable(chain[2:], 5), 50) == 3  # expiry cut the walk: what it saw
+    assert commits_since_compaction(FakeTable([], None), 50) == 0
 
 
 def test_a_cycle_in_broken_metadata_does_not_loop_forever() -> None:

@@ -1,0 +1,101 @@
+"""The job's own upkeep of the tables it streams into: compaction and snapshot expiry.
+
+Each batch adds a few small data files and, for updates and deletes, delete files to every table it
+touches, and a snapshot. Left alone, the next MERGE plans and reads all of them (it slows down commit by
+commit) and the table's metadata grows without end. So every `sink.maintenance.every_commits` commits a
+table gets, right after the batch is recorded:
+
+1. small data files are compacted, their deleted rows dropped (Iceberg's `rewriteDataFiles`, bin-pack
+   with its defaults: files under 75% of the 512 MB target, once a group has 5 of them);
+2. on format v2, every position-delete file is rewritten, which drops those that only point at files
+   step 1 removed (`rewritePositionDeletes` with `rewrite-all`); v3 deletion vectors are one per data
+   file already;
+3. snapshots older than `expire_after_hours` are expired (the newest `RETAIN_LAST` always stay), and
+   the files only they referenced deleted.
+
+The rewrite commits carry the batch's offset in their summaries, as the MERGE below them does: the table
+holds the same rows, and the offset stays on the newest snapshot even once expiry removed the MERGE's.
+Maintenance never fails a batch: the batch is committed and recorded before it starts, and an error is
+logged and tried again after the next `every_commits` commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ingest.config import MaintenanceConfig
+from ingest.sink.merge import stream_offset_properties
+from ingest.source.position import Watermark
+
+log = logging.getLogger(__name__)
+
+RETAIN_LAST = 10
+"""Snapshots every expiry keeps whatever their age."""
+SUMMARY_MAINTENANCE = "ingest.maintenance"
+"""Snapshot summary key of a rewrite the job made: which step."""
+
+
+def commits_since_compaction(iceberg_table: Any, limit: int) -> int:
+    """Snapshots on top of the table's newest rewrite (ours or anyone's), walking back at most `limit`.
+
+    A walk cut short by expiry counts what it saw. Read once per run; the job counts on from there.
+    """
+    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
+    snapshot = iceberg_table.current_snapshot()
+    count = 0
+    while snapshot is not None and count < limit:
+        operation = snapshot.summary.operation.value if snapshot.summary is not None else None
+        if operation == "replace":
+            break
+        count += 1
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
+    return count
+
+
+def maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: MaintenanceConfig) -> None:
+    """Compact `table` (a qualified Spark name), then expire its old snapshots. Errors are logged, not raised:
+    the table already holds and the state table already records the batch ending at `end`."""
+    started = time.monotonic()
+    try:
+        done = _maintain(spark, table, pipeline, end, settings)
+    except Exception as e:  # noqa: BLE001 - upkeep must never fail a batch that is committed and recorded
+        log.warning("%s: maintenance failed, will try again later: %s", table, str(e).splitlines()[0][:300])
+        return
+    log.info("%s: maintenance in %.1f s: %s", table, time.monotonic() - started, "; ".join(done))
+
+
+def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: MaintenanceConfig) -> list[str]:
+    jvm = spark._jvm
+    session = spark._jsparkSession
+    actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+    jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
+    summary = stream_offset_properties(pipeline, end)
+
+    def tagged(action: Any, step: str) -> Any:
+        for key, value in {**summary, SUMMARY_MAINTENANCE: step}.items():
+            action = action.snapshotProperty(key, value)
+        return action
+
+    done = []
+    data = tagged(actions.rewriteDataFiles(jtable), "rewrite-data-files").execute()
+    done.append(f"{data.rewrittenDataFilesCount()} data files rewritten into {data.addedDataFilesCount()}")
+    if jvm.org.apache.iceberg.TableUtil.formatVersion(jtable) == 2:
+        jtable.refresh()
+        # rewrite-all: delete files are small next to data files, and only a rewrite drops the dangling ones.
+        deletes = tagged(actions.rewritePositionDeletes(jtable), "rewrite-position-deletes")
+        result = deletes.option("rewrite-all", "true").execute()
+        done.append(
+            f"{result.rewrittenDeleteFilesCount()} delete files rewritten into {result.addedDeleteFilesCount()}"
+        )
+    if settings.expire_after_hours is not None:
+        jtable.refresh()
+        older_than = int((time.time() - settings.expire_after_hours * 3600) * 1000)
+        expired = actions.expireSnapshots(jtable).expireOlderThan(older_than).retainLast(RETAIN_LAST).execute()
+        done.append(
+            f"snapshots expired, {expired.deletedDataFilesCount()} data and "
+            f"{expired.deletedPositionDeleteFilesCount()} delete files deleted"
+        )
+    return done
