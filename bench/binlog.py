@@ -3,7 +3,9 @@
     .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--lag-engines loop,structured]
                                      [--duration 60] [--interval 5]
                                      [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
-                                     [--merge-rounds 3] [--keep-logs] [--spark-conf KEY=VALUE ...]
+                                     [--merge-rounds 3] [--upkeep-batches 60] [--upkeep-every 20]
+                                     [--upkeep-changes 500] [--upkeep-base-rows 30000]
+                                     [--keep-logs] [--spark-conf KEY=VALUE ...]
 
 Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `bench.events` with a VARCHAR
 key), snapshots them with `ingest.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
@@ -701,6 +703,71 @@ def _none() -> BinlogPosition | None:
     return None
 
 
+def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Inside the child: the same long run of small MERGEs into two tables, one maintained by the job's
+    `maintain` every `upkeep_every` batches and one left alone; MERGE times early and late, files at the end."""
+    from ingest.config import MaintenanceConfig
+    from ingest.pipeline import discover
+    from ingest.sink.catalog import load_pyiceberg_catalog
+    from ingest.sink.maintenance import maintain
+    from ingest.sink.merge import OP_COLUMN, _batch_frame, merge_into
+    from ingest.sink.targets import ensure_target
+
+    config = make_config(spec)
+    load_pyiceberg_catalog(config.sink).list_namespaces()  # as in worker_merge
+    spark, spark_start = _worker_spark(spec, config)
+    schema = next(s for s in discover(config).schemas if s.table == "orders")
+    n, base, batches, every = (
+        int(spec[k]) for k in ("upkeep_changes", "upkeep_base_rows", "upkeep_batches", "upkeep_every")
+    )
+    modes = ("maintained", "left alone")
+    names = {
+        mode: ensure_target(
+            spark, make_config(spec, targets={"orders": f"upkeepbench.orders_{mode.replace(' ', '_')}"}), schema
+        )
+        for mode in modes
+    }
+    base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}
+    frame = _batch_frame(spark, schema, base_rows).drop(OP_COLUMN)
+    for table in names.values():
+        frame.writeTo(table).append()
+    settings = MaintenanceConfig(every_commits=every, expire_after_hours=0)
+    merge_s: dict[str, list[float]] = {mode: [] for mode in modes}
+    upkeep_s: list[float] = []
+    for r in range(batches):
+        batch, _ = merge_batch(schema, base, r, n)
+        end = Watermark(BinlogPosition("mysql-bin.000001", 4 + r))
+        for mode in modes if r % 2 else modes[::-1]:  # alternate which table goes first
+            t0 = time.perf_counter()
+            merge_into(spark, names[mode], schema, batch, end, _none)
+            merge_s[mode].append(round(time.perf_counter() - t0, 3))
+            if mode == "maintained" and (r + 1) % every == 0:
+                t0 = time.perf_counter()
+                maintain(spark, names[mode], PIPELINE, end, settings)
+                upkeep_s.append(round(time.perf_counter() - t0, 3))
+    tail = min(10, batches // 3)
+    out: dict[str, Any] = {"spark_start_s": round(spark_start, 3), "tables": []}
+    for mode in modes:
+        summary = _last_summary(spark, names[mode])
+        snapshots = spark.sql(f"SELECT count(*) FROM {names[mode]}.snapshots").collect()[0][0]
+        times = merge_s[mode]
+        out["tables"].append(
+            {
+                "table": mode,
+                "merge_s": times,
+                "merge_s_first_median": percentile(times[1 : 1 + tail], 0.5),  # batch 0 warms the JVM up
+                "merge_s_last_median": percentile(times[-tail:], 0.5),
+                "merge_s_total": round(sum(times), 3),
+                "maintenance_s": upkeep_s if mode == "maintained" else [],
+                "data_files": int(summary.get("total-data-files", 0)),
+                "delete_files": int(summary.get("total-delete-files", 0)),
+                "snapshots": int(snapshots),
+            }
+        )
+    spark.stop()
+    return out
+
+
 class Worker:
     """`python -m bench.binlog --worker SPEC` in its own session; stdout lines are marks and the result."""
 
@@ -1051,6 +1118,10 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "merge_changes": args.merge_changes,
             "merge_base_rows": args.merge_base_rows,
             "merge_rounds": args.merge_rounds,
+            "upkeep_batches": args.upkeep_batches,
+            "upkeep_changes": args.upkeep_changes,
+            "upkeep_every": args.upkeep_every,
+            "upkeep_base_rows": args.upkeep_base_rows,
             "spark_conf": spark_conf,
         },
         "tables": {
@@ -1150,6 +1221,26 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 with Worker(spec, scratch / "merge.log") as w:
                     results["merge"] = w.finish()
+
+            if args.upkeep_batches > 0:
+                upkeep_dir = scratch / "warehouse-upkeep"
+                upkeep_dir.mkdir()
+                _progress(
+                    f"maintenance: {args.upkeep_batches} MERGEs of {args.upkeep_changes:,} changes, compaction every "
+                    f"{args.upkeep_every} against none (log {scratch}/upkeep.log)"
+                )
+                spec = {
+                    **base_spec,
+                    "warehouse": str(upkeep_dir),
+                    "kind": "upkeep",
+                    "label": "upkeep",
+                    "upkeep_changes": args.upkeep_changes,
+                    "upkeep_base_rows": args.upkeep_base_rows,
+                    "upkeep_batches": args.upkeep_batches,
+                    "upkeep_every": args.upkeep_every,
+                }
+                with Worker(spec, scratch / "upkeep.log") as w:
+                    results["upkeep"] = w.finish()
     except BaseException:
         keep_scratch = True
         _progress("failed")
@@ -1181,6 +1272,11 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     for f in (results.get("merge") or {}).get("formats", []):
         if f["merge_vs_append"] is not None:
             out[f"merge_vs_append_v{f['format_version']}"] = f["merge_vs_append"]
+    upkeep = {t["table"]: t for t in (results.get("upkeep") or {}).get("tables", [])}
+    if upkeep and upkeep["maintained"]["merge_s_last_median"]:
+        out["late_merge_left_alone_vs_maintained"] = (
+            upkeep["left alone"]["merge_s_last_median"] / upkeep["maintained"]["merge_s_last_median"]
+        )
     return out
 
 
@@ -1361,6 +1457,27 @@ def render(results: dict[str, Any]) -> str:
                 f"{_fmt(f['append_s_median'], '.2f'):>8} {_fmt(f['merge_vs_append'], '.2f'):>12} "
                 f"{_fmt(f['build_frame_s_median'], '.2f'):>8}  {deletes or '-'}"
             )
+    upkeep = results.get("upkeep")
+    if upkeep and upkeep.get("tables"):
+        spec = results["args"]
+        lines += [
+            "",
+            f"Maintenance: {spec['upkeep_batches']} MERGE batches of {spec['upkeep_changes']:,} changes into "
+            f"{spec['upkeep_base_rows']:,} rows, v2; one table compacted (sink.maintenance) every "
+            f"{spec['upkeep_every']} batches, expiry at 0 h, the other left alone",
+        ]
+        head = (
+            f"{'table':<12} {'MERGE s early':>13} {'MERGE s late':>12} {'MERGE s sum':>11} {'upkeep s sum':>12} "
+            f"{'data files':>10} {'delete files':>12} {'snapshots':>9}"
+        )
+        lines += [head, "-" * len(head)]
+        for t in upkeep["tables"]:
+            lines.append(
+                f"{t['table']:<12} {_fmt(t['merge_s_first_median'], '.2f'):>13} "
+                f"{_fmt(t['merge_s_last_median'], '.2f'):>12} "
+                f"{t['merge_s_total']:>11.1f} {sum(t['maintenance_s']):>12.1f} {t['data_files']:>10} "
+                f"{t['delete_files']:>12} {t['snapshots']:>9}"
+            )
     if results.get("ratios"):
         lines += ["", "Ratios:"]
         lines += [f"  {k:<40} {v:.3f}" for k, v in results["ratios"].items()]
@@ -1427,12 +1544,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--merge-base-rows", type=_positive, default=200_000, help="rows in the MERGE tables")
     parser.add_argument("--merge-rounds", type=_positive, default=3, help="timed MERGE/append rounds (3)")
+    parser.add_argument(
+        "--upkeep-batches", type=_non_negative, default=60, help="MERGE batches of the maintenance run (60; 0 skips)"
+    )
+    parser.add_argument("--upkeep-changes", type=_positive, default=500, help="changes per maintenance-run batch (500)")
+    parser.add_argument("--upkeep-every", type=_positive, default=20, help="batches between compactions (20)")
+    parser.add_argument("--upkeep-base-rows", type=_positive, default=30_000, help="rows in the maintenance tables")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
     add_spark_conf_option(parser)
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.initial_rows < 2 * SLICE:
         parser.error(f"--initial-rows must be at least {2 * SLICE}")
+    upkeep_needed = args.upkeep_batches * int(args.upkeep_changes * (MERGE_MIX[0] + MERGE_MIX[1]))
+    if args.upkeep_batches and args.upkeep_base_rows < upkeep_needed:
+        parser.error(f"--upkeep-base-rows must hold a fresh window of keys per batch: at least {upkeep_needed:,}")
     needed = (args.merge_rounds + 1) * int(args.merge_changes * (MERGE_MIX[0] + MERGE_MIX[1]))
     if args.merge_changes and args.merge_base_rows < needed:
         parser.error(
@@ -1445,7 +1571,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         spec = json.loads(args.worker)
-        result = worker_merge(spec) if spec["kind"] == "merge" else worker_job(spec)
+        workers = {"merge": worker_merge, "upkeep": worker_upkeep}
+        result = workers.get(spec["kind"], worker_job)(spec)
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0
     results = orchestrate(args)

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -23,7 +23,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from ingest.config import SourceConfig
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.source import table_maps
-from ingest.source.binlog_values import driver_form, row_images
+from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.mysql import TableSchema, require_tls, tls_context
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 
@@ -110,8 +110,9 @@ class DdlStatement:
     """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
 
 
-@dataclass(frozen=True)
-class RowChange:
+class RowChange(NamedTuple):
+    """One row change (a tuple: the reader makes one per binlog row, so it is cheap to build)."""
+
     table_id: str
     position: BinlogPosition
     """End of the row event that carried this change."""
@@ -223,7 +224,7 @@ class BinlogReader:
     ) -> None:
         self.source = source
         self.schemas = {(s.database, s.table): s for s in schemas}
-        self._to_driver = {k: driver_form(s.columns) for k, s in self.schemas.items()}
+        self._decoders = {k: RowDecoder(s.columns) for k, s in self.schemas.items()}
         self.start = start
         self.position = start
         self.gtid = start_gtid
@@ -262,18 +263,19 @@ class BinlogReader:
         """Decode the table's rows with `schema` from here on (after its DDL was applied downstream)."""
         key = (schema.database, schema.table)
         self.schemas[key] = schema
-        self._to_driver[key] = driver_form(schema.columns)
+        self._decoders[key] = RowDecoder(schema.columns)
 
     def _row(self, key: tuple[str, str], values: dict[str, Any]) -> tuple[Any, ...]:
-        schema = self.schemas[key]
-        if len(values) != len(schema.column_names) or any(c not in values for c in schema.column_names):
+        decode = self._decoders[key]
+        if not decode.matches(values):
             # With binlog_row_metadata=FULL every row event names its columns, so rows are never misread.
+            schema = self.schemas[key]
             raise SchemaChangeError(
                 f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the job "
                 f"expects {sorted(schema.column_names)}: its schema changed without a DDL statement the job could "
                 f"follow. Snapshot the table again: `ingest resnapshot --config ... --table {schema.table_id}`"
             )
-        return tuple(fn(values[c]) for fn, c in zip(self._to_driver[key], schema.column_names, strict=True))
+        return decode(values)
 
     def transactions(self, idle: Callable[[float], bool] | None = None) -> Iterator[Transaction | DdlStatement]:
         """Complete transactions; `idle(at)` is told when the captured tables have nothing new up to `position`.

@@ -7,6 +7,7 @@ values, so binlog values are first brought to the driver's form, then share one 
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +46,35 @@ def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
             # BIT arrives as a '0101' string and zero dates as None; the converters accept both forms.
             fns.append(_identity)
     return fns
+
+
+class RowDecoder:
+    """A binlog row's values (a dict by column name) as a tuple in the schema's column order, driver form.
+
+    Per row this is one C-level key-set comparison and one `itemgetter` call; only columns whose binlog
+    value differs from the driver's (SET) go through a Python function.
+    """
+
+    def __init__(self, columns: Sequence[SourceColumn]) -> None:
+        names = [c.name for c in columns]
+        self.names = frozenset(names)
+        self._get: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+            operator.itemgetter(*names) if len(names) > 1 else (lambda values: (values[names[0]],))
+        )
+        self._fixes = [(i, fn) for i, fn in enumerate(driver_form(columns)) if fn is not _identity]
+
+    def matches(self, values: dict[str, Any]) -> bool:
+        """The row has exactly the schema's columns."""
+        return values.keys() == self.names
+
+    def __call__(self, values: dict[str, Any]) -> tuple[Any, ...]:
+        row = self._get(values)
+        if not self._fixes:
+            return row
+        fixed = list(row)
+        for i, fn in self._fixes:
+            fixed[i] = fn(fixed[i])
+        return tuple(fixed)
 
 
 def restore_empty_sets(values: dict[str, Any], none_sources: dict[str, Any] | None) -> dict[str, Any]:
