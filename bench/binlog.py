@@ -50,7 +50,6 @@ from bench.snapshot import (
     CPU_METHOD,
     DATABASE,
     DONE_LINE,
-    MIB,
     PASSWORD_ENV,
     RESULT_PREFIX,
     RESULTS_DIR,
@@ -537,16 +536,15 @@ def worker_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     kind = spec["kind"]
     load = os.getloadavg()[0]
     cpu_before = tree_cpu(root)
-    with TreeMonitor(root, interval=1.0) as monitor:
-        print(STARTED_LINE, flush=True)
-        started = time.perf_counter()
-        if kind == "snapshot":
-            run(config, snapshot_only=True, spark=spark)
-        else:
-            run(config, until_caught_up=kind == "catchup", spark=spark)
-        wall = time.perf_counter() - started
-        print(DONE_LINE, flush=True)  # run() returned: after a SIGTERM, the job has stopped here
-        cpu_after = tree_cpu(root)
+    print(STARTED_LINE, flush=True)  # the parent's TreeMonitor samples the tree from here to DONE_LINE
+    started = time.perf_counter()
+    if kind == "snapshot":
+        run(config, snapshot_only=True, spark=spark)
+    else:
+        run(config, until_caught_up=kind == "catchup", spark=spark)
+    wall = time.perf_counter() - started
+    cpu_after = tree_cpu(root)
+    print(DONE_LINE, flush=True)  # run() returned: after a SIGTERM, the job has stopped here
     spark.stop()
     cpu = cpu_delta(cpu_before, cpu_after)
     return {
@@ -556,8 +554,6 @@ def worker_job(spec: Mapping[str, Any]) -> dict[str, Any]:
         "run_cpu_s": round(sum(cpu.values()), 3),
         "run_cpu_s_by_part": cpu,
         "spark_start_s": round(spark_start, 3),
-        "peak_rss_mib": round(monitor.peak_total / MIB, 1),
-        "peak_pss_mib": round(monitor.peak_pss / MIB, 1),
         "load_avg_1m_before": load,
         **(probe.summary() if kind != "snapshot" else {}),
     }
@@ -778,6 +774,8 @@ class Worker:
         self.result: dict[str, Any] | None = None
         self.exit_time: float | None = None
         self._events = {line: threading.Event() for line in (STARTED_LINE, STREAM_LINE, DONE_LINE)}
+        self.monitor: TreeMonitor | None = None
+        """Samples the worker's tree between STARTED_LINE and DONE_LINE, from this process."""
         self._exited = threading.Event()
         self._log = open(log_path, "a")  # closed in finish() or __exit__
         self.proc = subprocess.Popen(
@@ -799,11 +797,18 @@ class Worker:
             if line in self._events:
                 self.marks[line] = time.time()
                 self._events[line].set()
+                if line == STARTED_LINE:
+                    self.monitor = TreeMonitor(self.proc.pid, interval=1.0)
+                    self.monitor.start()
+                elif line == DONE_LINE and self.monitor is not None:
+                    self.monitor.stop()
             elif line.startswith(RESULT_PREFIX):
                 self.result = json.loads(line[len(RESULT_PREFIX) :])
             else:
                 self._log.write(line + "\n")
                 self._log.flush()
+        if self.monitor is not None:
+            self.monitor.stop()
         self.proc.wait()
         self.exit_time = time.time()
         self._exited.set()
@@ -838,7 +843,10 @@ class Worker:
             tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
             label = self.spec["label"]
             raise BenchError(f"worker {label} failed (exit code {code}); log {self.log_path}, tail:\n{tail}")
-        return self.result
+        if self.monitor is None:
+            return self.result
+        peaks = self.monitor.peaks()
+        return {**self.result, "peak_rss_mib": peaks["peak_rss_mib"], "peak_pss_mib": peaks["peak_pss_mib"]}
 
     def __enter__(self) -> Worker:
         return self

@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ingest.config import PipelineConfig, parse_config
@@ -243,6 +242,9 @@ def proportional_set_size(pid: int) -> int | None:
 class TreeMonitor:
     """Samples the RSS (and PSS) of a process tree every `interval` seconds in a thread; keeps the peaks.
 
+    It runs in the orchestrating process, outside the measured tree: reading every process's smaps costs
+    CPU (in the kernel, charged to the reader) that must not count as the job's, nor take the job's GIL.
+
     RSS sums count pages shared between processes (forked Python workers, shared libraries) once per
     process; PSS splits them, so the PSS sum is closer to the memory the tree really occupies.
     """
@@ -277,14 +279,25 @@ class TreeMonitor:
         while not self._stop.wait(self.interval):
             self._sample()
 
-    def __enter__(self) -> TreeMonitor:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
+    def stop(self) -> None:
+        """Stop sampling (a last sample first, while the tree still runs); idempotent."""
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            self._sample()
+
+    def peaks(self) -> dict[str, Any]:
+        """What the results report of the tree's memory."""
+        return {
+            "peak_rss_mib": round(self.peak_total / MIB, 1),
+            "peak_rss_mib_by_part": {k: round(v / MIB, 1) for k, v in sorted(self.peak_by.items())},
+            "peak_pss_mib": round(self.peak_pss / MIB, 1),
+            "peak_processes": self.peak_processes,
+            "rss_samples": self.samples,
+        }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -507,12 +520,11 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     spark_start = time.perf_counter() - started
     load = os.getloadavg()[0]
     cpu_before = tree_cpu(root)
-    with TreeMonitor(root) as monitor:
-        print(STARTED_LINE, flush=True)
-        started = time.perf_counter()
-        run(config, snapshot_only=True, spark=spark)
-        wall = time.perf_counter() - started
-        cpu_after = tree_cpu(root)
+    print(STARTED_LINE, flush=True)  # the parent's TreeMonitor samples the tree from here to DONE_LINE
+    started = time.perf_counter()
+    run(config, snapshot_only=True, spark=spark)
+    wall = time.perf_counter() - started
+    cpu_after = tree_cpu(root)
     print(DONE_LINE, flush=True)
 
     table_id = f"{DATABASE}.{spec['table']}"
@@ -534,11 +546,6 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "cpu_s": round(cpu_total, 3),
         "cpu_s_by_part": cpu,
         "cpu_s_per_million_rows": per_million(cpu_total, rows),
-        "peak_rss_mib": round(monitor.peak_total / MIB, 1),
-        "peak_rss_mib_by_part": {k: round(v / MIB, 1) for k, v in sorted(monitor.peak_by.items())},
-        "peak_pss_mib": round(monitor.peak_pss / MIB, 1),
-        "peak_processes": monitor.peak_processes,
-        "rss_samples": monitor.samples,
         "chunks": len(done),
         "rows_recorded": sum(r.row_count for r in done.values()),
         "rows_in_iceberg": rows_in_iceberg,
@@ -559,29 +566,35 @@ def spawn_worker(
     finished = False
     with open(log_path, "a") as log_file:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log_file, text=True, bufsize=1)
+        monitor = TreeMonitor(proc.pid)
         try:
             if proc.stdout is None:
                 raise BenchError("no stdout pipe to the worker")
             for raw in proc.stdout:
                 line = raw.rstrip("\n")
-                if line == STARTED_LINE and on_started is not None:
-                    on_started()
-                elif line == DONE_LINE and on_done is not None:
+                if line == STARTED_LINE:
+                    monitor.start()
+                    if on_started is not None:
+                        on_started()
+                elif line == DONE_LINE:
+                    monitor.stop()
                     finished = True
-                    on_done()
+                    if on_done is not None:
+                        on_done()
                 elif line.startswith(RESULT_PREFIX):
                     result = json.loads(line[len(RESULT_PREFIX) :])
                 else:
                     log_file.write(line + "\n")
                     log_file.flush()
         finally:
+            monitor.stop()
             code = proc.wait()
             if on_done is not None and not finished:
                 on_done()
     if code != 0 or result is None:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
         raise BenchError(f"worker {spec['label']} failed (exit code {code}); log {log_path}, tail:\n{tail}")
-    return result
+    return {**result, **monitor.peaks()}
 
 
 class PacedWriter:

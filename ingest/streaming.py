@@ -121,10 +121,13 @@ class HighWatermarkFilter:
 
     def keep(self, changes: Sequence[RowChange]) -> list[RowChange]:
         table = self.table
-        late = [c for c in changes if c.position > table.max_high]
-        early = [c for c in changes if c.position <= table.max_high]
-        if not early:
+        if not changes:
+            return []
+        max_high = table.max_high
+        late = [c for c in changes if c.position > max_high]
+        if len(late) == len(changes):
             return late
+        early = [c for c in changes if c.position <= max_high]
         positions = table.schema.key_positions()
         keys = [tuple(img[i] for i in positions) for c in early for img in (c.before, c.after) if img is not None]
         index = self._chunk_index(keys)

@@ -12,7 +12,7 @@ import bisect
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeAlias, TypeGuard, overload
 
 __all__ = [
@@ -441,12 +441,18 @@ class BinlogPosition:
 
     file: str
     pos: int
+    _base: str = field(init=False, repr=False, compare=False)
+    _order: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.file, str) or _BINLOG_FILE_RE.fullmatch(self.file) is None:
+        match = _BINLOG_FILE_RE.fullmatch(self.file) if isinstance(self.file, str) else None
+        if match is None:
             raise ValueError(f"invalid binlog file {self.file!r}: expected 'name.N' like 'mysql-bin.000003'")
         if not _is_int(self.pos) or self.pos < 0:
             raise ValueError(f"invalid binlog position {self.pos!r} in {self.file}: expected an integer >= 0")
+        # Parsed once: positions are compared for every row change (filters, skips), not only per batch.
+        object.__setattr__(self, "_base", match[1])
+        object.__setattr__(self, "_order", (int(match[2]), self.pos))
 
     @classmethod
     def parse(cls, text: str) -> BinlogPosition:
@@ -458,22 +464,22 @@ class BinlogPosition:
 
     @property
     def base_name(self) -> str:
-        return self.file.rpartition(".")[0]
+        return self._base
 
     @property
     def file_number(self) -> int:
-        return int(self.file.rpartition(".")[2])
+        return self._order[0]
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}"
 
     def _key(self, other: BinlogPosition) -> tuple[tuple[int, int], tuple[int, int]]:
-        if self.base_name != other.base_name:
+        if self._base != other._base:
             raise ValueError(
                 f"cannot order binlog positions {self} and {other}: different binlog base names "
                 f"({self.base_name!r} vs {other.base_name!r}), e.g. after a failover; compare GTIDs instead"
             )
-        return (self.file_number, self.pos), (other.file_number, other.pos)
+        return self._order, other._order
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
