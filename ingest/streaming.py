@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -377,33 +377,16 @@ def stream(
             pending_changes = 0
             last_flush = started
 
-        stop_by: float | None = None
-        stop_at: BinlogPosition | None = None
+        stop_point: StopPoint | None = None
 
         def stop_now() -> bool:
-            """Asked to stop, and what the source wrote before the signal has been read.
-
-            At the first look after the signal the source's position is read: the stop comes once the reader
-            has taken everything up to it (a transaction or an idle heartbeat at or past it), and at the latest
-            after STOP_GRACE_SECONDS, so that a reader far behind does not hold the stop up.
-            """
-            nonlocal stop_by, stop_at
+            """Asked to stop, and what the source wrote before the signal has been read (see StopPoint)."""
+            nonlocal stop_point
             if stop is None or not stop.event.is_set():
                 return False
-            if stop_by is None:
-                stop_by = time.monotonic() + STOP_GRACE_SECONDS
-                try:
-                    stop_at = read_watermark(conn, flavor).position
-                    log.info("asked to stop: reading up to %s, the source's position now", stop_at)
-                except Exception as e:  # noqa: BLE001 - the source being gone must not turn a stop into a failure
-                    log.warning("asked to stop; cannot read the source's position (%s)", e)
-            if stop_at is not None and taken >= stop_at:
-                log.info("stopping: everything up to %s is read", stop_at)
-                return True
-            if time.monotonic() >= stop_by:
-                log.info("stopping: %.0f s after the signal, before reaching %s", STOP_GRACE_SECONDS, stop_at)
-                return True
-            return False
+            if stop_point is None:
+                stop_point = StopPoint(lambda: read_watermark(conn, flavor).position)
+            return stop_point.reached(taken)
 
         def batch_due() -> bool:
             return time.monotonic() - last_flush >= config.stream.batch_interval_seconds
@@ -607,6 +590,33 @@ def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPla
 
 STOP_GRACE_SECONDS = 10.0
 """How long a stop (SIGTERM) waits at most for the reader to catch up before the last commit."""
+
+
+class StopPoint:
+    """Where a stop asked by SIGTERM ends, for both engines.
+
+    At the first look after the signal the source's position is read: the stop comes once everything up to it
+    is taken (a transaction or an idle heartbeat at or past it), and at the latest STOP_GRACE_SECONDS later,
+    so that a job far behind does not hold the stop up.
+    """
+
+    def __init__(self, source_position: Callable[[], BinlogPosition]) -> None:
+        self.deadline = time.monotonic() + STOP_GRACE_SECONDS
+        self.position: BinlogPosition | None = None
+        try:
+            self.position = source_position()
+            log.info("asked to stop: reading up to %s, the source's position now", self.position)
+        except Exception as e:  # noqa: BLE001 - the source being gone must not turn a stop into a failure
+            log.warning("asked to stop; cannot read the source's position (%s)", e)
+
+    def reached(self, taken: BinlogPosition) -> bool:
+        if self.position is not None and taken >= self.position:
+            log.info("stopping: everything up to %s is read", self.position)
+            return True
+        if time.monotonic() >= self.deadline:
+            log.info("stopping: %.0f s after the signal, before reaching %s", STOP_GRACE_SECONDS, self.position)
+            return True
+        return False
 
 
 def _commit(

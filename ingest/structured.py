@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,9 @@ from ingest.source.binlog import DdlStatement, Transaction
 from ingest.source.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
 from ingest.source.mysql import TableSchema, connect
 from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.streaming import StopSignal, StreamStart, _commit, batch_source_time, follow_ddl, prepare
+from ingest.streaming import StopPoint, StopSignal, StreamStart, _commit, batch_source_time, follow_ddl, prepare
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def stream_structured(
                 .option("checkpointLocation", checkpoint)
                 .start()
             )
-            _run_until_done(query, sink, stop)
+            _run_until_done(query, sink, stop, lambda: _source_position(config, flavor))
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -201,16 +202,31 @@ def _checkpoint_offsets(spark: Any, location: str) -> tuple[Watermark | None, Wa
     return end_of(last_batch("commits")), end_of(last_batch("offsets"))
 
 
-def _run_until_done(query: Any, sink: _Sink, stop: StopSignal | None) -> None:
+def _source_position(config: PipelineConfig, flavor: str) -> BinlogPosition:
+    # A connection of its own: the sink's is in use on Spark's callback thread.
+    with connect(config.source) as conn:
+        return read_watermark(conn, flavor).position
+
+
+def _run_until_done(
+    query: Any, sink: _Sink, stop: StopSignal | None, source_position: Callable[[], BinlogPosition]
+) -> None:
+    """Wait until the goal is committed, the query fails, or a stop comes: after SIGTERM, once the batches
+    have committed what the source wrote before the signal (StopPoint), then after the batch being committed."""
     failure: BaseException | None = None
+    stop_point: StopPoint | None = None
     try:
-        while not sink.done.is_set() and not (stop is not None and stop.event.is_set()):
+        while not sink.done.is_set():
+            if stop is not None and stop.event.is_set():
+                stop_point = stop_point or StopPoint(source_position)
+                if stop_point.reached(sink.committed):
+                    break
             if query.awaitTermination(0.5):
                 break
     except Exception as e:  # noqa: BLE001 - the query's own failure, raised below as what it was
         failure = e
     sink.close()
-    if stop is not None and stop.event.is_set() and not sink.done.is_set():
+    if stop_point is not None and not sink.done.is_set():
         log.info("stopping after the current commit, as asked (committed up to %s)", sink.committed)
     query.stop()
     if isinstance(sink.error, _Closing):
