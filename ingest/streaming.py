@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
@@ -93,9 +93,9 @@ class TableStream:
     """The newest batch end the changelog table holds."""
     committed_known: bool = True
     """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
-    since_compaction: int = 0
-    """Commits on the target since its last rewrite (counted up to `sink.maintenance.every_commits`)."""
-    changelog_since_compaction: int = 0
+    since_compaction: dict[str, int] = field(default_factory=dict)
+    """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
+    `sink.maintenance.every_commits`."""
 
     @property
     def max_high(self) -> BinlogPosition:
@@ -194,8 +194,9 @@ def _table_streams(
         stream = TableStream(schema, qualified(config, namespace, name), plan, [], None, changelog)
         stream.committed_known = history.complete
         every = config.sink.maintenance.every_commits
-        stream.since_compaction = commits_since_compaction(table, every)
-        stream.changelog_since_compaction = 0 if log_table is None else commits_since_compaction(log_table, every)
+        stream.since_compaction[stream.target] = commits_since_compaction(table, every)
+        if changelog is not None and log_table is not None:
+            stream.since_compaction[qualified(config, *changelog)] = commits_since_compaction(log_table, every)
         found.append((stream, highs, history.offset, logged))
     marks = [recorded, *(m for _, highs, held, logged in found for m in (*highs, held, logged))]
     points = [m for m in marks if m is not None]
@@ -685,19 +686,14 @@ def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream],
     if every == 0:
         return
     for table in tables:
-        due = []
-        if table.committed == end.position:
-            table.since_compaction += 1
-            if table.since_compaction >= every:
-                due.append(table.target)
-                table.since_compaction = 0
-        if table.changelog is not None and table.changelog_committed == end.position:
-            table.changelog_since_compaction += 1
-            if table.changelog_since_compaction >= every:
-                due.append(qualified(config, *table.changelog))
-                table.changelog_since_compaction = 0
-        for name in due:
-            maintain(spark, name, config.name, end, config.sink.maintenance)
+        changelog = None if table.changelog is None else qualified(config, *table.changelog)
+        for name, held in ((table.target, table.committed), (changelog, table.changelog_committed)):
+            if name is None or held != end.position:
+                continue  # no changelog, or nothing of this batch committed to it
+            table.since_compaction[name] = table.since_compaction.get(name, 0) + 1
+            if table.since_compaction[name] >= every:
+                maintain(spark, name, config.name, end, config.sink.maintenance)
+                table.since_compaction[name] = 0
 
 
 def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition | None:

@@ -40,6 +40,7 @@ def _setup(
     catalog: str,
     tables: str = "t",
     maintenance: dict[str, Any] | None = None,
+    changelog: bool = False,
     **stream: Any,
 ) -> PipelineConfig:
     mariadb.execute(
@@ -53,6 +54,7 @@ def _setup(
     sink["catalog_name"] = catalog
     if maintenance is not None:
         sink["maintenance"] = maintenance
+    sink["changelog"] = changelog
     return parse_config(
         {
             "name": db,
@@ -257,6 +259,7 @@ def test_the_job_compacts_and_expires_its_targets_so_many_small_commits_keep_fil
         tmp_path,
         "upkeep_lake",
         maintenance={"every_commits": 3, "expire_after_hours": 0},
+        changelog=True,
         batch_max_changes=1,
     )
     run(config, spark=spark, until_caught_up=True)
@@ -288,6 +291,12 @@ def test_the_job_compacts_and_expires_its_targets_so_many_small_commits_keep_fil
         assert rewrite.summary.additional_properties[SUMMARY_PIPELINE] == config.name
     offset_of = [s.summary.additional_properties[SUMMARY_STREAM_OFFSET] for s in (rewrites[-1], below)]
     assert offset_of[0] == offset_of[1]
+    # The changelog table, append-only, gets the same upkeep.
+    changelog = load_pyiceberg_catalog(config.sink).load_table((db, "t_changelog"))
+    logged = [s.summary.additional_properties for s in changelog.snapshots() if s.summary is not None]
+    assert any(SUMMARY_MAINTENANCE in props for props in logged)
+    assert len(logged) <= RETAIN_LAST + 3
+    assert int(changelog.current_snapshot().summary.additional_properties["total-data-files"]) <= 4
 
 
 def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_other_streams(
