@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from ingest.config import MaintenanceConfig
-from ingest.sink.merge import stream_offset_properties
+from ingest.sink.merge import lineage, stream_offset_properties
 from ingest.source.position import Watermark
 
 log = logging.getLogger(__name__)
@@ -42,16 +42,11 @@ def commits_since_compaction(iceberg_table: Any, limit: int) -> int:
 
     A walk cut short by expiry counts what it saw. Read once per run; the job counts on from there.
     """
-    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
-    snapshot = iceberg_table.current_snapshot()
     count = 0
-    while snapshot is not None and count < limit:
-        operation = snapshot.summary.operation.value if snapshot.summary is not None else None
-        if operation == "replace":
+    for snapshot in lineage(iceberg_table):
+        if count >= limit or (snapshot.summary is not None and snapshot.summary.operation.value == "replace"):
             break
         count += 1
-        parent = snapshot.parent_snapshot_id
-        snapshot = by_id.get(parent) if parent is not None else None
     return count
 
 

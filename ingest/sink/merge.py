@@ -77,21 +77,30 @@ def stream_history(iceberg_table: Any, pipeline: str) -> StreamHistory:
     short where it removed a parent; then the answer is None and not complete: MERGE, which carries final
     row images, is idempotent over a batch the table may hold, an append is not.
     """
-    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
-    snapshot = iceberg_table.current_snapshot()
-    seen: set[int] = set()
-    while snapshot is not None and snapshot.snapshot_id not in seen:
-        seen.add(snapshot.snapshot_id)
+    last = None
+    for snapshot in lineage(iceberg_table):
+        last = snapshot
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) == pipeline:
             if SUMMARY_STREAM_OFFSET in props:
                 return StreamHistory(offset_from_summary(props[SUMMARY_STREAM_OFFSET]), True)
             if SUMMARY_CHUNKS_DONE in props:
                 return StreamHistory(None, True)  # the snapshot phase's commit: the stream came after it
-        if snapshot.parent_snapshot_id is None:
-            return StreamHistory(None, True)
-        snapshot = by_id.get(snapshot.parent_snapshot_id)
-    return StreamHistory(None, snapshot is None and not seen)
+    # Complete when the walk reached the table's first snapshot (or the table has none), not an expired parent.
+    return StreamHistory(None, last is None or last.parent_snapshot_id is None)
+
+
+def lineage(iceberg_table: Any) -> Iterator[Any]:
+    """The table's current snapshot, then its parent, and so on while they are kept (stops at a cycle in
+    broken metadata)."""
+    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
+    snapshot = iceberg_table.current_snapshot()
+    seen: set[int] = set()
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        seen.add(snapshot.snapshot_id)
+        yield snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
 
 
 @contextmanager
