@@ -26,6 +26,7 @@ from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.mysql import TableSchema, require_tls, tls_context
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
+from ingest.source.row_events import RowEvents
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ class BinlogReader:
         self.source = source
         self.schemas = {(s.database, s.table): s for s in schemas}
         self._decoders = {k: RowDecoder(s.columns) for k, s in self.schemas.items()}
+        self._row_events = RowEvents()
         self.start = start
         self.position = start
         self.gtid = start_gtid
@@ -264,6 +266,12 @@ class BinlogReader:
         key = (schema.database, schema.table)
         self.schemas[key] = schema
         self._decoders[key] = RowDecoder(schema.columns)
+
+    def _library_row(
+        self, key: tuple[str, str], kind: str, row: dict[str, Any]
+    ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        before, after = row_images(kind, row)
+        return (None if before is None else self._row(key, before), None if after is None else self._row(key, after))
 
     def _row(self, key: tuple[str, str], values: dict[str, Any]) -> tuple[Any, ...]:
         decode = self._decoders[key]
@@ -322,11 +330,12 @@ class BinlogReader:
                         if isinstance(event, WriteRowsEvent)
                         else ("delete" if isinstance(event, DeleteRowsEvent) else "update")
                     )
-                    for i, row in enumerate(event.rows):
-                        before_values, after_values = row_images(kind, row)
-                        before = None if before_values is None else self._row(key, before_values)
-                        after = None if after_values is None else self._row(key, after_values)
-                        current.changes.append(RowChange(table_id, end, i, before, after))
+                    changes = current.changes
+                    images = self._row_events.rows(key, kind, event, self.schemas[key].columns)
+                    if images is None:  # an event only the library reads
+                        images = [self._library_row(key, kind, row) for row in event.rows]
+                    for i, (before, after) in enumerate(images):
+                        changes.append(RowChange(table_id, end, i, before, after))
                     continue
                 if isinstance(event, QueryEvent):
                     query, default_db = query_of(event)

@@ -32,7 +32,8 @@ def _set_joiner(column_type: str) -> Callable[[Any], Any]:
     return join
 
 
-def _identity(value: Any) -> Any:
+def unchanged(value: Any) -> Any:
+    """The driver form of a value the binlog library already gives in it."""
     return value
 
 
@@ -44,7 +45,7 @@ def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
             fns.append(_set_joiner(col.column_type))
         else:
             # BIT arrives as a '0101' string and zero dates as None; the converters accept both forms.
-            fns.append(_identity)
+            fns.append(unchanged)
     return fns
 
 
@@ -61,7 +62,7 @@ class RowDecoder:
         self._get: Callable[[dict[str, Any]], tuple[Any, ...]] = (
             operator.itemgetter(*names) if len(names) > 1 else (lambda values: (values[names[0]],))
         )
-        self._fixes = [(i, fn) for i, fn in enumerate(driver_form(columns)) if fn is not _identity]
+        self._fixes = [(i, fn) for i, fn in enumerate(driver_form(columns)) if fn is not unchanged]
 
     def matches(self, values: dict[str, Any]) -> bool:
         """The row has exactly the schema's columns."""
