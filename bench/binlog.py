@@ -511,8 +511,25 @@ class StreamProbe:
             "batch_commit_seconds_max": max((b["seconds"] for b in with_changes), default=None),
             "batch_changes_max": max((b["changes"] for b in with_changes), default=None),
             "trigger_interval_observed_median_s": percentile(gaps, 0.5),
+            "after_first_batch": after_first_batch(with_changes),
             "batch_log": self.batches[:500],
         }
+
+
+def after_first_batch(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The changes committed after the first batch and the time from its commit's end to the last one's: the
+    rate of a warm JVM (the first MERGEs of a fresh JVM take several times longer than the rest)."""
+    if len(batches) < 2:
+        return None
+    first_end = batches[0]["started_at"] + batches[0]["seconds"]
+    last_end = batches[-1]["started_at"] + batches[-1]["seconds"]
+    changes = sum(b["changes"] for b in batches[1:])
+    seconds = last_end - first_end
+    return {
+        "changes": changes,
+        "seconds": round(seconds, 3),
+        "changes_per_s": changes / seconds if seconds > 0 else None,
+    }
 
 
 def _worker_spark(spec: Mapping[str, Any], config: PipelineConfig) -> tuple[Any, float]:
@@ -1277,6 +1294,10 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     if structured.get("changes_per_s"):
         out["structured_changes_per_s_vs_baseline"] = structured["changes_per_s"] / base["rows_per_s"]
         out["structured_cpu_per_change_vs_baseline"] = structured["cpu_s_per_million"] / base["cpu_s_per_million"]
+    for name, run in (("ours", catchup), ("structured", structured)):
+        warm = run.get("after_first_batch") or {}
+        if warm.get("changes_per_s"):
+            out[f"{name}_after_first_batch_changes_per_s_vs_baseline"] = warm["changes_per_s"] / base["rows_per_s"]
     for f in (results.get("merge") or {}).get("formats", []):
         if f["merge_vs_append"] is not None:
             out[f"merge_vs_append_v{f['format_version']}"] = f["merge_vs_append"]
@@ -1393,6 +1414,16 @@ def render(results: dict[str, Any]) -> str:
             ]
             if cs
             else []
+        ),
+        *(
+            f"{name}: after the first batch (a warm JVM): {_fmt(warm['changes'], ',')} changes in "
+            f"{warm['seconds']:.1f}s, {_fmt(warm['changes_per_s'])} changes/s, "
+            f"{_fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
+            for name, warm in (
+                ("ours", c.get("after_first_batch")),
+                ("ours (structured)", (cs or {}).get("after_first_batch")),
+            )
+            if warm
         ),
         f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
         f"{reader['batches']} batches folding to {reader['final_rows']:,} final rows",

@@ -30,11 +30,12 @@ from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
 from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.row_events import RowEvents
 from ingest.source.watermark import read_watermark
 
 log = logging.getLogger(__name__)
 
-RowChange = tuple[dict[str, Any] | None, dict[str, Any] | None]
+ImagePair = tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]
 HookPoint = Literal["after_low_watermark", "before_high_watermark", "after_high_watermark"]
 ChunkHook = Callable[[HookPoint, Chunk], None]
 
@@ -200,9 +201,12 @@ def _apply_finals(
     return pa.concat_tables([kept, pa.Table.from_batches([rows_to_record_batch(targets, upserts)])])
 
 
-def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[RowChange]:
-    """(before, after) images of this table's row changes with low < position <= high, in binlog order."""
+def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[ImagePair]:
+    """(before, after) images of this table's row changes with low < position <= high, in binlog order: tuples
+    of driver values in the schema's column order, decoded as the binlog phase decodes them."""
     schema = task.schema
+    key = (schema.database, schema.table)
+    decoder = RowEvents()
     stream = open_stream(
         task.source,
         low.position,
@@ -220,20 +224,43 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[R
                 return
             if isinstance(event, QueryEvent):
                 query, default_db = query_of(event)
-                if statement_tables(query, default_db, [(schema.database, schema.table)]):
+                if statement_tables(query, default_db, [key]):
                     raise refuse_statement(schema.table_id, end, query)
                 continue
-            if event.schema != schema.database or event.table != schema.table:
+            if (event.schema, event.table) != key:
                 continue
             kind = (
                 "insert"
                 if isinstance(event, WriteRowsEvent)
                 else ("delete" if isinstance(event, DeleteRowsEvent) else "update")
             )
-            for row in event.rows:
-                yield row_images(kind, row)
+            images = decoder.rows(key, kind, event, schema.columns)
+            if images is None:  # an event only the library reads
+                images = [_library_images(task, kind, row) for row in event.rows]
+            yield from images
     finally:
         stream.close()
+
+
+def _library_images(task: ChunkTask, kind: str, row: dict[str, Any]) -> ImagePair:
+    """One row of an event the library decoded, as `_binlog_rows` gives rows."""
+    schema = task.schema
+    names = schema.column_names
+    to_driver = driver_form(schema.columns)
+
+    def as_row(values: dict[str, Any] | None) -> tuple[Any, ...] | None:
+        if values is None:
+            return None
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise SourceError(
+                f"a binlog event of {schema.table_id} lacks columns {missing}: the table changed between the "
+                f"watermarks of chunk {task.chunk.index}, or binlog_row_image is not FULL"
+            )
+        return tuple(fn(values[n]) for fn, n in zip(to_driver, names, strict=True))
+
+    before, after = row_images(kind, row)
+    return as_row(before), as_row(after)
 
 
 def window_changes(
@@ -244,28 +271,13 @@ def window_changes(
     Keys and rows are driver values (PyMySQL's forms). Applied in binlog order, exactly as "a delete
     removes the key, an insert/update sets it" on a buffer would: only the last change of a key counts.
     """
-    schema = task.schema
-    names = schema.column_names
-    positions = schema.key_positions()
-    to_driver = driver_form(schema.columns)
-
-    def as_row(values: dict[str, Any]) -> tuple[Any, ...]:
-        missing = [n for n in names if n not in values]
-        if missing:
-            raise SourceError(
-                f"a binlog event of {schema.table_id} lacks columns {missing}: the table changed between the "
-                f"watermarks of chunk {task.chunk.index}, or binlog_row_image is not FULL"
-            )
-        return tuple(fn(values[n]) for fn, n in zip(to_driver, names, strict=True))
-
-    changes = [
-        (None if b is None else as_row(b), None if a is None else as_row(a)) for b, a in _binlog_rows(task, low, high)
-    ]
+    positions = task.schema.key_positions()
+    changes = list(_binlog_rows(task, low, high))
     finals: dict[Key, tuple[Any, ...] | None] = {}
     if not changes:
         return finals, 0
     keys = [tuple(image[i] for i in positions) for change in changes for image in change if image is not None]
-    inside = in_chunk(conn, schema, task.chunk, keys)
+    inside = in_chunk(conn, task.schema, task.chunk, keys)
     for before, after in changes:
         if before is not None:
             key = tuple(before[i] for i in positions)
