@@ -108,6 +108,8 @@ def run(
     from ingest.structured import stream_structured
 
     info = discover(config)
+    # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
+    cached_pyiceberg_catalog(config.sink)
     stop = StopSignal()
     stop.install()
     warm_up = None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ingest.config import Secret, SinkConfig
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, SinkError
 
 # pyiceberg's SQL catalog must reach the same database; a MySQL-backed one would need the password in its
 # URL, so only the two whose password can stay out of every URL are supported.
@@ -75,9 +75,43 @@ def pyiceberg_properties(sink: SinkConfig) -> dict[str, str]:
 
 
 def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
+    """The sink catalog through pyiceberg. A catalog that cannot be opened (its database or service down or
+    unreachable, a wrong address) is a SinkError naming it, without the secrets of its configuration."""
     from pyiceberg.catalog import load_catalog
 
-    return load_catalog(sink.catalog_name, **pyiceberg_properties(sink))
+    props = pyiceberg_properties(sink)
+    try:
+        # pyiceberg connects here: a SQL catalog makes sure its tables exist, a REST catalog fetches its config.
+        catalog = load_catalog(sink.catalog_name, **props)
+    except Exception as e:  # noqa: BLE001 - drivers (SQLAlchemy, requests, sqlite) raise their own types
+        raise SinkError(
+            f"cannot open the Iceberg catalog `{sink.catalog_name}` at {catalog_address(props)}: "
+            f"{_without_secrets(_first_line(e), sink)}. Check that it is running and reachable, and "
+            "`sink.catalog` in the pipeline file"
+        ) from None
+    return catalog
+
+
+def catalog_address(props: Mapping[str, str]) -> str:
+    """Where the catalog is, for an error message: its URI without credentials or query."""
+    uri = props.get("uri", "")
+    scheme, sep, rest = uri.partition("://")
+    if sep:
+        rest = rest.rpartition("@")[2]  # user[:password]@ dropped
+        uri = f"{scheme}://{rest}"
+    return repr(uri.split("?")[0]) if uri else f"(type {props.get('type', '?')}, no uri)"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+def _without_secrets(text: str, sink: SinkConfig) -> str:
+    for value in sink.catalog.values():
+        if isinstance(value, Secret) and value.reveal():
+            text = text.replace(value.reveal(), "***")
+    return text
 
 
 _cached: dict[str, Any] = {}

@@ -223,6 +223,37 @@ def test_an_unreachable_source_is_named_and_nothing_is_written(mariadb: MariaDBS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
 
 
+def test_an_unreachable_catalog_is_named_before_spark_starts_and_nothing_is_written(
+    mariadb: MariaDBServer, shop: str, tmp_path: Path
+) -> None:
+    """FAILURES.md "Security and bad input": a catalog database that is down or at a wrong address fails the
+    run with its address (never its password), not a stack trace from the JVM."""
+    from ingest.devservers.process import free_port
+
+    port = free_port()  # nothing listens there
+    password = "catalog-pw-" + os.urandom(4).hex()
+    sink = {
+        "catalog_name": "lake",
+        "catalog": {
+            "type": "jdbc",
+            "uri": f"jdbc:postgresql://127.0.0.1:{port}/iceberg",
+            "jdbc.user": "iceberg",
+            "jdbc.password": {"env": "INGEST_TEST_CATALOG_PASSWORD"},
+            "warehouse": f"file://{tmp_path}/warehouse",
+        },
+    }
+    data = _config(mariadb, sink, "nocatalog", include=r"shop\.products")
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    done = run_ingest("run", "--config", str(config_file), env_extra={"INGEST_TEST_CATALOG_PASSWORD": password})
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert f"cannot open the Iceberg catalog `lake` at 'postgresql+psycopg2://127.0.0.1:{port}/iceberg'" in (
+        done.stderr
+    ), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and password not in done.stderr + done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
+
+
 def test_missing_grant_is_named(mariadb: MariaDBServer, shop: str, tmp_path: Path) -> None:
     mariadb.execute(
         "CREATE USER IF NOT EXISTS 'reader'@'%' IDENTIFIED BY 'reader-pw'", "GRANT SELECT ON *.* TO 'reader'@'%'"
