@@ -11,12 +11,15 @@ over every column of the shared type fixture. An event this module does not cove
 as before: a row image without every column (a writer with binlog_row_image MINIMAL or NOBLOB, which the
 library path refuses), MySQL's partial JSON updates, a column type without a reader here, a table map
 without column names, or columns that differ from the schema's (the library path names the difference).
+An event whose bytes it cannot decode is also left to the library (which raises its own error or reads
+it), with a warning once per table.
 """
 
 from __future__ import annotations
 
 import codecs
 import datetime as dt
+import logging
 import struct
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -28,6 +31,8 @@ from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
 
 from ingest.sink.types import SourceColumn
 from ingest.source.binlog_values import driver_form, unchanged
+
+log = logging.getLogger(__name__)
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 """Reads one non-NULL value at an offset of the event's bytes: (value, offset after it)."""
@@ -370,6 +375,7 @@ class RowEvents:
         self._decoders: dict[tuple[str, str], tuple[Any, Sequence[SourceColumn], TableDecoder | None]] = {}
         self.fallbacks = 0
         """Row events left to the library (not covered here)."""
+        self._warned: set[tuple[str, str]] = set()
 
     def rows(
         self, key: tuple[str, str], kind: str, event: Any, schema: Sequence[SourceColumn]
@@ -381,26 +387,14 @@ class RowEvents:
         if body is None or decoder is None or not _full_images(event, decoder.columns):
             self.fallbacks += 1
             return None
-        buf, pos, end = body
-        image = decoder.image
-        out: list[tuple[Image | None, Image | None]] = []
-        if kind == "update":
-            while pos < end:
-                before, pos = image(buf, pos)
-                after, pos = image(buf, pos)
-                out.append((before, after))
-        elif kind == "insert":
-            while pos < end:
-                row, pos = image(buf, pos)
-                out.append((None, row))
-        else:
-            while pos < end:
-                row, pos = image(buf, pos)
-                out.append((row, None))
-        if pos != end:  # not the event's layout as read here: the library reads it, from the untouched bytes
+        try:
+            return _decode(decoder, kind, *body)
+        except Exception as e:  # noqa: BLE001 - the library reads the untouched bytes, and decides
             self.fallbacks += 1
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("%s.%s: row event left to python-mysql-replication (%s)", *key, e)
             return None
-        return out
 
     def _decoder(self, key: tuple[str, str], event: Any, schema: Sequence[SourceColumn]) -> TableDecoder | None:
         table = event.table_map.get(event.table_id)
@@ -413,6 +407,29 @@ class RowEvents:
         decoder = TableDecoder.build(table.columns, schema, errors)
         self._decoders[key] = (table, schema, decoder)
         return decoder
+
+
+def _decode(
+    decoder: TableDecoder, kind: str, buf: bytes, pos: int, end: int
+) -> list[tuple[Image | None, Image | None]]:
+    image = decoder.image
+    out: list[tuple[Image | None, Image | None]] = []
+    if kind == "update":
+        while pos < end:
+            before, pos = image(buf, pos)
+            after, pos = image(buf, pos)
+            out.append((before, after))
+    elif kind == "insert":
+        while pos < end:
+            row, pos = image(buf, pos)
+            out.append((None, row))
+    else:
+        while pos < end:
+            row, pos = image(buf, pos)
+            out.append((row, None))
+    if pos != end:
+        raise ValueError(f"the rows end at byte {pos} of the event, not at {end}")
+    return out
 
 
 def _full_images(event: Any, columns: int) -> bool:
