@@ -26,7 +26,7 @@ from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.mysql import TableSchema, require_tls, tls_context
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
-from ingest.source.row_events import RowEvents
+from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
 
@@ -325,11 +325,7 @@ class BinlogReader:
                     if current is None:
                         current = Transaction(end)
                     table_id = f"{key[0]}.{key[1]}"
-                    kind = (
-                        "insert"
-                        if isinstance(event, WriteRowsEvent)
-                        else ("delete" if isinstance(event, DeleteRowsEvent) else "update")
-                    )
+                    kind = event_kind(event)
                     changes = current.changes
                     images = self._row_events.rows(key, kind, event, self.schemas[key].columns)
                     if images is None:  # an event only the library reads

@@ -30,7 +30,7 @@ from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
 from ingest.source.position import BinlogPosition, Watermark
-from ingest.source.row_events import RowEvents
+from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
 
 log = logging.getLogger(__name__)
@@ -229,11 +229,7 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
                 continue
             if (event.schema, event.table) != key:
                 continue
-            kind = (
-                "insert"
-                if isinstance(event, WriteRowsEvent)
-                else ("delete" if isinstance(event, DeleteRowsEvent) else "update")
-            )
+            kind = event_kind(event)
             images = decoder.rows(key, kind, event, schema.columns)
             if images is None:  # an event only the library reads
                 images = [_library_images(task, kind, row) for row in event.rows]

@@ -27,7 +27,7 @@ from typing import Any
 
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
-from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.sink.types import SourceColumn
 from ingest.source.binlog_values import driver_form, unchanged
@@ -366,6 +366,13 @@ class TableDecoder:
             if not nulls & bit:
                 row[slot], pos = read(buf, pos)
         return tuple(row), pos
+
+
+def event_kind(event: Any) -> str:
+    """ "insert", "update" or "delete": what a row event's rows are."""
+    if isinstance(event, WriteRowsEvent):
+        return "insert"
+    return "delete" if isinstance(event, DeleteRowsEvent) else "update"
 
 
 class RowEvents:

@@ -25,7 +25,7 @@ from ingest.source.binlog import open_stream
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.mysql import TableSchema, connect
 from ingest.source.position import BinlogPosition
-from ingest.source.row_events import RowEvents
+from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
 from tests.conftest import embedded_sink, source_section
 from tests.type_cases import create_types_table
@@ -146,8 +146,7 @@ def _events(config: PipelineConfig, start: BinlogPosition, end: BinlogPosition) 
         for event in stream:
             if BinlogPosition(stream.log_file, event.packet.log_pos) > end:
                 return
-            kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}[type(event)]
-            yield kind, event
+            yield event_kind(event), event
     finally:
         stream.close()
 
