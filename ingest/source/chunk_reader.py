@@ -25,7 +25,7 @@ from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
 from ingest.sink.types import TargetColumn, rows_to_record_batch
 from ingest.source.binlog import open_stream, query_of, refuse_statement, statement_tables
-from ingest.source.binlog_values import driver_form, row_images
+from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import TableSchema, connect, quote
@@ -207,6 +207,7 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
     schema = task.schema
     key = (schema.database, schema.table)
     decoder = RowEvents()
+    library_images = _library_images(task)
     stream = open_stream(
         task.source,
         low.position,
@@ -232,31 +233,33 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
             kind = event_kind(event)
             images = decoder.rows(key, kind, event, schema.columns)
             if images is None:  # an event only the library reads
-                images = [_library_images(task, kind, row) for row in event.rows]
+                images = [library_images(kind, row) for row in event.rows]
             yield from images
     finally:
         stream.close()
 
 
-def _library_images(task: ChunkTask, kind: str, row: dict[str, Any]) -> ImagePair:
-    """One row of an event the library decoded, as `_binlog_rows` gives rows."""
+def _library_images(task: ChunkTask) -> Callable[[str, dict[str, Any]], ImagePair]:
+    """How a row of an event the library decoded becomes what `_binlog_rows` gives (one decoder per window)."""
     schema = task.schema
-    names = schema.column_names
-    to_driver = driver_form(schema.columns)
+    decode = RowDecoder(schema.columns)
 
     def as_row(values: dict[str, Any] | None) -> tuple[Any, ...] | None:
         if values is None:
             return None
-        missing = [n for n in names if n not in values]
+        missing = [n for n in schema.column_names if n not in values]
         if missing:
             raise SourceError(
                 f"a binlog event of {schema.table_id} lacks columns {missing}: the table changed between the "
                 f"watermarks of chunk {task.chunk.index}, or binlog_row_image is not FULL"
             )
-        return tuple(fn(values[n]) for fn, n in zip(to_driver, names, strict=True))
+        return decode(values)
 
-    before, after = row_images(kind, row)
-    return as_row(before), as_row(after)
+    def images(kind: str, row: dict[str, Any]) -> ImagePair:
+        before, after = row_images(kind, row)
+        return as_row(before), as_row(after)
+
+    return images
 
 
 def window_changes(

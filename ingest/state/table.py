@@ -25,7 +25,7 @@ import pyarrow as pa
 from ingest.config import PipelineConfig
 from ingest.errors import SinkError
 from ingest.faults import crash_point
-from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.source.chunks import Chunk, decode_key, encode_key
 from ingest.source.position import Watermark
 
@@ -105,7 +105,7 @@ class StateTable:
     def open(cls, config: PipelineConfig) -> StateTable:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
-        catalog = load_pyiceberg_catalog(config.sink)
+        catalog = cached_pyiceberg_catalog(config.sink)  # the one run() opened first, before Spark
         namespace, _, name = config.sink.state_table.rpartition(".")
         try:
             table = catalog.load_table((namespace, name))
