@@ -98,6 +98,21 @@ def check_binlog_settings(conn: pymysql.connections.Connection[Any]) -> None:
             f"binlog_row_image is {image}; CDC needs FULL so that every column is in every event "
             "(with MINIMAL or NOBLOB, columns missing from an event would be written as NULL)"
         )
+    with conn.cursor() as cur:
+        # Readable without privileges; MariaDB counts its running replication SQL threads here (MySQL has no
+        # such variable, and writes what a replica applies to its binlog by default).
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Slaves_running'")
+        row = cur.fetchone()
+        if row is None or int(row[1]) == 0:
+            return
+        cur.execute("SELECT @@log_slave_updates")
+        (logs_applied,) = cur.fetchone()
+    if not logs_applied:
+        raise SourceError(
+            "the source is a replica with log_slave_updates OFF: what it applies from its primary never reaches "
+            "its own binlog, so the job would miss those changes; start it with log_slave_updates=ON, or read "
+            "from the primary"
+        )
 
 
 def check_privileges(conn: pymysql.connections.Connection[Any], flavor: str) -> None:

@@ -1,6 +1,7 @@
-"""Failover to a replica, then resume by GTID (FAILURES.md "Watermarks, positions, GTIDs").
+"""Replicas: snapshot and stream from a read-only replica; failover to a replica, then resume by GTID
+(FAILURES.md "Watermarks, positions, GTIDs").
 
-A primary and a GTID replica with `log_slave_updates`, both real MariaDB servers with the same binlog base
+For failover, a primary and a GTID replica with `log_slave_updates`, both real MariaDB servers with the same binlog base
 name, so positions of the two compare without an error and only the server id tells them apart. The job
 follows the primary, is killed between two tables of a batch (the tables then hold different offsets),
 the primary dies and the replica takes over; the job, pointed at the replica, must find every recorded
@@ -10,7 +11,9 @@ change exactly once.
 
 from __future__ import annotations
 
+import random
 import signal
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,15 +22,19 @@ from typing import Any
 import pytest
 import yaml
 
-from ingest.config import parse_config
+from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SourceError
-from ingest.pipeline import run
+from ingest.pipeline import discover, run
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.source.chunk_reader import ChunkTask, HookPoint, read_chunk
+from ingest.source.chunks import Chunk, range_predicate, split_table
+from ingest.source.mysql import connect, load_schema
 from ingest.state.table import StateTable
 from ingest.status import binlog_status
 from ingest.verify import verify
 from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
+from tests.integration.test_chunks import HOOK_DML
 
 pytestmark = pytest.mark.integration
 
@@ -167,3 +174,136 @@ def test_a_replica_without_transactions_iceberg_holds_stops_the_job_naming_them(
     config_on_replica = parse_config(_pipeline(replica, db, tmp_path))
     with pytest.raises(SourceError, match=r"lacks transactions Iceberg already holds: domain 0 up to sequence"):
         run(config_on_replica, spark=spark, until_caught_up=True)
+
+
+def _writer(primary: MariaDBServer, db: str, stop: threading.Event, done: list[int]) -> None:
+    """Random multi-statement transactions on the primary: updates, deletes, inserts, key moves."""
+    rng = random.Random(11)
+    with primary.admin(db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION autocommit = 0")
+        while not stop.is_set():
+            for _ in range(rng.randint(1, 3)):
+                k, op = rng.randint(1, 500), rng.choice(["update", "update", "delete", "insert", "move"])
+                if op == "update":
+                    cur.execute("UPDATE acct SET balance = balance + 1 WHERE id = %s", (k,))
+                elif op == "delete":
+                    cur.execute("DELETE FROM acct WHERE id = %s", (k,))
+                elif op == "insert":
+                    cur.execute("INSERT IGNORE INTO acct VALUES (%s, 'new', %s)", (k, rng.randint(0, 99)))
+                else:
+                    cur.execute("UPDATE IGNORE acct SET id = %s WHERE id = %s", (rng.randint(1, 500), k))
+                done[0] += cur.rowcount
+            conn.commit()
+
+
+def test_a_chunk_read_on_a_read_only_replica_takes_the_writes_replicated_inside_its_window(
+    pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path
+) -> None:
+    """The three hook points of FAILURES.md on a replica: the DML runs on the primary and the hook waits until
+    the replica has applied it, so it reaches the chunk only through the replica's own binlog window."""
+    primary, replica = pair
+    db = "rohook"
+    primary.execute(f"CREATE DATABASE {db}")
+    replica.wait_for(primary)
+    replica.execute("SET GLOBAL read_only = ON")
+    config = parse_config(_pipeline(replica, db, tmp_path))
+    for point in ("after_low_watermark", "before_high_watermark", "after_high_watermark"):
+        _dml_on_the_primary_at(point, primary, replica, config, db)
+    assert _gtid_servers(replica) == {21}
+
+
+def _dml_on_the_primary_at(
+    point: str, primary: MariaDBServer, replica: MariaDBServer, config: PipelineConfig, db: str
+) -> None:
+    table = f"{db}.hook_{point}"
+    primary.execute(
+        f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))",
+        f"INSERT INTO {table} SELECT seq, CONCAT('v', seq) FROM {db}.seq_2_to_24_step_2",
+    )
+    replica.wait_for(primary)
+    with connect(config.source) as conn:
+        schema = load_schema(conn, db, f"hook_{point}", config.options_for(db, f"hook_{point}"))
+        target = next(c for c in split_table(conn, schema, 3) if c.lower == (8,))
+    where, params = range_predicate(schema.chunk_key, target.lower, target.upper)
+
+    def rows_now() -> list[tuple[Any, ...]]:
+        with replica.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM {table} WHERE {where}", params)
+            return sorted(tuple(r) for r in cur.fetchall())
+
+    before_dml: list[tuple[Any, ...]] = []
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == point and chunk == target:
+            before_dml.extend(rows_now())
+            primary.execute(*(s.format(t=table) for s in HOOK_DML))
+            replica.wait_for(primary)
+
+    result = read_chunk(ChunkTask(config.source, "mariadb", schema, target, hook))
+    after_dml = rows_now()
+    assert before_dml and before_dml != after_dml
+    assert sorted(result.rows) == (before_dml if point == "after_high_watermark" else after_dml), point
+    if point != "after_high_watermark":
+        assert result.window_events >= len(HOOK_DML), point
+
+
+def _gtid_servers(server: MariaDBServer) -> set[int]:
+    """The server ids of every GTID in the server's binlog (`domain-server-seq` per domain and server)."""
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_state")
+        (state,) = cur.fetchone()
+    return {int(g.split("-")[1]) for g in state.split(",") if g}
+
+
+def test_snapshot_and_stream_from_a_read_only_replica_while_the_primary_takes_writes(
+    spark: Any, pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path
+) -> None:
+    """Seed 004's read-only mode: watermarks are the replica's own binlog positions and GTIDs, nothing is
+    written to any server, and the writes the replica applies during the chunk windows land exactly once."""
+    primary, replica = pair
+    db = "ro"
+    _setup(primary, db)
+    primary.execute(f"INSERT INTO {db}.acct SELECT seq, CONCAT('o', seq), seq FROM {db}.seq_41_to_400")
+    replica.wait_for(primary)
+    replica.execute("SET GLOBAL read_only = ON")  # the replication thread applies, no client may write
+    config = parse_config(_pipeline(replica, db, tmp_path))
+
+    stop, done = threading.Event(), [0]
+    writer = threading.Thread(target=_writer, args=(primary, db, stop, done))
+    writer.start()
+    try:
+        run(config, spark=spark, until_caught_up=True)  # the snapshot's windows see the replicated writes
+    finally:
+        stop.set()
+        writer.join()
+    assert done[0] > 100, done
+    records = StateTable.open(config).done(f"{db}.acct")
+    assert sum(r.window_events for r in records.values()) > 0, "no chunk had replicated writes inside its window"
+
+    replica.wait_for(primary)
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert _server_id_of_offset(config) == 22
+    with replica.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@read_only")
+        assert cur.fetchone() == (1,)
+    # Every transaction in the replica's binlog came from the primary: the job wrote nothing there.
+    assert _gtid_servers(replica) == {21}
+
+
+def test_a_replica_that_does_not_log_what_it_applies_is_refused(cdc_password: str, tmp_path: Path) -> None:
+    """Without log_slave_updates a replica's binlog holds none of the primary's changes: reading it would
+    snapshot the tables and then never see a change. The job refuses it before reading anything."""
+    with (
+        MariaDBServer(server_id=31) as primary,
+        MariaDBServer(server_id=32, extra_args=("--log-slave-updates=OFF",)) as replica,
+    ):
+        replica.replicate_from(primary)
+        primary.create_cdc_user(CDC_USER, cdc_password)
+        _setup(primary, "nolog")
+        replica.wait_for(primary)
+        config = parse_config(_pipeline(replica, "nolog", tmp_path))
+        with pytest.raises(SourceError, match=r"a replica with log_slave_updates OFF: .* never reaches its own binlog"):
+            discover(config)
+        replica.execute("STOP SLAVE")  # no longer replicating: its binlog is the whole truth again
+        assert discover(config).schemas
