@@ -158,6 +158,64 @@ def test_every_type_case_has_the_same_iceberg_value_through_the_binlog(
     assert check_iceberg_rows(rows) == []
 
 
+PAD_KEYS_DDL = [
+    "CREATE TABLE {db}.padc (k CHAR(6) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, v INT)",
+    "CREATE TABLE {db}.padv (k VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, v INT)",
+    "CREATE TABLE {db}.nopad (k VARCHAR(8) COLLATE utf8mb4_general_nopad_ci NOT NULL PRIMARY KEY, v INT)",
+    "INSERT INTO {db}.padc VALUES ('a', 1), ('b  ', 2), ('c', 3), ('d', 4)",  # CHAR drops trailing spaces
+    "INSERT INTO {db}.padv VALUES ('a ', 1), ('b', 2), ('c  ', 3), ('d ', 4)",  # VARCHAR keeps them
+    "INSERT INTO {db}.nopad VALUES ('a', 1), ('a ', 2), ('b', 3), ('b  ', 4)",  # NO PAD: four keys
+]
+# One transaction, so one batch: each statement finds its row by a key MySQL deems equal, not byte-equal.
+PAD_KEYS_DML = [
+    "UPDATE {db}.padc SET v = v + 10 WHERE k = 'a   '",
+    "UPDATE {db}.padc SET k = 'B ' WHERE k = 'b'",  # a case-only key change
+    "DELETE FROM {db}.padc WHERE k = 'C  '",
+    "INSERT INTO {db}.padc VALUES ('c    ', 30)",  # deleted and inserted again, spelled otherwise
+    "INSERT INTO {db}.padc VALUES ('e ', 5)",
+    "UPDATE {db}.padv SET v = v + 10 WHERE k = 'a'",  # updates 'a ', whose bytes stay 'a '
+    "UPDATE {db}.padv SET k = 'b  ' WHERE k = 'b'",  # a key change of trailing spaces only
+    "DELETE FROM {db}.padv WHERE k = 'c'",
+    "INSERT INTO {db}.padv VALUES ('c', 30)",
+    "UPDATE {db}.padv SET k = 'D' WHERE k = 'd'",
+    "UPDATE {db}.padv SET v = 40 WHERE k = 'd   '",
+    "UPDATE {db}.nopad SET v = v + 10 WHERE k = 'a '",  # only 'a ' under NO PAD
+    "DELETE FROM {db}.nopad WHERE k = 'b'",
+    "INSERT INTO {db}.nopad VALUES ('b ', 5)",
+]
+
+
+def test_keys_equal_under_the_collation_but_not_in_bytes_keep_mysqls_exact_rows_through_a_batch(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """FAILURES.md "Keys and chunks": `'a'` equals `'a '` under PAD SPACE and `'b'` equals `'B'` under _ci. The
+    binlog carries the stored bytes, the batch collapses by them, and the MERGE matches by them: Iceberg ends
+    with MySQL's exact keys (trailing spaces and case), one row each, never a row per spelling."""
+    db = "padkeys"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}", *(s.format(db=db) for s in PAD_KEYS_DDL))
+    config = _config(mariadb, db, tmp_path, catalog="padkeys_lake")
+    run(config, spark=spark, until_caught_up=True)
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        for statement in PAD_KEYS_DML:
+            cur.execute(statement.format(db=db))
+        cur.execute("COMMIT")
+    run(config, spark=spark, until_caught_up=True)
+    catalog = load_pyiceberg_catalog(config.sink)
+    expected = {
+        "padc": [("B", 2), ("a", 11), ("c", 30), ("d", 4), ("e", 5)],
+        "padv": [("D", 40), ("a ", 11), ("b  ", 2), ("c", 30)],
+        "nopad": [("a", 1), ("a ", 12), ("b ", 5), ("b  ", 4)],
+    }
+    for table, rows in expected.items():
+        with mariadb.admin(db) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT k, v FROM {table}")
+            assert sorted(cur.fetchall()) == rows, table  # the test's own reading of MySQL's semantics
+        iceberg = catalog.load_table((db, table)).scan().to_arrow().to_pylist()
+        assert sorted((r["k"], r["v"]) for r in iceberg) == rows, table
+    assert verify(config)
+
+
 def test_type_values_do_not_depend_on_the_server_or_job_time_zone(cdc_password: str, tmp_path: Path) -> None:
     """FAILURES.md "Types and settings": a server whose default zone is +08:00 and a job (JVM and Python) in
     America/New_York give the same values as everywhere else, through the snapshot and through the binlog."""
