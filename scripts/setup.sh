@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine, idempotently:
 #   system packages (MariaDB, PostgreSQL, JDK, Maven), MinIO built from its pinned Go module,
-#   the Python virtualenv (.venv) from pinned constraints, and the pinned Iceberg jars.
+#   the Python virtualenv (.venv) from pinned constraints, the pinned Iceberg jars, and a JVM class archive
+#   trained for this Spark and JDK (ingest/runtime/class_archive.py).
 # Binaries and jars go to $INGEST_CACHE (default ~/.cache/ingest), never into git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,5 +57,12 @@ step "Python virtualenv (.venv)"
 
 step "Iceberg jars (Maven Central)"
 INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.jars
+
+step "JVM class archive (Spark starts in about half the time)"
+mkdir -p "$CACHE"
+if ! INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.class_archive > "$CACHE/class-archive.log" 2>&1; then
+  tail -30 "$CACHE/class-archive.log"; exit 1
+fi
+grep '^class archive:' "$CACHE/class-archive.log"
 
 step "setup done"

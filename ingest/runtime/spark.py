@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ingest.config import PipelineConfig
+from ingest.runtime.class_archive import driver_options
 from ingest.runtime.jars import REQUIRED_JARS, local_jars
 from ingest.sink.catalog import spark_catalog_conf
 
@@ -32,14 +33,21 @@ _BASE_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
-_JIT = "-XX:TieredStopAtLevel=1"
-LAUNCH_CONF = {
-    # When the job launches the JVM itself (no spark-submit), HotSpot compiles with C1 only. The job's JVM
-    # runs many short, different query plans; C2 kept recompiling them on one of the two cores and cost more
-    # than it gave back: bench/README.md ("JIT") has the numbers. spark.conf in the pipeline file overrides.
-    "spark.driver.extraJavaOptions": _JIT,
-    "spark.executor.extraJavaOptions": _JIT,
-}
+JIT = "-XX:TieredStopAtLevel=1"
+
+
+def launch_conf() -> dict[str, str]:
+    """JVM options for when the job launches the JVM itself (no spark-submit); spark.conf in the pipeline file
+    overrides them.
+
+    HotSpot compiles with C1 only: the job's JVM runs many short, different query plans; C2 kept recompiling
+    them on one of the two cores and cost more than it gave back (bench/README.md, "JIT"). The driver also
+    maps the class archive setup trained, when there is one (`ingest.runtime.class_archive`).
+    """
+    return {
+        "spark.driver.extraJavaOptions": " ".join([JIT, *driver_options()]),
+        "spark.executor.extraJavaOptions": JIT,
+    }
 
 
 def jar_conf() -> dict[str, str]:
@@ -63,7 +71,7 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(config.spark.master)
         conf.update(jar_conf())
-        conf.update(LAUNCH_CONF)
+        conf.update(launch_conf())
         conf.setdefault("spark.driver.memory", "2g")
     plain, secret = spark_catalog_conf(config.sink)
     conf.update(plain)

@@ -1,0 +1,48 @@
+"""The JVM class archive: mapped only once trained, never half-written (ingest/runtime/class_archive.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ingest.runtime import class_archive
+from ingest.runtime.spark import JIT, launch_conf
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INGEST_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_the_driver_maps_the_archive_only_once_setup_trained_it(cache: Path) -> None:
+    assert class_archive.driver_options() == []
+    assert launch_conf()["spark.driver.extraJavaOptions"] == JIT
+    path = class_archive.archive_path()
+    assert path is not None and path.parent == cache / "jvm"
+    path.parent.mkdir()
+    path.write_bytes(b"trained")
+    driver = launch_conf()["spark.driver.extraJavaOptions"].split()
+    assert driver == [JIT, f"-XX:SharedArchiveFile={path}", class_archive.QUIET]
+    # Executors of a cluster have other class paths: they only get the JIT setting.
+    assert launch_conf()["spark.executor.extraJavaOptions"] == JIT
+
+
+def test_the_archive_name_follows_the_java_binary(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    here = class_archive.archive_path()
+    java = class_archive.java_binary()
+    assert here is not None and java is not None
+    other_home = tmp_path / "jdk"
+    (other_home / "bin").mkdir(parents=True)
+    shutil.copy(java, other_home / "bin" / "java")
+    monkeypatch.setenv("JAVA_HOME", str(other_home))
+    assert class_archive.java_binary() == (other_home / "bin" / "java").resolve()
+    assert class_archive.archive_path() not in (None, here)
+
+
+def test_a_file_that_is_not_a_whole_archive_is_never_put_in_place(cache: Path) -> None:
+    broken = cache / "broken.jsa"
+    broken.write_bytes(b"\x00" * 4096)  # a JVM would crash mapping a truncated archive
+    assert not class_archive._maps(broken, ".")
