@@ -19,6 +19,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,6 +58,8 @@ class _Sink:
         self.done = threading.Event()
         """The goal is committed (with "stop when caught up")."""
         self.error: BaseException | None = None
+        self.last_batch: int | None = None
+        """The id of the last micro-batch committed to the targets."""
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         with self.lock:
@@ -64,6 +67,7 @@ class _Sink:
                 if self.closing:
                     raise _Closing(f"batch {batch_id} after the stop")
                 self._apply(frame.collect())
+                self.last_batch = batch_id
             except BaseException as e:
                 self.error = e
                 raise
@@ -132,7 +136,8 @@ def stream_structured(
                 .option("checkpointLocation", checkpoint)
                 .start()
             )
-            _run_until_done(query, sink, stop, lambda: _source_position(config, flavor))
+            logs = _CheckpointLogs(spark, kept) if kept else None
+            _run_until_done(query, sink, stop, lambda: _source_position(config, flavor), logs)
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -173,33 +178,39 @@ def checkpoint_problem(
     return None
 
 
-def _checkpoint_offsets(spark: Any, location: str) -> tuple[Watermark | None, Watermark | None]:
-    """The end offsets of the last batch a checkpoint recorded as committed and of the last it planned (the
-    source line of its offset log), read through Hadoop's file system API as Spark reads them (local, HDFS,
-    S3 or GCS alike)."""
-    jvm = spark.sparkContext._jvm
-    fs_path = jvm.org.apache.hadoop.fs.Path
-    root = fs_path(location)
-    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+class _CheckpointLogs:
+    """A checkpoint's offset and commit logs, read through Hadoop's file system API as Spark reads them (local,
+    HDFS, S3 or GCS alike)."""
 
-    def last_batch(log: str) -> int | None:
-        folder = fs_path(root, log)
-        if not fs.exists(folder):
+    def __init__(self, spark: Any, location: str) -> None:
+        self.jvm = spark.sparkContext._jvm
+        self.root = self.jvm.org.apache.hadoop.fs.Path(location)
+        self.fs = self.root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def last_batch(self, log: str) -> int | None:
+        """The highest batch id in `log` (`offsets`: planned, `commits`: recorded as done)."""
+        folder = self.jvm.org.apache.hadoop.fs.Path(self.root, log)
+        if not self.fs.exists(folder):
             return None
-        ids = [int(s.getPath().getName()) for s in fs.listStatus(folder) if s.getPath().getName().isdigit()]
-        return max(ids, default=None)
+        names = [s.getPath().getName() for s in self.fs.listStatus(folder)]
+        return max((int(n) for n in names if n.isdigit()), default=None)
 
-    def end_of(batch: int | None) -> Watermark | None:
+    def end_of(self, batch: int | None) -> Watermark | None:
+        """The end offset of a batch: the source line of its offset log entry."""
         if batch is None:
             return None
-        stream = fs.open(fs_path(root, f"offsets/{batch}"))
+        stream = self.fs.open(self.jvm.org.apache.hadoop.fs.Path(self.root, f"offsets/{batch}"))
         try:
-            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+            text = self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
         return Watermark.from_json(json.loads(text.strip().splitlines()[-1]))
 
-    return end_of(last_batch("commits")), end_of(last_batch("offsets"))
+
+def _checkpoint_offsets(spark: Any, location: str) -> tuple[Watermark | None, Watermark | None]:
+    """The end offsets of the last batch a checkpoint recorded as committed and of the last it planned."""
+    logs = _CheckpointLogs(spark, location)
+    return logs.end_of(logs.last_batch("commits")), logs.end_of(logs.last_batch("offsets"))
 
 
 def _source_position(config: PipelineConfig, flavor: str) -> BinlogPosition:
@@ -209,7 +220,11 @@ def _source_position(config: PipelineConfig, flavor: str) -> BinlogPosition:
 
 
 def _run_until_done(
-    query: Any, sink: _Sink, stop: StopSignal | None, source_position: Callable[[], BinlogPosition]
+    query: Any,
+    sink: _Sink,
+    stop: StopSignal | None,
+    source_position: Callable[[], BinlogPosition],
+    kept: _CheckpointLogs | None = None,
 ) -> None:
     """Wait until the goal is committed, the query fails, or a stop comes: after SIGTERM, once the batches
     have committed what the source wrote before the signal (StopPoint), then after the batch being committed."""
@@ -228,6 +243,8 @@ def _run_until_done(
     sink.close()
     if stop_point is not None and not sink.done.is_set():
         log.info("stopping after the current commit, as asked (committed up to %s)", sink.committed)
+    if kept is not None and failure is None and sink.error is None:
+        _wait_recorded(query, kept, sink.last_batch)
     query.stop()
     if isinstance(sink.error, _Closing):
         return  # the query ended on a batch that came after the stop: nothing of it was committed
@@ -235,6 +252,18 @@ def _run_until_done(
         raise sink.error
     if failure is not None:
         raise _as_ingest_error(failure) from None
+
+
+def _wait_recorded(query: Any, logs: _CheckpointLogs, batch: int | None, timeout: float = 30.0) -> None:
+    """Let Spark record the last committed batch in a kept checkpoint's commit log before the query stops, so
+    that the checkpoint continues after it instead of running it again: the targets would skip it, but a
+    checkpoint behind the targets could no longer tell a checkpoint of other tables (`checkpoint_problem`)."""
+    deadline = time.monotonic() + timeout
+    while batch is not None and query.isActive and time.monotonic() < deadline:
+        recorded = logs.last_batch("commits")
+        if recorded is not None and recorded >= batch:
+            return
+        time.sleep(0.05)
 
 
 _ERROR = re.compile(r"\b(?:ingest\.errors\.)?([A-Z]\w*Error): (.+)")

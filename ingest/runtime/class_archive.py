@@ -74,6 +74,8 @@ def train(jit_options: str) -> Path | None:
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob("*.partial"):  # left by a training that was killed
+        stale.unlink(missing_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         class_path = _run_workload(f"{jit_options} -XX:ArchiveClassesAtExit={partial} {QUIET}")
