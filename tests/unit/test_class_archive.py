@@ -42,7 +42,17 @@ def test_the_archive_name_follows_the_java_binary(cache: Path, tmp_path: Path, m
     assert class_archive.archive_path() not in (None, here)
 
 
-def test_a_file_that_is_not_a_whole_archive_is_never_put_in_place(cache: Path) -> None:
-    broken = cache / "broken.jsa"
-    broken.write_bytes(b"\x00" * 4096)  # a JVM would crash mapping a truncated archive
-    assert not class_archive._maps(broken, ".")
+def test_a_training_whose_archive_does_not_map_puts_nothing_in_place(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A truncated archive would crash every later JVM (SIGBUS): `java -Xshare:on` must map it first."""
+
+    def truncated_dump(java_options: str) -> str:
+        partial = next(o for o in java_options.split() if o.startswith("-XX:ArchiveClassesAtExit="))
+        Path(partial.split("=", 1)[1]).write_bytes(b"\x00" * 4096)
+        return "."
+
+    monkeypatch.setattr(class_archive, "_run_workload", truncated_dump)
+    assert class_archive.train(JIT) is None
+    assert class_archive.driver_options() == []
+    assert list((cache / "jvm").iterdir()) == []  # no archive, no partial file left
