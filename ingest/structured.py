@@ -119,9 +119,10 @@ def stream_structured(
         spark.dataSource.register(make_binlog_source(name, spec))
         sink = _Sink(spark, config, state, conn, flavor, begin)
         kept = config.stream.checkpoint_location
+        logs = _CheckpointLogs(spark, kept) if kept else None
         scratch: Path | None = None
-        if kept:
-            _refuse_checkpoint_ahead(spark, kept, begin)
+        if kept and logs is not None:
+            _refuse_checkpoint_ahead(logs, kept, begin)
             checkpoint = kept
         else:
             scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
@@ -136,7 +137,6 @@ def stream_structured(
                 .option("checkpointLocation", checkpoint)
                 .start()
             )
-            logs = _CheckpointLogs(spark, kept) if kept else None
             _run_until_done(query, sink, stop, lambda: _source_position(config, flavor), logs)
         finally:
             if scratch is not None:
@@ -144,8 +144,8 @@ def stream_structured(
         return sink.committed
 
 
-def _refuse_checkpoint_ahead(spark: Any, location: str, begin: StreamStart) -> None:
-    committed, planned = _checkpoint_offsets(spark, location)
+def _refuse_checkpoint_ahead(logs: _CheckpointLogs, location: str, begin: StreamStart) -> None:
+    committed, planned = logs.end_of(logs.last_batch("commits")), logs.end_of(logs.last_batch("offsets"))
     problem = checkpoint_problem(location, committed, planned, begin.start, begin.here)
     if problem:
         raise ConfigError(problem)
@@ -184,12 +184,13 @@ class _CheckpointLogs:
 
     def __init__(self, spark: Any, location: str) -> None:
         self.jvm = spark.sparkContext._jvm
-        self.root = self.jvm.org.apache.hadoop.fs.Path(location)
+        self.path = self.jvm.org.apache.hadoop.fs.Path
+        self.root = self.path(location)
         self.fs = self.root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
     def last_batch(self, log: str) -> int | None:
         """The highest batch id in `log` (`offsets`: planned, `commits`: recorded as done)."""
-        folder = self.jvm.org.apache.hadoop.fs.Path(self.root, log)
+        folder = self.path(self.root, log)
         if not self.fs.exists(folder):
             return None
         names = [s.getPath().getName() for s in self.fs.listStatus(folder)]
@@ -199,18 +200,12 @@ class _CheckpointLogs:
         """The end offset of a batch: the source line of its offset log entry."""
         if batch is None:
             return None
-        stream = self.fs.open(self.jvm.org.apache.hadoop.fs.Path(self.root, f"offsets/{batch}"))
+        stream = self.fs.open(self.path(self.root, f"offsets/{batch}"))
         try:
             text = self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
         return Watermark.from_json(json.loads(text.strip().splitlines()[-1]))
-
-
-def _checkpoint_offsets(spark: Any, location: str) -> tuple[Watermark | None, Watermark | None]:
-    """The end offsets of the last batch a checkpoint recorded as committed and of the last it planned."""
-    logs = _CheckpointLogs(spark, location)
-    return logs.end_of(logs.last_batch("commits")), logs.end_of(logs.last_batch("offsets"))
 
 
 def _source_position(config: PipelineConfig, flavor: str) -> BinlogPosition:

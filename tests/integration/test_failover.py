@@ -28,13 +28,13 @@ from ingest.errors import SourceError
 from ingest.pipeline import discover, run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunk_reader import ChunkTask, HookPoint, read_chunk
-from ingest.source.chunks import Chunk, range_predicate, split_table
+from ingest.source.chunks import Chunk, split_table
 from ingest.source.mysql import connect, load_schema
 from ingest.state.table import StateTable
 from ingest.status import binlog_status
 from ingest.verify import verify
 from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
-from tests.integration.test_chunks import HOOK_DML
+from tests.integration.test_chunks import HOOK_DML, _table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -224,12 +224,9 @@ def _dml_on_the_primary_at(
     with connect(config.source) as conn:
         schema = load_schema(conn, db, f"hook_{point}", config.options_for(db, f"hook_{point}"))
         target = next(c for c in split_table(conn, schema, 3) if c.lower == (8,))
-    where, params = range_predicate(schema.chunk_key, target.lower, target.upper)
 
     def rows_now() -> list[tuple[Any, ...]]:
-        with replica.admin() as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM {table} WHERE {where}", params)
-            return sorted(tuple(r) for r in cur.fetchall())
+        return sorted(_table_rows(replica, schema, target))
 
     before_dml: list[tuple[Any, ...]] = []
 
