@@ -107,7 +107,13 @@ class TableStream:
 
 
 class HighWatermarkFilter:
-    """Drops a change already contained in its key's chunk: position <= that chunk's high watermark.
+    """Keeps of each change what its key's chunk does not hold already: the part of an image whose chunk was
+    read before the change (position > that chunk's high watermark).
+
+    The images of a key-changing update belong to their own chunks, so each side is judged alone: the update
+    stays whole when both chunks were read before it, becomes the delete of the old key when only the old
+    key's chunk was (the new key's chunk, read later, holds the new row and everything after it), becomes the
+    insert of the new key when only the new key's chunk was, and is dropped when neither was.
 
     Past the table's highest chunk watermark every change passes without a lookup (the "pure binlog"
     flag). Chunk membership of string keys is decided by the server, as in the chunk reader.
@@ -131,12 +137,20 @@ class HighWatermarkFilter:
         positions = table.schema.key_positions()
         keys = [tuple(img[i] for i in positions) for c in early for img in (c.before, c.after) if img is not None]
         index = self._chunk_index(keys)
+
+        def past_its_chunk(change: RowChange, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+            """The image if its chunk was read before the change, else None (the chunk holds it)."""
+            if image is None or change.position <= table.chunk_highs[index[tuple(image[i] for i in positions)]]:
+                return None
+            return image
+
         kept = []
         for change in early:
-            # A change is kept when any image's chunk was read before it happened.
-            images = [img for img in (change.before, change.after) if img is not None]
-            if any(change.position > table.chunk_highs[index[tuple(img[i] for i in positions)]] for img in images):
+            before, after = past_its_chunk(change, change.before), past_its_chunk(change, change.after)
+            if before is change.before and after is change.after:
                 kept.append(change)
+            elif before is not None or after is not None:
+                kept.append(change._replace(before=before, after=after))
         return kept + late
 
     def _chunk_index(self, keys: list[Key]) -> dict[Key, int]:

@@ -217,6 +217,13 @@ def load_schema(
                 f"chunk key column {name!r} of {table_id} is nullable: rows with NULL keys would never be read; "
                 "choose a NOT NULL unique key"
             )
+    if primary_key and options.chunk_key and options.chunk_key != primary_key:
+        # Rows are identified by the primary key, chunks by the other key: a row whose chunk key changes
+        # between two chunk reads would be copied twice, and the binlog phase could not tell which copy to keep.
+        raise UnsupportedTableError(
+            f"table {table_id} has a primary key ({', '.join(primary_key)}): `chunk_key` is only for tables "
+            "without one; remove it from its `table_options`"
+        )
     if options.chunk_key and options.chunk_key != primary_key:
         _require_unique_index(conn, database, table, options.chunk_key)
     collations = tuple(str(collation_of[k]) if collation_of.get(k) else None for k in chunk_key)

@@ -179,6 +179,15 @@ def test_a_named_chunk_key_must_be_unique(mariadb: MariaDBServer, config: Pipeli
         _schema(config, "not_unique", TableOptions(chunk_key=("b",)))
 
 
+def test_a_chunk_key_other_than_the_primary_key_is_refused(mariadb: MariaDBServer, config: PipelineConfig) -> None:
+    """Rows are identified by the primary key: split on another key, a row whose chunk key changed between two
+    chunk reads would be copied twice."""
+    _table(mariadb, "CREATE TABLE other_k (id INT PRIMARY KEY, u INT NOT NULL, UNIQUE KEY (u))", [(1, 5), (2, 6)])
+    with pytest.raises(UnsupportedTableError, match=r"chunkdb.other_k has a primary key \(id\): `chunk_key` is only"):
+        _schema(config, "other_k", TableOptions(chunk_key=("u",)))
+    assert _schema(config, "other_k", TableOptions(chunk_key=("id",))).chunk_key == ("id",)
+
+
 # --- DML at the three hook points (FAILURES.md "Watermarks, positions, GTIDs") -----------------------
 
 HOOK_DML = [

@@ -276,6 +276,64 @@ def test_writes_during_the_snapshot_and_after_end_equal(spark: Any, mariadb: Mar
     assert verify(config)
 
 
+class MoveKeysDuringChunkThree:
+    """A chunk hook (run on an executor): once, after chunk 2's low watermark (chunks 0 and 1 are read, 2 and 3
+    not yet), keys move between a read chunk and an unread one, and each moved key changes again."""
+
+    def __init__(self, socket: str, db: str) -> None:
+        self.socket, self.db = socket, db
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        if at != "after_low_watermark" or chunk.index != 2:
+            return
+        import pymysql
+
+        into_unread = chunk.lower[0] + 1  # a free key (keys are multiples of 10) inside chunk 2
+        from_unread = (chunk.upper[0] + 9) // 10 * 10  # chunk 3's first key
+        with pymysql.connect(unix_socket=self.socket, user="root", database=self.db, autocommit=True) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM moved")
+                if cur.fetchone()[0]:
+                    return  # a retried task: once only
+                cur.execute("INSERT INTO moved VALUES (1)")
+                cur.execute("UPDATE t SET id = %s WHERE id = 10", (into_unread,))  # chunk 0 -> chunk 2
+                cur.execute("UPDATE t SET v = 'changed after the move' WHERE id = %s", (into_unread,))
+                cur.execute("UPDATE t SET id = 11 WHERE id = %s", (from_unread,))  # chunk 3 -> chunk 0
+                cur.execute("INSERT INTO t VALUES (%s, 're-inserted')", (from_unread,))
+
+
+def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest_row(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Each image of a key-changing update belongs to its own chunk: the binlog phase must apply the delete of
+    the old key only if the old key's chunk was read before the change, and the new row only if the new key's
+    chunk was. Applying the whole update when either side was read overwrote chunk 2's newer row with the
+    moved one, and deleted the re-inserted key that chunk 3 holds."""
+    db = "keymove"
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(40))",
+        f"CREATE TABLE {db}.moved (x INT)",
+        f"INSERT INTO {db}.t SELECT seq * 10, CONCAT('v', seq) FROM {db}.seq_1_to_40",
+    )
+    config = parse_config(
+        {
+            "name": db,
+            "source": source_section(mariadb),
+            "tables": {"include": [rf"{db}\.t"]},
+            "sink": {**embedded_sink(tmp_path), "catalog_name": "keymove"},
+            "snapshot": {"chunk_size": 10, "parallelism": 1},
+            "stream": {"batch_interval_seconds": 1},
+        }
+    )
+    run(config, spark=spark, until_caught_up=True, hook=MoveKeysDuringChunkThree(mariadb.socket, db))
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM moved")
+        assert cur.fetchone()[0] == 1  # the hook ran
+    assert verify(config)
+
+
 STREAM_CRASH_POINTS = ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"]
 
 
