@@ -1,4 +1,4 @@
-"""The `ingest` command: run, status, verify, resnapshot, demo.
+"""The `ingest` command: run, status, verify, snapshot, resnapshot, demo.
 
 Exit codes: 0 success; 1 `verify` found a difference; 2 bad config or usage; 3 an error a person must
 fix (terminal); 4 an error that may pass on retry (transient); 130 interrupted.
@@ -53,6 +53,17 @@ def _parser() -> argparse.ArgumentParser:
         "--table", action="append", default=[], metavar="DB.TABLE", help="verify only this table (repeatable)"
     )
     verify.add_argument("--ranges", type=int, default=16, help="key ranges per table (default 16)")
+
+    snap = sub.add_parser(
+        "snapshot",
+        help="ask the running job (or the next run) to copy tables now while the binlog keeps flowing: tables "
+        "created since it started, or, with --again, tables it holds",
+    )
+    snap.add_argument("--config", required=True, help="the pipeline YAML file")
+    snap.add_argument(
+        "--table", action="append", default=[], metavar="DB.TABLE", help="a table to snapshot (repeatable)"
+    )
+    snap.add_argument("--again", action="store_true", help="drop what the job holds of the tables and copy them again")
 
     again = sub.add_parser(
         "resnapshot",
@@ -109,6 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ingest.verify import verify
 
             return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
+        if args.command == "snapshot":
+            from ingest.adhoc import ask_snapshot
+
+            ask_snapshot(config, args.table, args.again)
+            print(
+                f"asked pipeline {config.name!r} to snapshot {', '.join(args.table)}{' again' if args.again else ''}: "
+                f"a running job takes it within {config.stream.signal_poll_seconds:g} s "
+                "(`stream.signal_poll_seconds`), else the next `ingest run` does"
+            )
+            return EXIT_OK
         if args.command == "resnapshot":
             from ingest.resnapshot import resnapshot
 

@@ -148,6 +148,8 @@ class StreamConfig:
     """`loop`: a driver loop reads the binlog; `structured`: a Spark Structured Streaming query does."""
     checkpoint_location: str | None = None
     """With the `structured` engine: Spark's checkpoint directory (None: a fresh one per run)."""
+    signal_poll_seconds: float = 10.0
+    """How often the loop engine looks for snapshots asked with `ingest snapshot` (between batches)."""
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "concurrent_merges",
             "engine",
             "checkpoint_location",
+            "signal_poll_seconds",
         ),
     )
     stream = StreamConfig(
@@ -448,6 +451,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         concurrent_merges=stm.positive_int("concurrent_merges", 4),
         engine=cast(StreamEngine, stm.choice("engine", ("loop", "structured"), "loop")),
         checkpoint_location=stm.get("checkpoint_location", str),
+        signal_poll_seconds=_positive_float(stm, "signal_poll_seconds", 10.0),
     )
     if stream.checkpoint_location is not None and stream.engine != "structured":
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")

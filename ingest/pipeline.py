@@ -103,6 +103,7 @@ def run(
     spark: Any = None,
 ) -> None:
     """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
+    from ingest.adhoc import LiveCopy, SignalWatch, take_requests
     from ingest.runtime.spark import attach_catalog, spark_session
     from ingest.streaming import StopSignal, stream
     from ingest.structured import stream_structured
@@ -119,20 +120,64 @@ def run(
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
         state = StateTable.open(config)
-        for schema in info.schemas:
-            snapshot_table(spark, config, state, info.flavor, schema, hook=hook)
-            if stop.event.is_set():
-                log.info("stopping after the current commit, as asked")
-                return
+        schemas = list(info.schemas)
+        asked = state.signals()
+        if asked:  # `ingest snapshot` asked while no job ran: the tables asked are copied below like new ones
+            schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, asked)
+        if not _snapshot(spark, config, state, info.flavor, schemas, stop, hook):
+            return
         if snapshot_only or config.startup_mode == "snapshot_only":
             return
-        phase = stream_structured if config.stream.engine == "structured" else stream
-        end = phase(spark, config, state, info.schemas, info.flavor, until_caught_up, stop)
-        log.info("binlog phase stopped at %s", end)
+        if config.stream.engine == "structured":
+            end = stream_structured(spark, config, state, schemas, info.flavor, until_caught_up, stop)
+            log.info("binlog phase stopped at %s", end)
+            return
+        watch = SignalWatch(state, config.stream.signal_poll_seconds)
+        copy = LiveCopy(spark, config, state, info.flavor, hook)
+
+        def between(tables: list[Any], conn: Any) -> bool:
+            if watch.look():
+                return True
+            copy.step(tables, conn)
+            return False
+
+        while True:
+            end = stream(spark, config, state, schemas, info.flavor, until_caught_up, stop, between)
+            log.info("binlog phase stopped at %s", end)
+            if stop.event.is_set() or not watch.asked:
+                break
+            found = discover(config).schemas
+            schemas = take_requests(spark, config, state, info.flavor, schemas, found, watch.asked)
+            watch.asked = {}
+        # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up to
+        # when they are read, later than the offset just committed).
+        _snapshot(spark, config, state, info.flavor, [s for s in schemas if _unread(state, s)], stop, hook)
     finally:
         stop.uninstall()
         if warm_up is not None:
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop()
+
+
+def _snapshot(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schemas: Sequence[TableSchema],
+    stop: Any,
+    hook: ChunkHook | None,
+) -> bool:
+    """Copy every chunk not copied yet, table by table; False if asked to stop (after the current commit)."""
+    for schema in schemas:
+        snapshot_table(spark, config, state, flavor, schema, hook=hook)
+        if stop.event.is_set():
+            log.info("stopping after the current commit, as asked")
+            return False
+    return True
+
+
+def _unread(state: StateTable, schema: TableSchema) -> bool:
+    return len(state.done(schema.table_id)) < len(state.plan(schema.table_id) or [])
 
 
 def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:
@@ -149,6 +194,28 @@ def snapshot_table(
     hook: ChunkHook | None = None,
 ) -> None:
     table_id = schema.table_id
+    target = plan_table(spark, config, state, flavor, schema)
+    plan = state.plan(table_id) or []
+    done = reconcile(config, state, schema)
+    todo = [c for c in plan if c.index not in done]
+    if not todo:
+        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
+        return
+    started = time.monotonic()
+    rows_done = 0
+    for batch in _batched(todo, config.snapshot.chunks_per_commit):
+        records = copy_chunks(spark, config, state, flavor, schema, target, batch, done, hook)
+        done.update(r.chunk.index for r in records)
+        rows_done += sum(r.row_count for r in records)
+        elapsed = max(time.monotonic() - started, 1e-6)
+        log.info(
+            "%s: chunks %d/%d, %d rows, %.0f rows/s", table_id, len(done), len(plan), rows_done, rows_done / elapsed
+        )
+
+
+def plan_table(spark: Any, config: PipelineConfig, state: StateTable, flavor: str, schema: TableSchema) -> str:
+    """Create the target (and changelog table) if missing, and split the table into chunks unless it was."""
+    table_id = schema.table_id
     target, created = ensure_target_created(spark, config, schema)
     if created and state.done(table_id):
         raise SinkError(
@@ -157,8 +224,7 @@ def snapshot_table(
             f"--config ... --table {table_id}`, then `ingest run`"
         )
     ensure_changelog(spark, config, schema)  # the changelog starts with the binlog phase (docs/config.md)
-    plan = state.plan(table_id)
-    if plan is None:
+    if state.plan(table_id) is None:
         chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
         with connect(config.source) as conn:
             planned_at = read_watermark(conn, flavor)
@@ -166,28 +232,30 @@ def snapshot_table(
         state.save_plan(table_id, plan, planned_at)
         crash_point("snapshot.after_plan")
         log.info("%s: planned %d chunks of up to %d rows", table_id, len(plan), chunk_size)
-    done = reconcile(config, state, schema)
-    todo = [c for c in plan if c.index not in done]
-    if not todo:
-        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
-        return
-    targets = target_columns(schema)
-    started = time.monotonic()
-    rows_done = 0
-    for batch in _batched(todo, config.snapshot.chunks_per_commit):
-        tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver) for c in batch]
-        with connect(config.source) as conn:
-            floor = read_watermark(conn, flavor)
-        records = _commit_batch(spark, config, target, tasks, targets, set(done), floor)
-        crash_point("snapshot.after_commit")  # data committed, state table not yet written
-        state.record_chunks(records)
-        crash_point("snapshot.after_state")
-        done.update(r.chunk.index for r in records)
-        rows_done += sum(r.row_count for r in records)
-        elapsed = max(time.monotonic() - started, 1e-6)
-        log.info(
-            "%s: chunks %d/%d, %d rows, %.0f rows/s", table_id, len(done), len(plan), rows_done, rows_done / elapsed
-        )
+    return target
+
+
+def copy_chunks(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schema: TableSchema,
+    target: str,
+    chunks: list[Chunk],
+    done: set[int],
+    hook: ChunkHook | None = None,
+) -> list[ChunkRecord]:
+    """Read `chunks` on the executors, append them to the target in one commit, then record them (`done`: the
+    table's chunks committed before)."""
+    tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver) for c in chunks]
+    with connect(config.source) as conn:
+        floor = read_watermark(conn, flavor)
+    records = _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
+    crash_point("snapshot.after_commit")  # data committed, state table not yet written
+    state.record_chunks(records)
+    crash_point("snapshot.after_state")
+    return records
 
 
 _EXECUTOR_ERROR = re.compile(r"ingest\.errors\.(\w+): (.+)")

@@ -84,7 +84,9 @@ class TableStream:
     schema: TableSchema
     target: str
     chunks: list[Chunk]
-    chunk_highs: list[BinlogPosition]
+    chunk_highs: list[BinlogPosition | None]
+    """Per chunk, the high watermark it was read at; None while a snapshot asked of the running job has not
+    read it yet (it will hold every change until then: the binlog phase drops them all)."""
     committed: BinlogPosition | None
     """The newest batch end this table's target holds (from its snapshot summaries)."""
     changelog: tuple[str, str] | None = None
@@ -98,12 +100,18 @@ class TableStream:
     `sink.maintenance.every_commits`."""
 
     @property
-    def max_high(self) -> BinlogPosition:
-        return max(self.chunk_highs)
+    def max_high(self) -> BinlogPosition | None:
+        """Past this every change passes: None while a chunk is unread."""
+        return None if None in self.chunk_highs else max(h for h in self.chunk_highs if h is not None)
 
     @property
-    def min_high(self) -> BinlogPosition:
-        return min(self.chunk_highs)
+    def min_high(self) -> BinlogPosition | None:
+        """Up to this the chunks read hold every change (None: none is read yet)."""
+        return min((h for h in self.chunk_highs if h is not None), default=None)
+
+    @property
+    def unread(self) -> list[Chunk]:
+        return [c for c, h in zip(self.chunks, self.chunk_highs, strict=True) if h is None]
 
 
 class HighWatermarkFilter:
@@ -130,19 +138,20 @@ class HighWatermarkFilter:
         if not changes:
             return []
         max_high = table.max_high
-        late = [c for c in changes if c.position > max_high]
+        late = [] if max_high is None else [c for c in changes if c.position > max_high]
         if len(late) == len(changes):
             return late
-        early = [c for c in changes if c.position <= max_high]
+        early = changes if max_high is None else [c for c in changes if c.position <= max_high]
         positions = table.schema.key_positions()
         keys = [tuple(img[i] for i in positions) for c in early for img in (c.before, c.after) if img is not None]
         index = self._chunk_index(keys)
 
         def past_its_chunk(change: RowChange, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-            """The image if its chunk was read before the change, else None (the chunk holds it)."""
-            if image is None or change.position <= table.chunk_highs[index[tuple(image[i] for i in positions)]]:
+            """The image if its chunk was read before the change, else None (the chunk holds it, or will)."""
+            if image is None:
                 return None
-            return image
+            high = table.chunk_highs[index[tuple(image[i] for i in positions)]]
+            return image if high is not None and change.position > high else None
 
         kept = []
         for change in early:
@@ -183,17 +192,12 @@ def _table_streams(
     Points recorded on another server (before a failover) are found again by their GTIDs, all at once.
     """
     catalog = cached_pyiceberg_catalog(config.sink)
-    found: list[tuple[TableStream, list[Watermark], Watermark | None, Watermark | None]] = []
+    found: list[tuple[TableStream, list[Watermark | None], Watermark | None, Watermark | None]] = []
     for schema in schemas:
         done = state.done(schema.table_id)
         plan = state.plan(schema.table_id) or []
-        highs = []
-        for chunk in plan:
-            record = done.get(chunk.index)
-            high = record.high_watermark if record else None
-            if high is None:
-                raise RuntimeError(f"{schema.table_id}: chunk {chunk.index} has no high watermark")
-            highs.append(high)
+        # A chunk not read yet (a snapshot asked of the running job) has none.
+        highs = [record.high_watermark if (record := done.get(chunk.index)) else None for chunk in plan]
         namespace, name = config.target_for(schema.database, schema.table)
         table = catalog.load_table((namespace, name))
         stored = table.properties.get(SOURCE_SCHEMA_PROPERTY)
@@ -220,7 +224,7 @@ def _table_streams(
         return None if mark is None else here[id(mark)]
 
     for stream, highs, held, logged in found:
-        stream.chunk_highs = [here[id(h)] for h in highs]
+        stream.chunk_highs = [at(h) for h in highs]
         stream.committed, stream.changelog_committed = at(held), at(logged)
     return [stream for stream, *_ in found], at(recorded)
 
@@ -235,7 +239,14 @@ def _resume_at(tables: Sequence[TableStream], recorded: BinlogPosition | None) -
     inside a schema change step leaves the target committed past its DDL while the schema it decodes with is
     still the old one, so the DDL must be read again; changes a target already holds are skipped per table.
     """
-    return min(t.min_high if recorded is None else max(recorded, t.min_high) for t in tables)
+    needed = [t.min_high if recorded is None else max(recorded, t.min_high) for t in tables if t.min_high is not None]
+    if needed:
+        return min(needed)
+    # Every table is being copied by a snapshot asked of the running job, none of its chunks read yet: they will
+    # hold every change up to when they are read, so the recorded offset is as good as any later point.
+    if recorded is None:
+        raise RuntimeError("no table holds a chunk and no offset is recorded: nothing to resume from")
+    return recorded
 
 
 class StopSignal:
@@ -275,7 +286,11 @@ class StreamStart:
     @property
     def contained_until(self) -> dict[tuple[str, str], BinlogPosition]:
         """Per table, the position up to which its chunks hold every change (see BinlogReader)."""
-        return {(t.schema.database, t.schema.table): t.min_high for t in self.tables if t.chunk_highs}
+        return {
+            (t.schema.database, t.schema.table): t.min_high
+            for t in self.tables
+            if t.min_high is not None and not t.unread  # changes of a table being copied all go to the filter
+        }
 
     @property
     def mark(self) -> Watermark:
@@ -345,8 +360,13 @@ def stream(
     flavor: str,
     until_caught_up: bool,
     stop: StopSignal | None = None,
+    between: Callable[[list[TableStream], Any], bool] | None = None,
 ) -> BinlogPosition:
-    """Run the binlog phase; return the offset committed last."""
+    """Run the binlog phase; return the offset committed last.
+
+    `between` is called after each commit with the phase's tables and its source connection (to read chunks of
+    tables still being copied); when it returns True the phase ends, committing what it has read.
+    """
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
         tables, by_id, filters, here, goal = begin.tables, begin.by_id, begin.filters, begin.here, begin.goal
@@ -378,9 +398,10 @@ def stream(
         """The GTID position at `taken` (MariaDB)."""
 
         source_time = state.offset_source_time()
+        asked_to_end = False
 
         def flush(end: BinlogPosition, gtid: MariadbGtidPos | None, caught_up_at: float | None = None) -> None:
-            nonlocal committed, last_flush, pending, pending_changes, source_time
+            nonlocal asked_to_end, committed, last_flush, pending, pending_changes, source_time
             # The interval counts from the start of a commit, not its end: while it runs the reader keeps
             # reading, so under load batches follow each other and lag stays near max(interval, commit).
             started = time.monotonic()
@@ -391,12 +412,16 @@ def stream(
             pending = []
             pending_changes = 0
             last_flush = started
+            if between is not None and not asked_to_end:
+                asked_to_end = between(tables, conn)
 
         stop_point: StopPoint | None = None
 
         def stop_now() -> bool:
             """Asked to stop, and what the source wrote before the signal has been read (see StopPoint)."""
             nonlocal stop_point
+            if asked_to_end:
+                return True
             if stop is None or not stop.event.is_set():
                 return False
             if stop_point is None:
@@ -482,13 +507,14 @@ def evolve_table(
     old = table.schema
     live = schema_after(config, conn, flavor, old, ddl)
     plan = plan_schema_change(old, live, ddl.query, str(ddl.end))
-    if not plan.empty and table.chunk_highs and table.max_high > ddl.start:
+    last_read = max((h for h in table.chunk_highs if h is not None), default=None)
+    if not plan.empty and last_read is not None and last_read > ddl.start:
         # A chunk whose high watermark is past the statement may have been read after it, with the columns the
         # snapshot started with: the binlog drops that chunk's later changes as contained in it, so the new
         # columns' values of its rows would be lost (or a widened value fail the write). Refused, never guessed.
         raise SchemaChangeError(
             f"{old.table_id}: its schema changed during its snapshot, at binlog position {ddl.end} "
-            f"({ddl.query[:200]!r}), before the high watermark {table.max_high} of its last chunk: chunks read after "
+            f"({ddl.query[:200]!r}), before the high watermark {last_read} of its last chunk: chunks read after "
             f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
             f"`ingest resnapshot --config ... --table {old.table_id}`, then `ingest run`"
         )

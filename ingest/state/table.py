@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 KIND_PLAN = "plan"
 KIND_CHUNK = "chunk"
 KIND_OFFSET = "offset"
+# Asked by `ingest snapshot` of a running job (or of the next run): copy a table now, or copy it again.
+KIND_SIGNAL_SNAPSHOT = "signal:snapshot"
+KIND_SIGNAL_AGAIN = "signal:again"
+SIGNAL_KINDS = (KIND_SIGNAL_SNAPSHOT, KIND_SIGNAL_AGAIN)
 
 # pyiceberg honours these: appends merge small manifests, and old metadata.json files are deleted.
 MAINTENANCE_PROPERTIES = {
@@ -271,23 +275,46 @@ class StateTable:
 
     def forget(self, table_id: str) -> None:
         """Delete the table's plan and chunk records (one commit): its next run plans and snapshots it again."""
-        ours = f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)}"
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            _retry_commit(self._table, lambda: self._table.delete(ours))
+        self._delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)}")
         self._plans.pop(table_id, None)
         self._planned_at.pop(table_id, None)
         self._done.pop(table_id, None)
 
+    def ask_snapshot(self, table_ids: Sequence[str], again: bool) -> None:
+        """Ask the job to snapshot `table_ids` (again: drop what it holds of them first), in one commit."""
+        now = dt.datetime.now(dt.UTC)
+        kind = KIND_SIGNAL_AGAIN if again else KIND_SIGNAL_SNAPSHOT
+        self._append([_row(self.pipeline, kind, Chunk(t, 0, None, None), now) for t in table_ids])
+
+    def signals(self) -> dict[str, bool]:
+        """Tables asked to be snapshotted and not yet taken, each with whether it is to be copied again (read
+        from the table's current snapshot, not from what was loaded when it was opened)."""
+        self._table.refresh()
+        kinds = ", ".join(_quote(k) for k in SIGNAL_KINDS)
+        rows = self._table.scan(
+            row_filter=f"pipeline = {_quote(self.pipeline)} AND kind IN ({kinds})", selected_fields=("table_id", "kind")
+        ).to_arrow()
+        asked: dict[str, bool] = {}
+        for table_id, kind in zip(rows.column("table_id").to_pylist(), rows.column("kind").to_pylist(), strict=True):
+            asked[table_id] = asked.get(table_id, False) or kind == KIND_SIGNAL_AGAIN
+        return asked
+
+    def drop_signals(self, table_id: str) -> None:
+        """The signals about one table are taken (`forget` drops them too, with the rest of the table's state)."""
+        kinds = ", ".join(_quote(k) for k in SIGNAL_KINDS)
+        self._delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)} AND kind IN ({kinds})")
+
     def forget_offset(self) -> None:
         """Delete the pipeline's binlog offset: with every table snapshotted again, none holds what it says."""
-        ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            _retry_commit(self._table, lambda: self._table.delete(ours))
+        self._delete(f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}")
         self._offset = None
         self._offset_source_time = None
         self._offset_recorded_at = None
+
+    def _delete(self, rows: str) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            _retry_commit(self._table, lambda: self._table.delete(rows))
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
         data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)

@@ -503,7 +503,14 @@ def test_a_batch_that_only_creates_rows_is_appended_once_across_a_kill_between_t
 
 
 def _start_streaming_job(
-    mariadb: MariaDBServer, db: str, tmp_path: Path, tables: str, catalog: str, **stream: Any
+    mariadb: MariaDBServer,
+    db: str,
+    tmp_path: Path,
+    tables: str,
+    catalog: str,
+    snapshot: dict[str, Any] | None = None,
+    crash_at: str | None = None,
+    **stream: Any,
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
     """`ingest run` of `tables` in `db` as a separate process (to be signalled), batches due every second."""
     config_file = tmp_path / "pipeline.yaml"
@@ -514,16 +521,17 @@ def _start_streaming_job(
                 "source": source_section(mariadb),
                 "tables": {"include": [tables]},
                 "sink": {**embedded_sink(tmp_path), "catalog_name": catalog},
-                "snapshot": {"chunk_size": 100},
+                "snapshot": {"chunk_size": 100, **(snapshot or {})},
                 "stream": {"batch_interval_seconds": 1, **stream},
             }
         )
     )
     config = parse_config(yaml.safe_load(config_file.read_text()), tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV} | ({CRASH_ENV: crash_at} if crash_at else {})
     job = subprocess.Popen(
         [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
         cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != CRASH_ENV},
+        env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

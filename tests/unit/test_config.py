@@ -715,3 +715,9 @@ def test_the_stream_engine_defaults_to_the_loop_and_a_checkpoint_needs_the_struc
         error_of(cfg(stream={"checkpoint_location": "/tmp/ck"}))
         == "`stream.checkpoint_location` is only used with `stream.engine: structured`"
     )
+
+
+def test_snapshot_requests_are_looked_for_every_ten_seconds_unless_set() -> None:
+    assert parse_config(cfg()).stream.signal_poll_seconds == 10.0
+    assert parse_config(cfg(stream={"signal_poll_seconds": 0.5})).stream.signal_poll_seconds == 0.5
+    assert error_of(cfg(stream={"signal_poll_seconds": 0})) == "`stream.signal_poll_seconds` must be positive, got 0.0"

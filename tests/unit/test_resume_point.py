@@ -37,3 +37,19 @@ def test_a_target_committed_past_the_recorded_offset_does_not_move_the_start() -
 def test_binlog_files_order_numerically() -> None:
     later = BinlogPosition("mysql-bin.000010", 4)
     assert _resume_at([_table("a", [300])], later) == later
+
+
+def _copying(name: str, highs: list[int | None]) -> TableStream:
+    """A table whose snapshot was asked of the running job: chunks not read yet have no high watermark."""
+    table = _table(name, [])
+    table.chunk_highs = [None if h is None else _at(h) for h in highs]
+    return table
+
+
+def test_a_table_being_copied_needs_only_what_its_read_chunks_do() -> None:
+    # No chunk read: every one will hold all changes up to when it is read, so the table needs nothing.
+    assert _resume_at([_table("a", [300]), _copying("b", [None, None])], _at(900)) == _at(900)
+    assert _resume_at([_copying("b", [None, None])], _at(900)) == _at(900)
+    # Chunks read since the offset was recorded: the binlog phase applied the changes after them up to it.
+    assert _resume_at([_table("a", [300]), _copying("b", [1200, None])], _at(900)) == _at(900)
+    assert _resume_at([_copying("b", [1200, None])], None) == _at(1200)

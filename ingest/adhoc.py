@@ -1,0 +1,163 @@
+"""Snapshots asked of a running job (`ingest snapshot`, MISSION.md seed 004): a table created after the job
+started, or one to copy again, is copied while the binlog keeps flowing for every other table.
+
+The request is a row in the state table (Iceberg, like all the job's state: nothing is written to MySQL).
+The loop engine looks for requests between batches, at most every `stream.signal_poll_seconds`. On one it
+ends the binlog phase after the current commit, drops what it held of a table to copy again, splits the
+new tables into chunks, and starts the binlog phase again from its committed offset, now with those tables.
+Their chunks are then read one commit at a time between binlog batches. Until a chunk is read, the phase
+drops every change to its keys: the chunk is read later and holds them. Once it is read, the phase applies
+its keys' changes newer than its high watermark (streaming.HighWatermarkFilter). That is the Flink CDC 2.0
+rule the snapshot phase already relies on. A crash anywhere resumes like any run: the next `ingest run`
+copies the chunks still unread before it streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ingest.config import PipelineConfig
+from ingest.errors import ConfigError
+from ingest.faults import crash_point
+from ingest.pipeline import copy_chunks, plan_table
+from ingest.sink.targets import qualified
+from ingest.source.chunk_reader import ChunkHook
+from ingest.source.mysql import TableSchema, connect, list_tables, load_schema
+from ingest.state.table import StateTable
+
+if TYPE_CHECKING:
+    from ingest.streaming import TableStream
+
+log = logging.getLogger(__name__)
+
+
+def ask_snapshot(config: PipelineConfig, tables: Sequence[str], again: bool) -> None:
+    """`ingest snapshot`: record the request for the running job, or for the next `ingest run`."""
+    if not tables:
+        raise ConfigError("name at least one table to snapshot: --table DB.TABLE")
+    with connect(config.source) as conn:
+        matched = {f"{db}.{t}" for db, t in list_tables(conn, config.tables)}
+    unknown = [t for t in tables if t not in matched]
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)}: not a table the CDC user can see that `tables.include` of pipeline "
+            f"{config.name!r} matches (patterns: {[p.pattern for p in config.tables.include]})"
+        )
+    state = StateTable.open(config)
+    if not again:
+        captured = [t for t in tables if state.plan(t) is not None]
+        if captured:
+            raise ConfigError(
+                f"{', '.join(captured)}: already captured by pipeline {config.name!r}; add --again to drop what "
+                "it holds and copy it again"
+            )
+    state.ask_snapshot(tables, again)
+
+
+class SignalWatch:
+    """Looks for requests in the state table at most every `every` seconds (a scan of its signal rows)."""
+
+    def __init__(self, state: StateTable, every: float) -> None:
+        self.state = state
+        self.every = every
+        self.asked: dict[str, bool] = {}
+        self._next = time.monotonic() + every
+
+    def look(self) -> bool:
+        """Whether a request is waiting (looked up again once the interval has passed)."""
+        if time.monotonic() >= self._next:
+            self._next = time.monotonic() + self.every
+            try:
+                self.asked = self.state.signals()
+            except Exception as e:  # noqa: BLE001 - a failed look must not fail a committed batch
+                log.warning("could not look for snapshot requests (looking again later): %s", e)
+        return bool(self.asked)
+
+
+def take_requests(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    running: Sequence[TableSchema],
+    found: Sequence[TableSchema],
+    asked: dict[str, bool],
+) -> list[TableSchema]:
+    """Act on `asked` (table id: copy again?) between two binlog phases, or before the first; return the
+    tables of the next phase: `running` plus any table of `found` (the tables the pipeline matches now) not
+    captured yet, split into chunks (unread: the next phase reads them between its batches)."""
+    by_id = {s.table_id: s for s in running}
+    live = {s.table_id: s for s in found}
+    for table_id, again in sorted(asked.items()):
+        if table_id not in live:
+            log.warning(
+                "%s: asked to snapshot it, but the pipeline does not match it (or it is gone): request dropped",
+                table_id,
+            )
+            state.drop_signals(table_id)
+        elif again and state.plan(table_id) is not None:
+            _drop_targets(spark, config, live[table_id])
+            crash_point("adhoc.after_drop")  # the request stays until forget: a restart drops (nothing) again
+            state.forget(table_id)  # its requests go with its plan and chunks, in one commit
+            log.info("%s: dropped what the job held of it; copying it again", table_id)
+            by_id.pop(table_id, None)
+        else:
+            state.drop_signals(table_id)
+    for table_id, schema in sorted(live.items()):
+        if state.plan(table_id) is None:
+            plan_table(spark, config, state, flavor, schema)
+            log.info("%s: its chunks are read between binlog batches", table_id)
+            by_id[table_id] = schema
+    return [by_id[t] for t in sorted(by_id)]
+
+
+def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema) -> None:
+    """Drop the target and changelog table with their files, through Spark so that its catalog cache forgets
+    them too (the same names are created again at once)."""
+    names = [config.target_for(schema.database, schema.table), config.changelog_for(schema.database, schema.table)]
+    for name in names:
+        if name is not None:
+            spark.sql(f"DROP TABLE IF EXISTS {qualified(config, *name)} PURGE")
+
+
+class LiveCopy:
+    """Reads, between binlog batches, one commit of the chunks not read yet (the first table that has some)."""
+
+    def __init__(
+        self, spark: Any, config: PipelineConfig, state: StateTable, flavor: str, hook: ChunkHook | None = None
+    ) -> None:
+        self.spark, self.config, self.state, self.flavor, self.hook = spark, config, state, flavor, hook
+
+    def step(self, tables: Sequence[TableStream], conn: Any) -> None:
+        for table in tables:
+            unread = table.unread
+            if not unread:
+                continue
+            schema = table.schema
+            options = self.config.options_for(schema.database, schema.table)
+            follows_ddl = self.config.stream.on_schema_change != "ignore"
+            if follows_ddl and load_schema(conn, schema.database, schema.table, options).columns != schema.columns:
+                # A DDL the binlog phase has not reached yet: chunks read now would hold columns the target
+                # does not have. Read them once the phase has followed it.
+                log.info("%s: waiting for the binlog phase to follow a schema change before reading chunks", schema)
+                continue
+            crash_point("adhoc.before_copy")
+            chunks = unread[: self.config.snapshot.chunks_per_commit]
+            done = {c.index for c, h in zip(table.chunks, table.chunk_highs, strict=True) if h is not None}
+            records = copy_chunks(
+                self.spark, self.config, self.state, self.flavor, schema, table.target, chunks, done, self.hook
+            )
+            slot = {c.index: i for i, c in enumerate(table.chunks)}
+            for record in records:
+                assert record.high_watermark is not None
+                table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
+            log.info(
+                "%s: chunks %d/%d read while streaming",
+                schema.table_id,
+                len(table.chunks) - len(table.unread),
+                len(table.chunks),
+            )
+            return

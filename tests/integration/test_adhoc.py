@@ -1,0 +1,202 @@
+"""Snapshots asked of a running job (`ingest snapshot`, MISSION.md seed 004): a table created after the job
+started, or copied again, lands equal to MySQL while the job keeps streaming the other tables."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.pipeline import run
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.state.table import StateTable
+from ingest.verify import verify
+from tests.conftest import run_ingest
+from tests.integration.test_streaming import _fresh_db, _start_streaming_job, _wait_until_streaming
+
+pytestmark = pytest.mark.integration
+
+LIVE_SNAPSHOT = {"chunk_size": 40, "chunks_per_commit": 1}
+
+
+@contextmanager
+def _writer(mariadb: MariaDBServer, db: str, write: Callable[[Any, int], None]) -> Iterator[None]:
+    """`write(cursor, n)` in a loop on a thread (autocommit) until the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        n = 0
+        with mariadb.admin(db) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                n += 1
+                write(cur, n)
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+class _Log:
+    """The job's stderr, read on a thread as it comes (a full pipe would block the job)."""
+
+    def __init__(self, job: Any) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=lambda: self.lines.extend(job.stderr), daemon=True)
+        self._thread.start()
+
+    def text(self) -> str:
+        self._thread.join(timeout=60)
+        return "".join(self.lines)
+
+
+def _wait(what: str, done: Callable[[], bool], job: Any, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert job.poll() is None, f"the job stopped while waiting until {what}"
+        assert time.monotonic() < deadline, f"not {what} after {seconds} s"
+        time.sleep(1)
+
+
+def _copied(config: Any, table_id: str) -> bool:
+    state = StateTable.open(config)
+    plan = state.plan(table_id)
+    return plan is not None and len(state.done(table_id)) == len(plan)
+
+
+def _commit_times(config: Any, namespace: str, table: str, stream: bool) -> list[int]:
+    """Commit times (ms) of a target's binlog-phase commits (stream) or of its chunk commits."""
+    target = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
+    return sorted(
+        s.timestamp_ms
+        for s in target.snapshots()
+        if s.summary is not None and (SUMMARY_STREAM_OFFSET in s.summary.additional_properties) == stream
+    )
+
+
+def _stop(job: Any, log: _Log) -> str:
+    job.send_signal(signal.SIGTERM)
+    job.wait(timeout=120)
+    err = log.text()
+    assert job.returncode == 0, err[-3000:]
+    return err
+
+
+def _move_keys(cur: Any, n: int, table: str, keys: int) -> None:
+    """Random-looking DML on one table of `keys` rows: updates everywhere; deletes and re-inserts in the first
+    quarter only (a duplicate row elsewhere would never be healed by a later delete); keys moving into a new
+    range above the table and back into the first quarter, across chunks."""
+    quarter = keys // 4
+    cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s", (1 + n * 7 % keys,))
+    cur.execute(f"DELETE FROM {table} WHERE id = %s", (1 + n * 11 % quarter,))
+    cur.execute(f"INSERT IGNORE INTO {table} VALUES (%s, %s)", (1 + n * 17 % quarter, n))
+    cur.execute(f"UPDATE IGNORE {table} SET id = %s WHERE id = %s", (keys + 1 + n * 19 % keys, 1 + n * 23 % keys))
+    cur.execute(f"UPDATE IGNORE {table} SET id = %s WHERE id = %s", (1 + n * 13 % quarter, keys + 1 + n * 29 % keys))
+
+
+def test_a_table_created_while_the_job_runs_is_copied_on_request_while_the_others_keep_streaming(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "adhoc_new"
+    _fresh_db(mariadb, db)
+    mariadb.execute(
+        f"CREATE TABLE {db}.bal (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.bal SELECT seq, 0 FROM {db}.seq_1_to_300",
+    )
+    config, job = _start_streaming_job(
+        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", "adhoc_new", LIVE_SNAPSHOT, signal_poll_seconds=1
+    )
+    log = _Log(job)
+    config_file = str(tmp_path / "pipeline.yaml")
+    fresh = threading.Event()
+
+    def write(cur: Any, n: int) -> None:
+        cur.execute("UPDATE bal SET v = v + 1 WHERE id = %s", (1 + n % 300,))
+        if fresh.is_set():
+            _move_keys(cur, n, "fresh", 400)
+
+    try:
+        with _writer(mariadb, db, write):
+            _wait_until_streaming(config, job)
+            mariadb.execute(
+                f"CREATE TABLE {db}.fresh (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.fresh SELECT seq, 0 FROM {db}.seq_1_to_400",
+            )
+            fresh.set()
+            asked = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
+            assert asked.returncode == 0, asked.stderr[-2000:]
+            assert "within 1 s" in asked.stdout
+            _wait("the new table is copied", lambda: _copied(config, f"{db}.fresh"), job)
+            time.sleep(3)  # changes after the last chunk go through the binlog phase too
+        err = _stop(job, log)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    chunks = len(StateTable.open(config).plan(f"{db}.fresh") or [])
+    assert chunks >= 3 and f"chunks {chunks}/{chunks} read while streaming" in err, err[-3000:]
+    assert verify(config)
+    assert set(StateTable.open(config).times_recorded(f"{db}.fresh").values()) == {1}  # no chunk read twice
+    # The binlog kept flowing for the other table while the new one was copied, chunk by chunk.
+    chunk_commits = _commit_times(config, db, "fresh", stream=False)
+    assert len(chunk_commits) == chunks
+    assert any(chunk_commits[0] < t < chunk_commits[-1] for t in _commit_times(config, db, "bal", stream=True))
+
+    captured = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
+    assert captured.returncode == 2 and "already captured" in captured.stderr and "--again" in captured.stderr
+    unmatched = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.acct")
+    assert unmatched.returncode == 2 and "not a table" in unmatched.stderr, unmatched.stderr
+
+    # Asked while no job runs: the next run copies it again, into a new Iceberg table.
+    before = load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid
+    again = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--again")
+    assert again.returncode == 0, again.stderr[-2000:]
+    run(config, spark=spark, until_caught_up=True)
+    assert load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid != before
+    assert StateTable.open(config).signals() == {}
+    assert verify(config)
+
+
+@pytest.mark.parametrize("crash_at", ["adhoc.after_drop", "adhoc.before_copy:2"])
+def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+) -> None:
+    """A target damaged by hand is copied again while the job runs; the job is killed while dropping it or
+    between two chunk commits of the copy, and the next run ends with the table equal to MySQL."""
+    db = f"adhoc_again_{crash_at.split('.')[1].split(':')[0]}"
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_300",
+    )
+    config, job = _start_streaming_job(
+        mariadb, db, tmp_path, rf"{db}\.t", f"again_{len(crash_at)}", LIVE_SNAPSHOT, crash_at, signal_poll_seconds=1
+    )
+    try:
+        with _writer(mariadb, db, lambda cur, n: _move_keys(cur, n, "t", 300)):
+            _wait_until_streaming(config, job)
+            load_pyiceberg_catalog(config.sink).load_table((db, "t")).delete("id < 100")  # damage
+            asked = run_ingest("snapshot", "--config", str(tmp_path / "pipeline.yaml"), "--table", f"{db}.t", "--again")
+            assert asked.returncode == 0, asked.stderr[-2000:]
+            _, err = job.communicate(timeout=240)
+        assert job.returncode == -signal.SIGKILL, err[-3000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
+    assert StateTable.open(config).signals() == {}
