@@ -16,28 +16,29 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Sequence
+from typing import Any, Literal
 
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
-from ingest.pipeline import copy_chunks, plan_table
+from ingest.pipeline import copy_chunks, discover, plan_table
 from ingest.sink.targets import qualified
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import TableSchema, connect, list_tables, load_schema
 from ingest.state.table import StateTable
-
-if TYPE_CHECKING:
-    from ingest.streaming import TableStream
+from ingest.streaming import StopSignal, TableStream, stream
 
 log = logging.getLogger(__name__)
 
 
-def ask_snapshot(config: PipelineConfig, tables: Sequence[str], again: bool) -> None:
+Action = Literal["snapshot", "again", "pause", "resume"]
+
+
+def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action = "snapshot") -> None:
     """`ingest snapshot`: record the request for the running job, or for the next `ingest run`."""
     if not tables:
-        raise ConfigError("name at least one table to snapshot: --table DB.TABLE")
+        raise ConfigError("name at least one table: --table DB.TABLE")
     with connect(config.source) as conn:
         matched = {f"{db}.{t}" for db, t in list_tables(conn, config.tables)}
     unknown = [t for t in tables if t not in matched]
@@ -47,34 +48,75 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], again: bool) -> 
             f"{config.name!r} matches (patterns: {[p.pattern for p in config.tables.include]})"
         )
     state = StateTable.open(config)
-    if not again:
+    if action == "snapshot":
         captured = [t for t in tables if state.plan(t) is not None]
         if captured:
             raise ConfigError(
                 f"{', '.join(captured)}: already captured by pipeline {config.name!r}; add --again to drop what "
                 "it holds and copy it again"
             )
-    state.ask_snapshot(tables, again)
+    if action == "pause":
+        complete = [t for t in tables if state.plan(t) is not None and len(state.done(t)) >= len(state.plan(t) or [])]
+        if complete:
+            raise ConfigError(f"{', '.join(complete)}: its snapshot is complete, there is nothing to pause")
+        state.pause(tables)
+    elif action == "resume":
+        state.resume(tables)
+    else:
+        state.ask_snapshot(tables, again=action == "again")
 
 
 class SignalWatch:
-    """Looks for requests in the state table at most every `every` seconds (a scan of its signal rows)."""
+    """Looks for requests in the state table at most every `every` seconds (a scan of its request rows)."""
 
     def __init__(self, state: StateTable, every: float) -> None:
         self.state = state
         self.every = every
         self.asked: dict[str, bool] = {}
+        self.paused: frozenset[str] = state.requests().paused
         self._next = time.monotonic() + every
 
     def look(self) -> bool:
-        """Whether a request is waiting (looked up again once the interval has passed)."""
+        """Whether a request to copy a table is waiting (looked up again once the interval has passed)."""
         if time.monotonic() >= self._next:
             self._next = time.monotonic() + self.every
             try:
-                self.asked = self.state.signals()
+                requests = self.state.requests()
             except Exception as e:  # noqa: BLE001 - a failed look must not fail a committed batch
                 log.warning("could not look for snapshot requests (looking again later): %s", e)
+            else:
+                self.asked, self.paused = requests.snapshot, requests.paused
         return bool(self.asked)
+
+
+def stream_taking_requests(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schemas: list[TableSchema],
+    until_caught_up: bool,
+    stop: StopSignal,
+    hook: ChunkHook | None = None,
+) -> list[TableSchema]:
+    """The loop engine's binlog phase, started again after each request with the tables it adds; return the
+    tables of the last phase."""
+    watch = SignalWatch(state, config.stream.signal_poll_seconds)
+    copy = LiveCopy(spark, config, state, flavor, hook)
+
+    def between(tables: list[TableStream], conn: Any) -> bool:
+        if watch.look():
+            return True
+        copy.step(tables, conn, watch.paused)
+        return False
+
+    while True:
+        end = stream(spark, config, state, schemas, flavor, until_caught_up, stop, between)
+        log.info("binlog phase stopped at %s", end)
+        if stop.event.is_set() or not watch.asked:
+            return schemas
+        asked, watch.asked = watch.asked, {}
+        schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked)
 
 
 def take_requests(
@@ -131,10 +173,10 @@ class LiveCopy:
     ) -> None:
         self.spark, self.config, self.state, self.flavor, self.hook = spark, config, state, flavor, hook
 
-    def step(self, tables: Sequence[TableStream], conn: Any) -> None:
+    def step(self, tables: Sequence[TableStream], conn: Any, paused: Collection[str] = ()) -> None:
         for table in tables:
             unread = table.unread
-            if not unread:
+            if not unread or table.schema.table_id in paused:
                 continue
             schema = table.schema
             options = self.config.options_for(schema.database, schema.table)

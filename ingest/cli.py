@@ -63,7 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     snap.add_argument(
         "--table", action="append", default=[], metavar="DB.TABLE", help="a table to snapshot (repeatable)"
     )
-    snap.add_argument("--again", action="store_true", help="drop what the job holds of the tables and copy them again")
+    what = snap.add_mutually_exclusive_group()
+    what.add_argument("--again", action="store_true", help="drop what the job holds of the tables and copy them again")
+    what.add_argument("--pause", action="store_true", help="read no more chunks of the tables until --resume")
+    what.add_argument("--resume", action="store_true", help="read their chunks again")
 
     again = sub.add_parser(
         "resnapshot",
@@ -121,13 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
         if args.command == "snapshot":
-            from ingest.adhoc import ask_snapshot
+            from ingest.adhoc import Action, ask_snapshot
 
-            ask_snapshot(config, args.table, args.again)
+            action: Action = (
+                "again" if args.again else "pause" if args.pause else "resume" if args.resume else "snapshot"
+            )
+            ask_snapshot(config, args.table, action)
+            asked = {"snapshot": "snapshot", "again": "snapshot again", "pause": "pause", "resume": "resume"}[action]
             print(
-                f"asked pipeline {config.name!r} to snapshot {', '.join(args.table)}{' again' if args.again else ''}: "
-                f"a running job takes it within {config.stream.signal_poll_seconds:g} s "
-                "(`stream.signal_poll_seconds`), else the next `ingest run` does"
+                f"asked pipeline {config.name!r} to {asked} {', '.join(args.table)}: a running job takes it within "
+                f"{config.stream.signal_poll_seconds:g} s (`stream.signal_poll_seconds`), else the next run does"
             )
             return EXIT_OK
         if args.command == "resnapshot":

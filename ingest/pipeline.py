@@ -103,9 +103,9 @@ def run(
     spark: Any = None,
 ) -> None:
     """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
-    from ingest.adhoc import LiveCopy, SignalWatch, take_requests
+    from ingest.adhoc import stream_taking_requests, take_requests
     from ingest.runtime.spark import attach_catalog, spark_session
-    from ingest.streaming import StopSignal, stream
+    from ingest.streaming import StopSignal
     from ingest.structured import stream_structured
 
     info = discover(config)
@@ -121,10 +121,15 @@ def run(
         warm_up = start_warm_up(spark)
         state = StateTable.open(config)
         schemas = list(info.schemas)
-        asked = state.signals()
-        if asked:  # `ingest snapshot` asked while no job ran: the tables asked are copied below like new ones
-            schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, asked)
-        if not _snapshot(spark, config, state, info.flavor, schemas, stop, hook):
+        requests = state.requests()
+        if requests.snapshot:  # `ingest snapshot` asked while no job ran: those tables are copied below
+            schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
+        # A table paused (`ingest snapshot --pause`) keeps its chunks unread, and the loop engine's binlog phase
+        # holds back its keys' changes; the structured engine cannot read chunks between batches, so reads all.
+        loop = config.stream.engine == "loop"
+        if not _snapshot(
+            spark, config, state, info.flavor, _not_paused(state, schemas) if loop else schemas, stop, hook
+        ):
             return
         if snapshot_only or config.startup_mode == "snapshot_only":
             return
@@ -132,26 +137,12 @@ def run(
             end = stream_structured(spark, config, state, schemas, info.flavor, until_caught_up, stop)
             log.info("binlog phase stopped at %s", end)
             return
-        watch = SignalWatch(state, config.stream.signal_poll_seconds)
-        copy = LiveCopy(spark, config, state, info.flavor, hook)
-
-        def between(tables: list[Any], conn: Any) -> bool:
-            if watch.look():
-                return True
-            copy.step(tables, conn)
-            return False
-
-        while True:
-            end = stream(spark, config, state, schemas, info.flavor, until_caught_up, stop, between)
-            log.info("binlog phase stopped at %s", end)
-            if stop.event.is_set() or not watch.asked:
-                break
-            found = discover(config).schemas
-            schemas = take_requests(spark, config, state, info.flavor, schemas, found, watch.asked)
-            watch.asked = {}
-        # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up to
-        # when they are read, later than the offset just committed).
-        _snapshot(spark, config, state, info.flavor, [s for s in schemas if _unread(state, s)], stop, hook)
+        schemas = stream_taking_requests(spark, config, state, info.flavor, schemas, until_caught_up, stop, hook)
+        if not stop.event.is_set():
+            # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up
+            # to when they are read, later than the offset just committed).
+            unread = [s for s in _not_paused(state, schemas) if _unread(state, s)]
+            _snapshot(spark, config, state, info.flavor, unread, stop, hook)
     finally:
         stop.uninstall()
         if warm_up is not None:
@@ -174,6 +165,14 @@ def _snapshot(
             log.info("stopping after the current commit, as asked")
             return False
     return True
+
+
+def _not_paused(state: StateTable, schemas: Sequence[TableSchema]) -> list[TableSchema]:
+    paused = state.requests().paused
+    for schema in schemas:
+        if schema.table_id in paused:
+            log.info("%s: its snapshot is paused (`ingest snapshot --resume` goes on)", schema.table_id)
+    return [s for s in schemas if s.table_id not in paused]
 
 
 def _unread(state: StateTable, schema: TableSchema) -> bool:

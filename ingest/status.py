@@ -194,8 +194,16 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
     state = StateTable.open(config)
     rows = table_status(config, state)
     binlog = binlog_status(config, state)
+    requests = state.requests()
+    asked = [{"table": t, "again": again} for t, again in sorted(requests.snapshot.items())]
+    for row in rows:
+        row["paused"] = row["table"] in requests.paused
     if as_json:
-        print(json.dumps({"pipeline": config.name, "binlog": binlog, "tables": rows}, indent=2))
+        print(
+            json.dumps(
+                {"pipeline": config.name, "binlog": binlog, "tables": rows, "snapshot_requests": asked}, indent=2
+            )
+        )
         return
     if binlog["committed_offset"] is None:
         stream = "binlog phase not started"
@@ -217,6 +225,9 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
             + ("" if lag is None else f", lag {lag:.0f} s")
         )
     print(f"pipeline {config.name}: {len(rows)} tables; {stream}")
+    if asked:
+        tables = ", ".join(f"{a['table']}{' (again)' if a['again'] else ''}" for a in asked)
+        print(f"snapshots asked, not taken by a job yet: {tables}")
     print(
         f"{'table':<32} {'phase':<14} {'chunks':>11} {'rows':>10}  {'last commit':<25} {'committed offset':<28} "
         "high watermarks (lowest .. highest)"
@@ -224,6 +235,7 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
     for r in rows:
         chunks = f"{r['chunks_done']}/{r['chunks_total']}"
         phase = "binlog" if binlog["committed_offset"] is not None and r["phase"] == "snapshot done" else r["phase"]
+        phase = f"{phase} (paused)" if r["paused"] and phase == "snapshot" else phase
         print(
             f"{r['table']:<32} {phase:<14} {chunks:>11} {r['rows']:>10}  {r['last_commit'] or '-':<25} "
             f"{r['stream_offset'] or '-':<28} {r['low_high_watermark']} .. {r['high_high_watermark']}"

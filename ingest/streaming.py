@@ -671,11 +671,15 @@ def _commit(
     source_time: int | None = None,
 ) -> None:
     per_table: dict[str, list[RowChange]] = defaultdict(list)
-    transaction_of: dict[int, Transaction] = {}
+    # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
+    # replace a change with one side of it).
+    transaction_of: dict[BinlogPosition, Transaction] = {}
+    logged = {table_id for table_id, table in tables.items() if table.changelog is not None}
     for tx in batch:
         for change in tx.changes:
             per_table[change.table_id].append(change)
-            transaction_of[id(change)] = tx
+            if change.table_id in logged:
+                transaction_of[change.position] = tx
     work: list[tuple[TableStream, list[RowChange], list[RowChange]]] = []
     for table_id, changes in sorted(per_table.items()):
         table = tables[table_id]
@@ -777,7 +781,7 @@ def _append_changelog(
     config: PipelineConfig,
     table: TableStream,
     changes: list[RowChange],
-    transaction_of: dict[int, Transaction],
+    transaction_of: dict[BinlogPosition, Transaction],
     end: Watermark,
 ) -> None:
     assert table.changelog is not None
@@ -790,8 +794,8 @@ def _append_changelog(
             c.row_index,
             c.before,
             c.after,
-            transaction_of[id(c)].gtid,
-            transaction_of[id(c)].commit_time,
+            transaction_of[c.position].gtid,
+            transaction_of[c.position].commit_time,
         )
         for c in changes
     )

@@ -38,6 +38,8 @@ KIND_OFFSET = "offset"
 KIND_SIGNAL_SNAPSHOT = "signal:snapshot"
 KIND_SIGNAL_AGAIN = "signal:again"
 SIGNAL_KINDS = (KIND_SIGNAL_SNAPSHOT, KIND_SIGNAL_AGAIN)
+# `ingest snapshot --pause`: a running job reads no chunk of the table until the row is deleted (--resume).
+KIND_PAUSED = "signal:paused"
 
 # pyiceberg honours these: appends merge small manifests, and old metadata.json files are deleted.
 MAINTENANCE_PROPERTIES = {
@@ -73,6 +75,16 @@ STATE_ARROW_SCHEMA = pa.schema(
 )
 # Columns added after the first release, added to older state tables when they are opened.
 _ADDED_COLUMNS = ("source_commit_time",)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What `ingest snapshot` asked of the job."""
+
+    snapshot: dict[str, bool]
+    """Tables to copy now, each with whether to drop what the job holds of it first (--again)."""
+    paused: frozenset[str]
+    """Tables whose chunks are not to be read until resumed."""
 
 
 @dataclass(frozen=True)
@@ -286,21 +298,37 @@ class StateTable:
         kind = KIND_SIGNAL_AGAIN if again else KIND_SIGNAL_SNAPSHOT
         self._append([_row(self.pipeline, kind, Chunk(t, 0, None, None), now) for t in table_ids])
 
-    def signals(self) -> dict[str, bool]:
-        """Tables asked to be snapshotted and not yet taken, each with whether it is to be copied again (read
-        from the table's current snapshot, not from what was loaded when it was opened)."""
+    def requests(self) -> Requests:
+        """What `ingest snapshot` asked that no job has taken yet, read from the table's current snapshot (not
+        from what was loaded when it was opened)."""
         self._table.refresh()
-        kinds = ", ".join(_quote(k) for k in SIGNAL_KINDS)
+        kinds = ", ".join(_quote(k) for k in (*SIGNAL_KINDS, KIND_PAUSED))
         rows = self._table.scan(
             row_filter=f"pipeline = {_quote(self.pipeline)} AND kind IN ({kinds})", selected_fields=("table_id", "kind")
         ).to_arrow()
         asked: dict[str, bool] = {}
+        paused = set()
         for table_id, kind in zip(rows.column("table_id").to_pylist(), rows.column("kind").to_pylist(), strict=True):
-            asked[table_id] = asked.get(table_id, False) or kind == KIND_SIGNAL_AGAIN
-        return asked
+            if kind == KIND_PAUSED:
+                paused.add(table_id)
+            else:
+                asked[table_id] = asked.get(table_id, False) or kind == KIND_SIGNAL_AGAIN
+        return Requests(asked, frozenset(paused))
+
+    def pause(self, table_ids: Sequence[str]) -> None:
+        paused = self.requests().paused
+        now = dt.datetime.now(dt.UTC)
+        rows = [_row(self.pipeline, KIND_PAUSED, Chunk(t, 0, None, None), now) for t in table_ids if t not in paused]
+        if rows:
+            self._append(rows)
+
+    def resume(self, table_ids: Sequence[str]) -> None:
+        tables = ", ".join(_quote(t) for t in table_ids)
+        self._delete(f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_PAUSED)} AND table_id IN ({tables})")
 
     def drop_signals(self, table_id: str) -> None:
-        """The signals about one table are taken (`forget` drops them too, with the rest of the table's state)."""
+        """The requests to copy one table are taken (`forget` drops them too, with the rest of the table's state,
+        a pause included)."""
         kinds = ", ".join(_quote(k) for k in SIGNAL_KINDS)
         self._delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)} AND kind IN ({kinds})")
 
@@ -344,15 +372,16 @@ def _files_of(table: Any, snapshots: Sequence[Any]) -> set[str]:
 
 
 def _retry_commit(table: Any, commit: Callable[[], Any]) -> None:
-    """Run a pyiceberg commit; on a conflict (another pipeline sharing the state table committed first)
-    refresh and run it again from fresh metadata, never reusing the failed one."""
-    from pyiceberg.exceptions import CommitFailedException
+    """Run a pyiceberg commit; on a conflict (another pipeline sharing the state table committed first, or
+    `ingest snapshot` added a row a delete's filter matches: pyiceberg refuses that delete, which would leave
+    the row) refresh and run it again from fresh metadata, never reusing the failed one."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
             commit()
             return
-        except CommitFailedException:
+        except (CommitFailedException, ValidationException):
             if attempt == COMMIT_ATTEMPTS:
                 raise
             log.info("state table: commit conflict at attempt %d, retrying from fresh metadata", attempt)

@@ -3,12 +3,12 @@ started, or copied again, lands equal to MySQL while the job keeps streaming the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +21,16 @@ from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import run_ingest
-from tests.integration.test_streaming import _fresh_db, _start_streaming_job, _wait_until_streaming
+from tests.integration.test_streaming import (
+    _fresh_db,
+    _start_streaming_job,
+    _wait_until_streaming,
+    background_writes,
+)
 
 pytestmark = pytest.mark.integration
 
 LIVE_SNAPSHOT = {"chunk_size": 40, "chunks_per_commit": 1}
-
-
-@contextmanager
-def _writer(mariadb: MariaDBServer, db: str, write: Callable[[Any, int], None]) -> Iterator[None]:
-    """`write(cursor, n)` in a loop on a thread (autocommit) until the block ends."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        n = 0
-        with mariadb.admin(db) as conn, conn.cursor() as cur:
-            while not stop.is_set():
-                n += 1
-                write(cur, n)
-                time.sleep(0.01)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=30)
 
 
 class _Log:
@@ -107,7 +90,7 @@ def _move_keys(cur: Any, n: int, table: str, keys: int) -> None:
     cur.execute(f"UPDATE IGNORE {table} SET id = %s WHERE id = %s", (1 + n * 13 % quarter, keys + 1 + n * 29 % keys))
 
 
-def test_a_table_created_while_the_job_runs_is_copied_on_request_while_the_others_keep_streaming(
+def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resumed_while_the_others_stream(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     db = "adhoc_new"
@@ -129,7 +112,7 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_while_the_other
             _move_keys(cur, n, "fresh", 400)
 
     try:
-        with _writer(mariadb, db, write):
+        with background_writes(mariadb, db, write):
             _wait_until_streaming(config, job)
             mariadb.execute(
                 f"CREATE TABLE {db}.fresh (id INT PRIMARY KEY, v INT)",
@@ -139,6 +122,20 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_while_the_other
             asked = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
             assert asked.returncode == 0, asked.stderr[-2000:]
             assert "within 1 s" in asked.stdout
+            paused = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--pause")
+            assert paused.returncode == 0, paused.stderr[-2000:]
+            _wait("the job took the request", lambda: StateTable.open(config).plan(f"{db}.fresh") is not None, job)
+            time.sleep(3)  # the pause is seen within a second or so
+            read = len(StateTable.open(config).done(f"{db}.fresh"))
+            time.sleep(5)
+            assert (
+                len(StateTable.open(config).done(f"{db}.fresh"))
+                == read
+                < len(StateTable.open(config).plan(f"{db}.fresh") or [])
+            )
+            assert "snapshot (paused)" in run_ingest("status", "--config", config_file).stdout
+            resumed = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--resume")
+            assert resumed.returncode == 0, resumed.stderr[-2000:]
             _wait("the new table is copied", lambda: _copied(config, f"{db}.fresh"), job)
             time.sleep(3)  # changes after the last chunk go through the binlog phase too
         err = _stop(job, log)
@@ -156,6 +153,8 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_while_the_other
 
     captured = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
     assert captured.returncode == 2 and "already captured" in captured.stderr and "--again" in captured.stderr
+    complete = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--pause")
+    assert complete.returncode == 2 and "nothing to pause" in complete.stderr, complete.stderr
     unmatched = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.acct")
     assert unmatched.returncode == 2 and "not a table" in unmatched.stderr, unmatched.stderr
 
@@ -163,9 +162,11 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_while_the_other
     before = load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid
     again = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--again")
     assert again.returncode == 0, again.stderr[-2000:]
+    status = run_ingest("status", "--config", config_file, "--json")
+    assert json.loads(status.stdout)["snapshot_requests"] == [{"table": f"{db}.fresh", "again": True}]
     run(config, spark=spark, until_caught_up=True)
     assert load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid != before
-    assert StateTable.open(config).signals() == {}
+    assert StateTable.open(config).requests().snapshot == {}
     assert verify(config)
 
 
@@ -186,7 +187,7 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
         mariadb, db, tmp_path, rf"{db}\.t", f"again_{len(crash_at)}", LIVE_SNAPSHOT, crash_at, signal_poll_seconds=1
     )
     try:
-        with _writer(mariadb, db, lambda cur, n: _move_keys(cur, n, "t", 300)):
+        with background_writes(mariadb, db, lambda cur, n: _move_keys(cur, n, "t", 300)):
             _wait_until_streaming(config, job)
             load_pyiceberg_catalog(config.sink).load_table((db, "t")).delete("id < 100")  # damage
             asked = run_ingest("snapshot", "--config", str(tmp_path / "pipeline.yaml"), "--table", f"{db}.t", "--again")
@@ -199,4 +200,4 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
-    assert StateTable.open(config).signals() == {}
+    assert StateTable.open(config).requests().snapshot == {}

@@ -20,6 +20,7 @@ from ingest.state.table import StateTable
 from ingest.streaming import SUMMARY_SCHEMA_CHANGE
 from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
+from tests.executor_sql import run_once
 
 pytestmark = pytest.mark.integration
 
@@ -177,19 +178,8 @@ class AlterDuringSnapshot:
         self.socket, self.db, self.at, self.ddl, self.after = socket, db, at, ddl, after
 
     def __call__(self, at: str, chunk: Any) -> None:
-        if at != self.at or chunk.index != 2:
-            return
-        import pymysql
-
-        with pymysql.connect(unix_socket=self.socket, user="root", database=self.db, autocommit=True) as conn:
-            with conn.cursor() as cur:
-                cur.execute("SELECT COUNT(*) FROM ddl_done")
-                if cur.fetchone()[0]:
-                    return  # a retried task: once only
-                cur.execute("INSERT INTO ddl_done VALUES (1)")
-                cur.execute(self.ddl)
-                for statement in self.after:
-                    cur.execute(statement)
+        if at == self.at and chunk.index == 2:
+            run_once(self.socket, self.db, "ddl_done", [(s, None) for s in (self.ddl, *self.after)])
 
 
 ADD_DURING_SNAPSHOT = (

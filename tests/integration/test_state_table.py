@@ -181,3 +181,27 @@ def test_kill_9_during_maintenance_loses_no_offset_and_the_next_runs_go_on(tmp_p
         state.record_offset(_at(5000 + i))
     assert StateTable.open(config).stream_offset() == _at(5059)
     assert len(state._table.snapshots()) <= MAX_SNAPSHOTS + 2
+
+
+def test_snapshot_requests_are_read_fresh_and_go_with_the_tables_state(tmp_path: Path) -> None:
+    """`ingest snapshot` writes from another process than the job's: the job must see the rows it adds."""
+    config = _config(tmp_path, "asks")
+    job = _planned(config)  # db.t is planned
+    cli = StateTable.open(config)
+    cli.ask_snapshot(["db.new"], again=False)
+    cli.ask_snapshot(["db.t"], again=True)
+    cli.pause(["db.t"])
+    cli.pause(["db.t"])  # twice is once
+    requests = job.requests()
+    assert requests.snapshot == {"db.new": False, "db.t": True}
+    assert requests.paused == {"db.t"}
+    job.drop_signals("db.new")
+    assert job.requests().snapshot == {"db.t": True}
+    cli.resume(["db.t"])
+    assert job.requests().paused == set()
+    cli.pause(["db.t"])
+    job.forget("db.t")  # copied again: its requests and its pause go with its plan, in one commit
+    assert job.requests().snapshot == {} and job.requests().paused == set()
+    assert job.plan("db.t") is None
+    cli.ask_snapshot(["db.new"], again=False)
+    assert StateTable.open(config).tables() == []  # request rows are not tables

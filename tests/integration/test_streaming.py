@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import embedded_sink, minio_sink, run_ingest, source_section
+from tests.executor_sql import run_once
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
 pytestmark = pytest.mark.integration
@@ -286,20 +287,15 @@ class MoveKeysDuringChunkThree:
     def __call__(self, at: str, chunk: Any) -> None:
         if at != "after_low_watermark" or chunk.index != 2:
             return
-        import pymysql
-
         into_unread = chunk.lower[0] + 1  # a free key (keys are multiples of 10) inside chunk 2
         from_unread = (chunk.upper[0] + 9) // 10 * 10  # chunk 3's first key
-        with pymysql.connect(unix_socket=self.socket, user="root", database=self.db, autocommit=True) as conn:
-            with conn.cursor() as cur:
-                cur.execute("SELECT COUNT(*) FROM moved")
-                if cur.fetchone()[0]:
-                    return  # a retried task: once only
-                cur.execute("INSERT INTO moved VALUES (1)")
-                cur.execute("UPDATE t SET id = %s WHERE id = 10", (into_unread,))  # chunk 0 -> chunk 2
-                cur.execute("UPDATE t SET v = 'changed after the move' WHERE id = %s", (into_unread,))
-                cur.execute("UPDATE t SET id = 11 WHERE id = %s", (from_unread,))  # chunk 3 -> chunk 0
-                cur.execute("INSERT INTO t VALUES (%s, 're-inserted')", (from_unread,))
+        statements = [
+            ("UPDATE t SET id = %s WHERE id = 10", (into_unread,)),  # chunk 0 -> chunk 2
+            ("UPDATE t SET v = 'changed after the move' WHERE id = %s", (into_unread,)),
+            ("UPDATE t SET id = 11 WHERE id = %s", (from_unread,)),  # chunk 3 -> chunk 0
+            ("INSERT INTO t VALUES (%s, 're-inserted')", (from_unread,)),
+        ]
+        run_once(self.socket, self.db, "moved", statements)
 
 
 def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest_row(
@@ -325,6 +321,7 @@ def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest
             "sink": {**embedded_sink(tmp_path), "catalog_name": "keymove"},
             "snapshot": {"chunk_size": 10, "parallelism": 1},
             "stream": {"batch_interval_seconds": 1},
+            "table_options": {f"{db}.t": {"changelog": True}},
         }
     )
     run(config, spark=spark, until_caught_up=True, hook=MoveKeysDuringChunkThree(mariadb.socket, db))
@@ -332,6 +329,12 @@ def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest
         cur.execute("SELECT COUNT(*) FROM moved")
         assert cur.fetchone()[0] == 1  # the hook ran
     assert verify(config)
+    # The changelog keeps the side of each move the chunks read before it do not hold.
+    changelog = load_pyiceberg_catalog(config.sink).load_table((db, "t_changelog")).scan().to_arrow()
+    assert sorted(zip(changelog.column("_op").to_pylist(), changelog.column("id").to_pylist(), strict=True)) == [
+        ("+I", 11),
+        ("-D", 10),
+    ]
 
 
 STREAM_CRASH_POINTS = ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"]
@@ -541,16 +544,19 @@ def _start_streaming_job(
 
 
 @contextmanager
-def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.Popen[str]) -> Iterator[None]:
-    """`write(cursor)` about 50 times a second (autocommit) on a thread until the block ends; then the job
-    is killed if it is still running."""
+def background_writes(
+    mariadb: MariaDBServer, db: str, write: Callable[[Any, int], None], pause: float = 0.02
+) -> Iterator[None]:
+    """`write(cursor, n)` for n = 1, 2, ... on a thread (autocommit), `pause` seconds apart, until the block ends."""
     stop = threading.Event()
 
     def loop() -> None:
+        n = 0
         with mariadb.admin(db) as conn, conn.cursor() as cur:
             while not stop.is_set():
-                write(cur)
-                time.sleep(0.02)
+                n += 1
+                write(cur, n)
+                time.sleep(pause)
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
@@ -559,6 +565,16 @@ def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.P
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+@contextmanager
+def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.Popen[str]) -> Iterator[None]:
+    """`write(cursor)` about 50 times a second until the block ends; then the job is killed if it is still
+    running."""
+    try:
+        with background_writes(mariadb, db, lambda cur, _: write(cur)):
+            yield
+    finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
 
