@@ -184,7 +184,7 @@ class LiveCopy:
             if follows_ddl and load_schema(conn, schema.database, schema.table, options).columns != schema.columns:
                 # A DDL the binlog phase has not reached yet: chunks read now would hold columns the target
                 # does not have. Read them once the phase has followed it.
-                log.info("%s: waiting for the binlog phase to follow a schema change before reading chunks", schema)
+                log.info("%s: chunks wait until the binlog phase has followed a schema change", schema.table_id)
                 continue
             crash_point("adhoc.before_copy")
             chunks = unread[: self.config.snapshot.chunks_per_commit]

@@ -229,7 +229,7 @@ def _table_streams(
     return [stream for stream, *_ in found], at(recorded)
 
 
-def _resume_at(tables: Sequence[TableStream], recorded: BinlogPosition | None) -> BinlogPosition:
+def _resume_at(tables: Sequence[TableStream], recorded: BinlogPosition | None) -> BinlogPosition | None:
     """Where the binlog phase starts: the earliest point some table still needs.
 
     Every table holds what the job's recorded offset says, and what its chunks hold: every change up to its
@@ -240,13 +240,9 @@ def _resume_at(tables: Sequence[TableStream], recorded: BinlogPosition | None) -
     still the old one, so the DDL must be read again; changes a target already holds are skipped per table.
     """
     needed = [t.min_high if recorded is None else max(recorded, t.min_high) for t in tables if t.min_high is not None]
-    if needed:
-        return min(needed)
-    # Every table is being copied by a snapshot asked of the running job, none of its chunks read yet: they will
-    # hold every change up to when they are read, so the recorded offset is as good as any later point.
-    if recorded is None:
-        raise RuntimeError("no table holds a chunk and no offset is recorded: nothing to resume from")
-    return recorded
+    # With no chunk read yet (snapshots asked of the running job), the chunks will hold every change up to when
+    # they are read: the recorded offset, or else any point from now on, is as good as another.
+    return min(needed) if needed else recorded
 
 
 class StopSignal:
@@ -308,7 +304,7 @@ def prepare(
     """Read what every table and the state table hold, and where on the server read now that is."""
     recorded = state.stream_offset()
     tables, resumed = _table_streams(config, state, schemas, recorded, conn, flavor)
-    start = _resume_at(tables, resumed)
+    start = _resume_at(tables, resumed) or read_watermark(conn, flavor).position
     check_not_purged(conn, start)
     here = server_id(conn)
     start_gtid: MariadbGtidPos | None = None

@@ -53,3 +53,5 @@ def test_a_table_being_copied_needs_only_what_its_read_chunks_do() -> None:
     # Chunks read since the offset was recorded: the binlog phase applied the changes after them up to it.
     assert _resume_at([_table("a", [300]), _copying("b", [1200, None])], _at(900)) == _at(900)
     assert _resume_at([_copying("b", [1200, None])], None) == _at(1200)
+    # Nothing read and nothing recorded: no point is needed (the job starts where the server is).
+    assert _resume_at([_copying("b", [None])], None) is None
