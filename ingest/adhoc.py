@@ -24,8 +24,11 @@ from ingest.errors import ConfigError
 from ingest.faults import crash_point
 from ingest.pipeline import copy_chunks, discover, plan_table
 from ingest.sink.targets import qualified
+from ingest.source.binlog import TablesNamed
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import TableSchema, connect, list_tables, load_schema
+from ingest.source.position import Watermark
+from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.streaming import StopSignal, TableStream, stream
 
@@ -103,6 +106,7 @@ def stream_taking_requests(
     tables of the last phase."""
     watch = SignalWatch(state, config.stream.signal_poll_seconds)
     copy = LiveCopy(spark, config, state, flavor, hook)
+    named: list[TablesNamed] = []
 
     def between(tables: list[TableStream], conn: Any) -> bool:
         if watch.look():
@@ -111,12 +115,16 @@ def stream_taking_requests(
         return False
 
     while True:
-        end = stream(spark, config, state, schemas, flavor, until_caught_up, stop, between)
+        end = stream(spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append)
         log.info("binlog phase stopped at %s", end)
-        if stop.event.is_set() or not watch.asked:
+        if stop.event.is_set() or not (watch.asked or named):
             return schemas
-        asked, watch.asked = watch.asked, {}
-        schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked)
+        for item in named:
+            log.info("%s: named by a DDL statement at %s", ", ".join(f"{d}.{t}" for d, t in item.tables), item.end)
+        asked, watch.asked, named[:] = watch.asked, {}, []
+        with connect(config.source) as conn:
+            before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
+        schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked, before)
 
 
 def take_requests(
@@ -127,6 +135,7 @@ def take_requests(
     running: Sequence[TableSchema],
     found: Sequence[TableSchema],
     asked: dict[str, bool],
+    schemas_read_after: Watermark | None = None,
 ) -> list[TableSchema]:
     """Act on `asked` (table id: copy again?) between two binlog phases, or before the first; return the
     tables of the next phase: `running` plus any table of `found` (the tables the pipeline matches now) not
@@ -150,7 +159,7 @@ def take_requests(
             state.drop_signals(table_id)
     for table_id, schema in sorted(live.items()):
         if state.plan(table_id) is None:
-            plan_table(spark, config, state, flavor, schema)
+            plan_table(spark, config, state, flavor, schema, schemas_read_after)
             log.info("%s: its chunks are read between binlog batches", table_id)
             by_id[table_id] = schema
     return [by_id[t] for t in sorted(by_id)]

@@ -212,8 +212,19 @@ def snapshot_table(
         )
 
 
-def plan_table(spark: Any, config: PipelineConfig, state: StateTable, flavor: str, schema: TableSchema) -> str:
-    """Create the target (and changelog table) if missing, and split the table into chunks unless it was."""
+def plan_table(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schema: TableSchema,
+    schema_read_after: Watermark | None = None,
+) -> str:
+    """Create the target (and changelog table) if missing, and split the table into chunks unless it was.
+
+    The plan records a binlog position earlier than every chunk: `schema_read_after`, a position read before
+    `schema` was loaded, when given, else the position now. With it, a DDL statement before that position is
+    known to be in the target already (see streaming.TableStream.contained_until)."""
     table_id = schema.table_id
     target, created = ensure_target_created(spark, config, schema)
     if created and state.done(table_id):
@@ -226,7 +237,7 @@ def plan_table(spark: Any, config: PipelineConfig, state: StateTable, flavor: st
     if state.plan(table_id) is None:
         chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
         with connect(config.source) as conn:
-            planned_at = read_watermark(conn, flavor)
+            planned_at = schema_read_after or read_watermark(conn, flavor)
             plan = split_table(conn, schema, chunk_size)
         state.save_plan(table_id, plan, planned_at)
         crash_point("snapshot.after_plan")

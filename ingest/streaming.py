@@ -58,6 +58,7 @@ from ingest.source.binlog import (
     DdlStatement,
     RowChange,
     SchemaChangeError,
+    TablesNamed,
     Transaction,
     changes_in,
     check_not_purged,
@@ -95,6 +96,8 @@ class TableStream:
     """The newest batch end the changelog table holds."""
     committed_known: bool = True
     """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
+    planned_at: BinlogPosition | None = None
+    """A position before the table's schema was loaded and split (earlier than every chunk)."""
     since_compaction: dict[str, int] = field(default_factory=dict)
     """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
     `sink.maintenance.every_commits`."""
@@ -112,6 +115,12 @@ class TableStream:
     @property
     def unread(self) -> list[Chunk]:
         return [c for c, h in zip(self.chunks, self.chunk_highs, strict=True) if h is None]
+
+    @property
+    def contained_until(self) -> BinlogPosition | None:
+        """Up to here every chunk holds every change, and the target every DDL statement: the lowest chunk high
+        watermark, or while chunks are unread (a snapshot asked of the running job) the plan's position."""
+        return self.planned_at if self.unread else self.min_high
 
 
 class HighWatermarkFilter:
@@ -192,7 +201,7 @@ def _table_streams(
     Points recorded on another server (before a failover) are found again by their GTIDs, all at once.
     """
     catalog = cached_pyiceberg_catalog(config.sink)
-    found: list[tuple[TableStream, list[Watermark | None], Watermark | None, Watermark | None]] = []
+    found: list[tuple[TableStream, list[Watermark | None], Watermark | None, Watermark | None, Watermark | None]] = []
     for schema in schemas:
         done = state.done(schema.table_id)
         plan = state.plan(schema.table_id) or []
@@ -215,17 +224,17 @@ def _table_streams(
         stream.since_compaction[stream.target] = commits_since_compaction(table, every)
         if changelog is not None and log_table is not None:
             stream.since_compaction[qualified(config, *changelog)] = commits_since_compaction(log_table, every)
-        found.append((stream, highs, history.offset, logged))
-    marks = [recorded, *(m for _, highs, held, logged in found for m in (*highs, held, logged))]
+        found.append((stream, highs, history.offset, logged, state.planned_at(schema.table_id)))
+    marks = [recorded, *(m for _, highs, *others in found for m in (*highs, *others))]
     points = [m for m in marks if m is not None]
     here = dict(zip(map(id, points), to_this_server(conn, config.source, flavor, points), strict=True))
 
     def at(mark: Watermark | None) -> BinlogPosition | None:
         return None if mark is None else here[id(mark)]
 
-    for stream, highs, held, logged in found:
+    for stream, highs, held, logged, planned in found:
         stream.chunk_highs = [at(h) for h in highs]
-        stream.committed, stream.changelog_committed = at(held), at(logged)
+        stream.committed, stream.changelog_committed, stream.planned_at = at(held), at(logged), at(planned)
     return [stream for stream, *_ in found], at(recorded)
 
 
@@ -283,9 +292,7 @@ class StreamStart:
     def contained_until(self) -> dict[tuple[str, str], BinlogPosition]:
         """Per table, the position up to which its chunks hold every change (see BinlogReader)."""
         return {
-            (t.schema.database, t.schema.table): t.min_high
-            for t in self.tables
-            if t.min_high is not None and not t.unread  # changes of a table being copied all go to the filter
+            (t.schema.database, t.schema.table): until for t in self.tables if (until := t.contained_until) is not None
         }
 
     @property
@@ -357,11 +364,14 @@ def stream(
     until_caught_up: bool,
     stop: StopSignal | None = None,
     between: Callable[[list[TableStream], Any], bool] | None = None,
+    on_tables_named: Callable[[TablesNamed], None] | None = None,
 ) -> BinlogPosition:
     """Run the binlog phase; return the offset committed last.
 
     `between` is called after each commit with the phase's tables and its source connection (to read chunks of
-    tables still being copied); when it returns True the phase ends, committing what it has read.
+    tables still being copied); when it returns True the phase ends, committing what it has read. With
+    `on_tables_named`, a DDL statement that names a table the pipeline matches but does not capture ends the
+    phase there, after that call.
     """
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
@@ -376,6 +386,7 @@ def stream(
             on_ddl=config.stream.on_schema_change,
             start_gtid=start_gtid,
             contained_until=begin.contained_until,
+            new_tables=None if on_tables_named is None else config.tables,
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
         prefetch = Prefetch(
@@ -447,6 +458,11 @@ def stream(
                         continue
                     if isinstance(item, End):
                         taken, taken_gtid = item.position, item.gtid
+                        break
+                    if isinstance(item, TablesNamed):
+                        taken, taken_gtid = item.end, item.gtid_after
+                        assert on_tables_named is not None  # the reader reports them only then
+                        on_tables_named(item)
                         break
                     if isinstance(item, DdlStatement):
                         # The reader waits (pause_after) until the schema it must decode later rows with is set.

@@ -20,7 +20,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ingest.config import SourceConfig
+from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
@@ -73,6 +73,24 @@ def ddl_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -
     return _mentioned(query, default_db, tables)
 
 
+_CREATE_TABLE = re.compile(
+    rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?",
+    re.IGNORECASE,
+)
+# The new names of RENAME TABLE a TO b[, c TO d] and of ALTER TABLE a ... RENAME [TO | AS] b.
+_RENAMED_TO = re.compile(rf"\b(?:TO|AS)\s+(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?", re.IGNORECASE)
+_RENAMES = re.compile(r"^\s*(RENAME\s+TABLE\b|ALTER\b.*\bRENAME\b)", re.IGNORECASE | re.DOTALL)
+
+
+def named_tables(query: str, default_db: str) -> list[tuple[str, str]]:
+    """The tables a DDL statement gives a name to: CREATE TABLE, RENAME TABLE ... TO, ALTER TABLE ... RENAME.
+    A table that appears this way under a name the pipeline matches is copied while the job runs."""
+    matches = (
+        [m] if (m := _CREATE_TABLE.match(query)) else list(_RENAMED_TO.finditer(query)) if _RENAMES.match(query) else []
+    )
+    return [(_unquote(m["a"]), _unquote(m["b"])) if m["b"] else (default_db, _unquote(m["a"])) for m in matches]
+
+
 def statement_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The captured tables a data-changing statement logged as SQL text may change.
 
@@ -109,6 +127,16 @@ class DdlStatement:
     end: BinlogPosition
     gtid_after: MariadbGtidPos | None = None
     """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
+
+
+@dataclass(frozen=True)
+class TablesNamed:
+    """A DDL statement that gave tables names the pipeline matches, tables it does not capture (a CREATE TABLE
+    or a RENAME while the job runs); a transaction of its own, ending at `end`."""
+
+    tables: tuple[tuple[str, str], ...]
+    end: BinlogPosition
+    gtid_after: MariadbGtidPos | None = None
 
 
 class RowChange(NamedTuple):
@@ -222,8 +250,11 @@ class BinlogReader:
         on_ddl: str = "fail",
         start_gtid: MariadbGtidPos | None = None,
         contained_until: dict[tuple[str, str], BinlogPosition] | None = None,
+        new_tables: TableSelection | None = None,
     ) -> None:
         self.source = source
+        self.new_tables = new_tables
+        """When set, a DDL statement naming a table it matches that is not captured is reported (TablesNamed)."""
         self.schemas = {(s.database, s.table): s for s in schemas}
         self._decoders = {k: RowDecoder(s.columns) for k, s in self.schemas.items()}
         self._row_events = RowEvents()
@@ -285,7 +316,9 @@ class BinlogReader:
             )
         return decode(values)
 
-    def transactions(self, idle: Callable[[float], bool] | None = None) -> Iterator[Transaction | DdlStatement]:
+    def transactions(
+        self, idle: Callable[[float], bool] | None = None
+    ) -> Iterator[Transaction | DdlStatement | TablesNamed]:
         """Complete transactions; `idle(at)` is told when the captured tables have nothing new up to `position`.
 
         It is called at server heartbeats (the binlog is idle: `at` is now) and, while only other tables
@@ -359,6 +392,10 @@ class BinlogReader:
                         # A DDL statement is a transaction of its own: its end is a boundary.
                         self._boundary(end)
                         current = None
+                        named = self._new_tables_named(query, default_db)
+                        if named:
+                            yield TablesNamed(named, end, self.gtid)
+                            continue
                         if self._report_idle(idle, float(event.timestamp)):
                             return
                         continue
@@ -376,6 +413,12 @@ class BinlogReader:
             if e.args and e.args[0] == 1236:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
+
+    def _new_tables_named(self, query: str, default_db: str) -> tuple[tuple[str, str], ...]:
+        if self.new_tables is None:
+            return ()
+        named = named_tables(query, default_db)
+        return tuple(t for t in named if t not in self._tables and self.new_tables.matches(*t))
 
     def _report_idle(self, idle: Callable[[float], bool] | None, at: float) -> bool:
         """A transaction of other tables ended: tell `idle` at most once per heartbeat period (see transactions);

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.config import PipelineConfig
-from ingest.source.binlog import BinlogReader, DdlStatement, Transaction, changes_in
+from ingest.source.binlog import BinlogReader, DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.source.prefetch import End, Idle, Prefetch
@@ -127,6 +127,7 @@ class BinlogStreamReader:
                     position = item.end
                     if position > stop.position:
                         break
+                    assert not isinstance(item, TablesNamed)  # reported only to readers that ask (the loop engine)
                     if isinstance(item, DdlStatement):
                         self._follow(reader, item)
                     items.append(item)

@@ -46,10 +46,10 @@ class _Log:
         return "".join(self.lines)
 
 
-def _wait(what: str, done: Callable[[], bool], job: Any, seconds: float = 240) -> None:
+def _wait(what: str, done: Callable[[], bool], job: Any, log: _Log, seconds: float = 240) -> None:
     deadline = time.monotonic() + seconds
     while not done():
-        assert job.poll() is None, f"the job stopped while waiting until {what}"
+        assert job.poll() is None, f"the job stopped while waiting until {what}: {log.text()[-3000:]}"
         assert time.monotonic() < deadline, f"not {what} after {seconds} s"
         time.sleep(1)
 
@@ -124,7 +124,7 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
             assert "within 1 s" in asked.stdout
             paused = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--pause")
             assert paused.returncode == 0, paused.stderr[-2000:]
-            _wait("the job took the request", lambda: StateTable.open(config).plan(f"{db}.fresh") is not None, job)
+            _wait("the job took the request", lambda: StateTable.open(config).plan(f"{db}.fresh") is not None, job, log)
             time.sleep(3)  # the pause is seen within a second or so
             read = len(StateTable.open(config).done(f"{db}.fresh"))
             time.sleep(5)
@@ -136,7 +136,7 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
             assert "snapshot (paused)" in run_ingest("status", "--config", config_file).stdout
             resumed = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--resume")
             assert resumed.returncode == 0, resumed.stderr[-2000:]
-            _wait("the new table is copied", lambda: _copied(config, f"{db}.fresh"), job)
+            _wait("the new table is copied", lambda: _copied(config, f"{db}.fresh"), job, log)
             time.sleep(3)  # changes after the last chunk go through the binlog phase too
         err = _stop(job, log)
     finally:
@@ -201,3 +201,58 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     assert verify(config)
     assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
     assert StateTable.open(config).requests().snapshot == {}
+
+
+def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copied_without_a_request(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "adhoc_auto"
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_100",
+        f"CREATE TABLE {db}.staging (id INT PRIMARY KEY, v INT)",  # not matched until renamed
+        f"INSERT INTO {db}.staging SELECT seq, seq FROM {db}.seq_1_to_150",
+        f"CREATE TABLE {db}.staging2 LIKE {db}.staging",
+        f"INSERT INTO {db}.staging2 SELECT * FROM {db}.staging",
+    )
+    config, job = _start_streaming_job(
+        mariadb, db, tmp_path, rf"{db}\.(t|auto_.*)", "adhoc_auto", LIVE_SNAPSHOT, signal_poll_seconds=1
+    )
+    log = _Log(job)
+    created, later = threading.Event(), threading.Event()
+
+    def write(cur: Any, n: int) -> None:
+        cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (1 + n % 100,))
+        if created.is_set():
+            _move_keys(cur, n, "auto_new", 200)
+            _move_keys(cur, n, "auto_renamed", 150)
+        if later.is_set():
+            _move_keys(cur, n, "auto_later", 150)
+
+    try:
+        with background_writes(mariadb, db, write):
+            _wait_until_streaming(config, job)
+            # Back to back: the job ends its binlog phase at the CREATE, finds both tables, and reads the RENAME
+            # again in the next phase (the renamed table's target already has what it did).
+            mariadb.execute(
+                f"CREATE TABLE {db}.auto_new (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.auto_new SELECT seq, 0 FROM {db}.seq_1_to_200",
+                f"RENAME TABLE {db}.staging TO {db}.auto_renamed",
+            )
+            created.set()
+            for table in ("auto_new", "auto_renamed"):
+                _wait(f"{table} is copied", lambda t=table: _copied(config, f"{db}.{t}"), job, log)
+            mariadb.execute(f"ALTER TABLE {db}.staging2 RENAME TO {db}.auto_later")  # alone: its own restart
+            later.set()
+            _wait("auto_later is copied", lambda: _copied(config, f"{db}.auto_later"), job, log)
+            time.sleep(3)
+        err = _stop(job, log)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert f"{db}.auto_new: named by a DDL statement" in err, err[-3000:]
+    assert f"{db}.auto_later: named by a DDL statement" in err, err[-3000:]
+    assert verify(config)
+    assert StateTable.open(config).tables() == [f"{db}.{t}" for t in ("auto_later", "auto_new", "auto_renamed", "t")]

@@ -19,7 +19,7 @@ from ingest.sink.evolution import (
     spark_string,
 )
 from ingest.sink.types import SourceColumn
-from ingest.source.binlog import ddl_tables, statement_tables
+from ingest.source.binlog import ddl_tables, named_tables, statement_tables
 from ingest.source.mysql import TableSchema
 
 
@@ -180,3 +180,17 @@ def test_ddl_tables(query: str, default_db: str, touched: list[tuple[str, str]])
 )
 def test_statement_tables(query: str, default_db: str, touched: list[tuple[str, str]]) -> None:
     assert statement_tables(query, default_db, CAPTURED) == touched
+
+
+def test_statements_that_give_a_table_a_name_are_recognized() -> None:
+    assert named_tables("CREATE TABLE fresh (id INT PRIMARY KEY)", "db") == [("db", "fresh")]
+    assert named_tables("create table if not exists `o`.`we``ird` like x", "db") == [("o", "we`ird")]
+    assert named_tables("CREATE OR REPLACE TABLE t2 AS SELECT 1", "db") == [("db", "t2")]
+    assert named_tables("RENAME TABLE a TO b, x.c TO `y`.d", "db") == [("db", "b"), ("y", "d")]
+    assert named_tables("ALTER TABLE a RENAME TO b", "db") == [("db", "b")]
+    assert named_tables("ALTER TABLE a RENAME AS s.b", "db") == [("s", "b")]
+    # Not logged in row format, or no new table name (a renamed column only makes the job look again).
+    assert named_tables("CREATE TEMPORARY TABLE t (a INT)", "db") == []
+    assert named_tables("ALTER TABLE a ADD COLUMN x INT", "db") == []
+    assert named_tables("GRANT SELECT ON db.x TO u", "db") == []
+    assert named_tables("INSERT INTO t SELECT * FROM u", "db") == []
