@@ -22,7 +22,7 @@ from typing import Any, Literal
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
-from ingest.pipeline import copy_chunks, discover, plan_table
+from ingest.pipeline import copy_chunks, discover, plan_table, unfinished
 from ingest.sink.targets import qualified
 from ingest.source.binlog import TablesNamed
 from ingest.source.chunk_reader import ChunkHook
@@ -59,7 +59,7 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
                 "it holds and copy it again"
             )
     if action == "pause":
-        complete = [t for t in tables if state.plan(t) is not None and len(state.done(t)) >= len(state.plan(t) or [])]
+        complete = [t for t in tables if state.plan(t) is not None and not unfinished(state, t)]
         if complete:
             raise ConfigError(f"{', '.join(complete)}: its snapshot is complete, there is nothing to pause")
         state.pause(tables)

@@ -128,7 +128,7 @@ def run(
         # holds back its keys' changes; the structured engine cannot read chunks between batches, so reads all.
         loop = config.stream.engine == "loop"
         if not _snapshot(
-            spark, config, state, info.flavor, _not_paused(state, schemas) if loop else schemas, stop, hook
+            spark, config, state, info.flavor, _not_paused(requests.paused, schemas) if loop else schemas, stop, hook
         ):
             return
         if snapshot_only or config.startup_mode == "snapshot_only":
@@ -141,7 +141,7 @@ def run(
         if not stop.event.is_set():
             # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up
             # to when they are read, later than the offset just committed).
-            unread = [s for s in _not_paused(state, schemas) if _unread(state, s)]
+            unread = [s for s in _not_paused(state.requests().paused, schemas) if unfinished(state, s.table_id)]
             _snapshot(spark, config, state, info.flavor, unread, stop, hook)
     finally:
         stop.uninstall()
@@ -167,16 +167,16 @@ def _snapshot(
     return True
 
 
-def _not_paused(state: StateTable, schemas: Sequence[TableSchema]) -> list[TableSchema]:
-    paused = state.requests().paused
+def _not_paused(paused: frozenset[str], schemas: Sequence[TableSchema]) -> list[TableSchema]:
     for schema in schemas:
         if schema.table_id in paused:
             log.info("%s: its snapshot is paused (`ingest snapshot --resume` goes on)", schema.table_id)
     return [s for s in schemas if s.table_id not in paused]
 
 
-def _unread(state: StateTable, schema: TableSchema) -> bool:
-    return len(state.done(schema.table_id)) < len(state.plan(schema.table_id) or [])
+def unfinished(state: StateTable, table_id: str) -> bool:
+    """The table is planned and some of its chunks are not copied yet."""
+    return len(state.done(table_id)) < len(state.plan(table_id) or [])
 
 
 def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:
