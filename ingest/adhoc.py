@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ingest.config import PipelineConfig
@@ -38,7 +39,17 @@ log = logging.getLogger(__name__)
 Action = Literal["snapshot", "again", "pause", "resume"]
 
 
-def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action = "snapshot") -> None:
+@dataclass(frozen=True)
+class Asked:
+    """What `ingest snapshot` did."""
+
+    tables: tuple[str, ...]
+    """The tables it wrote a request for."""
+    copying: dict[str, str]
+    """Tables asked without `--again` whose copy the job has begun by itself (no request needed): progress."""
+
+
+def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action = "snapshot") -> Asked:
     """`ingest snapshot`: record the request for the running job, or for the next `ingest run`."""
     if not tables:
         raise ConfigError("name at least one table: --table DB.TABLE")
@@ -51,13 +62,21 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
             f"{config.name!r} matches (patterns: {[p.pattern for p in config.tables.include]})"
         )
     state = StateTable.open(config)
+    progress: dict[str, str] = {}
     if action == "snapshot":
-        captured = [t for t in tables if state.plan(t) is not None]
+        # The job copies a table created or renamed into its patterns by itself, so it may have begun before
+        # the request came: the copy asked for is under way, which is what the user wanted.
+        copying = {t for t in tables if state.plan(t) is not None and unfinished(state, t)}
+        captured = [t for t in tables if state.plan(t) is not None and t not in copying]
         if captured:
             raise ConfigError(
                 f"{', '.join(captured)}: already captured by pipeline {config.name!r}; add --again to drop what "
                 "it holds and copy it again"
             )
+        progress = {t: f"chunks {len(state.done(t))}/{len(state.plan(t) or [])} read" for t in sorted(copying)}
+        tables = [t for t in tables if t not in copying]
+        if not tables:
+            return Asked((), progress)
     if action == "pause":
         complete = [t for t in tables if state.plan(t) is not None and not unfinished(state, t)]
         if complete:
@@ -67,6 +86,7 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
         state.resume(tables)
     else:
         state.ask_snapshot(tables, again=action == "again")
+    return Asked(tuple(tables), progress if action == "snapshot" else {})
 
 
 class SignalWatch:

@@ -129,12 +129,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             action: Action = (
                 "again" if args.again else "pause" if args.pause else "resume" if args.resume else "snapshot"
             )
-            ask_snapshot(config, args.table, action)
-            asked = {"snapshot": "snapshot", "again": "snapshot again", "pause": "pause", "resume": "resume"}[action]
-            print(
-                f"asked pipeline {config.name!r} to {asked} {', '.join(args.table)}: a running job takes it within "
-                f"{config.stream.signal_poll_seconds:g} s (`stream.signal_poll_seconds`), else the next run does"
-            )
+            done = ask_snapshot(config, args.table, action)
+            for table_id, progress in done.copying.items():
+                print(
+                    f"{table_id}: pipeline {config.name!r} is copying it already ({progress}); nothing to ask "
+                    "(`ingest status` follows the copy; --again drops what it holds and copies it anew)"
+                )
+            if done.tables:
+                asked = {"snapshot": "snapshot", "again": "snapshot again", "pause": "pause", "resume": "resume"}[
+                    action
+                ]
+                print(
+                    f"asked pipeline {config.name!r} to {asked} {', '.join(done.tables)}: a running job takes it "
+                    f"within {config.stream.signal_poll_seconds:g} s (`stream.signal_poll_seconds`), else the next "
+                    "run does"
+                )
             return EXIT_OK
         if args.command == "resnapshot":
             from ingest.resnapshot import resnapshot

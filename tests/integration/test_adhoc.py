@@ -93,6 +93,8 @@ def _move_keys(cur: Any, n: int, table: str, keys: int) -> None:
 def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resumed_while_the_others_stream(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
+    """The request comes first, for certain: the table is created without a binlog entry, so the job cannot
+    begin to copy it by itself (the other order is the next test)."""
     db = "adhoc_new"
     _fresh_db(mariadb, db)
     mariadb.execute(
@@ -115,6 +117,7 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
         with background_writes(mariadb, db, write):
             _wait_until_streaming(config, job)
             mariadb.execute(
+                "SET SESSION sql_log_bin = 0",
                 f"CREATE TABLE {db}.fresh (id INT PRIMARY KEY, v INT)",
                 f"INSERT INTO {db}.fresh SELECT seq, 0 FROM {db}.seq_1_to_400",
             )
@@ -168,6 +171,56 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
     assert load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid != before
     assert StateTable.open(config).requests().snapshot == {}
     assert verify(config)
+
+
+def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_succeeds(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """The job comes first, for certain: it sees the CREATE TABLE, plans the new table and copies its first chunk,
+    and is killed before the second. `ingest snapshot --table` for it is then no mistake: it says the copy is under
+    way and exits 0, asking nothing; the next run finishes the copy; a complete copy is refused as before."""
+    db = "adhoc_first"
+    _fresh_db(mariadb, db)
+    mariadb.execute(f"CREATE TABLE {db}.bal (id INT PRIMARY KEY, v INT)", f"INSERT INTO {db}.bal VALUES (1, 0)")
+    config, job = _start_streaming_job(
+        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", db, LIVE_SNAPSHOT, "adhoc.before_copy:2", signal_poll_seconds=1
+    )
+    config_file = str(tmp_path / "pipeline.yaml")
+    created = threading.Event()
+
+    def write(cur: Any, n: int) -> None:
+        cur.execute("UPDATE bal SET v = v + 1")
+        if created.is_set():
+            _move_keys(cur, n, "fresh", 200)
+
+    try:
+        with background_writes(mariadb, db, write):
+            _wait_until_streaming(config, job)
+            mariadb.execute(
+                f"CREATE TABLE {db}.fresh (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.fresh SELECT seq, 0 FROM {db}.seq_1_to_200",
+            )
+            created.set()
+            _, err = job.communicate(timeout=240)
+        assert job.returncode == -signal.SIGKILL, err[-3000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    chunks = len(StateTable.open(config).plan(f"{db}.fresh") or [])
+    assert chunks >= 5 and len(StateTable.open(config).done(f"{db}.fresh")) == 1
+
+    asked = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
+    assert asked.returncode == 0, asked.stderr[-2000:]
+    assert f"{db}.fresh: pipeline '{db}' is copying it already (chunks 1/{chunks} read)" in asked.stdout, asked.stdout
+    assert "asked pipeline" not in asked.stdout
+    status = run_ingest("status", "--config", config_file, "--json")
+    assert json.loads(status.stdout)["snapshot_requests"] == []
+
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert StateTable.open(config).times_recorded(f"{db}.fresh") == {i: 1 for i in range(chunks)}
+    captured = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
+    assert captured.returncode == 2 and "already captured" in captured.stderr and "--again" in captured.stderr
 
 
 @pytest.mark.parametrize("crash_at", ["adhoc.after_drop", "adhoc.before_copy:2"])
