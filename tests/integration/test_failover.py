@@ -29,7 +29,9 @@ from ingest.pipeline import discover, run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunk_reader import ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, split_table
+from ingest.source.failover import locate
 from ingest.source.mysql import connect, load_schema
+from ingest.source.position import MariadbGtidPos
 from ingest.state.table import StateTable
 from ingest.status import binlog_status
 from ingest.verify import verify
@@ -304,3 +306,98 @@ def test_a_replica_that_does_not_log_what_it_applies_is_refused(cdc_password: st
             discover(config)
         replica.execute("STOP SLAVE")  # no longer replicating: its binlog is the whole truth again
         assert discover(config).schemas
+
+
+def test_failover_while_the_snapshot_runs_reads_the_rest_on_the_replica_and_ends_equal(
+    spark: Any, pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path
+) -> None:
+    """The primary dies with part of the chunks read (their high watermarks are its positions): the job on the
+    promoted replica reads the other chunks there and starts the binlog phase at the primary's chunk highs found
+    again by GTID, so the writes made on the primary during the snapshot and on the replica after it all land."""
+    primary, replica = pair
+    db = "fosnap"
+    _setup(primary, db)
+    primary.execute(f"INSERT INTO {db}.acct SELECT seq, CONCAT('o', seq), seq FROM {db}.seq_41_to_400")
+    on_primary = _pipeline(primary, db, tmp_path)
+    on_primary["snapshot"]["chunks_per_commit"] = 4
+    config_file = tmp_path / "primary.yaml"
+    config_file.write_text(yaml.safe_dump(on_primary))
+
+    stop, done = threading.Event(), [0]
+    writer = threading.Thread(target=_writer, args=(primary, db, stop, done))
+    writer.start()
+    try:
+        crashed = run_ingest(
+            "run", "--config", str(config_file), "--until-caught-up", crash_at="snapshot.after_state:3"
+        )
+    finally:
+        stop.set()
+        writer.join()
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert done[0] > 0
+    config = parse_config(on_primary)
+    read_on_primary = StateTable.open(config).done(f"{db}.acct")
+    plan = StateTable.open(config).plan(f"{db}.acct")
+    assert plan is not None and 0 < len(read_on_primary) < len(plan)
+
+    primary.execute(f"UPDATE {db}.acct SET owner = 'last on the primary' WHERE id > 390")
+    replica.wait_for(primary)
+    primary.stop()
+    replica.promote()
+    # A key of a chunk read on the primary: its change reaches the target through the binlog phase, once, and is
+    # in the changelog (a key of a chunk still unread would come with that chunk's read, as snapshot rows do).
+    with replica.admin(db) as conn, conn.cursor() as cur:
+        for chunk in sorted((c for c in plan if c.index in read_on_primary), key=lambda c: c.index):
+            cur.execute(
+                "SELECT MIN(id) FROM acct WHERE id >= %s AND id < %s",
+                (chunk.lower[0] if chunk.lower else 0, chunk.upper[0] if chunk.upper else 1 << 30),
+            )
+            (moved,) = cur.fetchone()
+            if moved is not None:
+                break
+        assert moved is not None
+        cur.execute("UPDATE acct SET owner = 'on the replica' WHERE id = %s", (moved,))
+    replica.execute(f"INSERT INTO {db}.acct VALUES (1000, 'on the replica', 3)", f"DELETE FROM {db}.tag WHERE n > 5")
+
+    config_on_replica = parse_config(_pipeline(replica, db, tmp_path))
+    run(config_on_replica, spark=spark, until_caught_up=True)
+    assert verify(config_on_replica)
+    state = StateTable.open(config_on_replica)
+    assert state.times_recorded(f"{db}.acct") == {c.index: 1 for c in plan}
+    servers = Counter(r.high_watermark.server_id for r in state.done(f"{db}.acct").values())
+    assert set(servers) == {21, 22}, servers  # some chunks were read on each server
+    assert _server_id_of_offset(config_on_replica) == 22
+    logged = load_pyiceberg_catalog(config.sink).load_table((db, "acct_changelog")).scan().to_arrow().to_pylist()
+    assert Counter((r["_op"], r["id"]) for r in logged if r["owner"] == "on the replica") == Counter([("+U", moved)])
+
+
+def test_gtid_points_are_found_in_a_busy_binlog(mariadb: MariaDBServer, tmp_path: Path) -> None:
+    """`locate` streams by GTID from the lowest point to the highest. A non-blocking GTID dump is reset by
+    MariaDB part-way through a busy binlog and the library reconnected from the start, forever: the job hung
+    at its first run after a failover. Each point found must be where the server's own BINLOG_GTID_POS says
+    that GTID position is; a point at the binlog's end is found without a later event to see."""
+    db = "busylocate"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT, v INT)")
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        for i in range(12_000):  # one transaction each
+            cur.execute("INSERT INTO t VALUES (%s, %s)", (i % 100, i))
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (end,) = cur.fetchone()
+    last = MariadbGtidPos.parse(str(end))
+    domain, server, top = last.entries[0].domain_id, last.entries[0].server_id, last.entries[0].seq_no
+    points = [MariadbGtidPos.parse(f"{domain}-{server}-{n}") for n in (top - 11_000, top - 5_000, top - 10, top)]
+    config = parse_config(
+        {
+            "name": db,
+            "source": source_section(mariadb),
+            "tables": {"include": [rf"{db}\..*"]},
+            "sink": embedded_sink(tmp_path),
+        }
+    )
+    with connect(config.source) as conn:
+        found = locate(conn, config.source, points)
+        with conn.cursor() as cur:
+            for point, position in zip(points, found, strict=True):
+                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
+                (at,) = cur.fetchone()
+                assert MariadbGtidPos.parse(str(at)) == point, (point, position, at)
