@@ -48,6 +48,23 @@ def mariadb(cdc_password: str) -> Iterator[MariaDBServer]:
         yield server
 
 
+ROW_METADATA = ["FULL", "NO_LOG"]
+"""binlog_row_metadata settings the binlog-phase tests run at: FULL (row events name their columns) and
+MariaDB's default NO_LOG (MySQL's MINIMAL logs no names either): columns are then matched by position."""
+
+
+@pytest.fixture(params=ROW_METADATA)
+def row_metadata(request: pytest.FixtureRequest, mariadb: MariaDBServer) -> Iterator[str]:
+    """The shared server writes its binlog at this binlog_row_metadata for the test (a global, dynamic
+    setting: it applies to every event logged from now on), then goes back to FULL."""
+    setting = str(request.param)
+    mariadb.execute(f"SET GLOBAL binlog_row_metadata = '{setting}'")
+    try:
+        yield setting
+    finally:
+        mariadb.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+
+
 @pytest.fixture(scope="session")
 def minio() -> Iterator[MinioServer]:
     with MinioServer() as server:
