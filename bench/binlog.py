@@ -1147,6 +1147,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "upkeep_changes": args.upkeep_changes,
             "upkeep_every": args.upkeep_every,
             "upkeep_base_rows": args.upkeep_base_rows,
+            "no_names_changes": args.no_names_changes,
             "spark_conf": spark_conf,
         },
         "tables": {
@@ -1266,6 +1267,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 with Worker(spec, scratch / "upkeep.log") as w:
                     results["upkeep"] = w.finish()
+            if args.no_names_changes > 0:
+                results["no_names"] = measure_without_names(server, base_spec, config, keys, args, scratch)
     except BaseException:
         keep_scratch = True
         _progress("failed")
@@ -1278,6 +1281,33 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     results["ratios"] = ratios(results)
     results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     return results
+
+
+def measure_without_names(
+    server: MariaDBServer,
+    base_spec: Mapping[str, Any],
+    config: PipelineConfig,
+    keys: KeySpace,
+    args: argparse.Namespace,
+    scratch: Path,
+) -> dict[str, Any]:
+    """The raw parse, our reader and the loop engine's catch-up again, over a binlog the server wrote at its
+    default binlog_row_metadata (NO_LOG: no column names, no signedness or charsets), which the job reads by
+    position with the schema it follows (ingest/source/table_maps.py). Last, so the runs before read FULL."""
+    out: dict[str, Any] = {}
+    server.execute("SET GLOBAL binlog_row_metadata = 'NO_LOG'")
+    try:
+        _progress(f"binlog_row_metadata NO_LOG: recording {args.no_names_changes:,} row changes")
+        binlog = out["binlog"] = record_binlog(server, config, keys, args.no_names_changes)
+    finally:
+        server.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+    _progress("NO_LOG: baseline raw parse, then BinlogReader + materialize, no Spark")
+    out["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
+    out["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
+    log_path = scratch / "catchup-no-names.log"
+    _progress(f"NO_LOG: ours, catch-up with stream.engine loop (log {log_path})")
+    out["catchup"] = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "no-names"}, config, log_path)
+    return out
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
@@ -1306,6 +1336,13 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         out["late_merge_left_alone_vs_maintained"] = (
             upkeep["left alone"]["merge_s_last_median"] / upkeep["maintained"]["merge_s_last_median"]
         )
+    no_names = results.get("no_names")
+    if no_names:
+        raw = no_names["baseline_raw_parse"]
+        out["no_log_reader_changes_per_s_vs_baseline"] = no_names["reader_no_spark"]["rows_per_s"] / raw["rows_per_s"]
+        if no_names["catchup"]["changes_per_s"]:
+            out["no_log_ours_changes_per_s_vs_baseline"] = no_names["catchup"]["changes_per_s"] / raw["rows_per_s"]
+        out["no_log_raw_parse_vs_full_raw_parse"] = raw["rows_per_s"] / base["rows_per_s"]
     return out
 
 
@@ -1517,6 +1554,34 @@ def render(results: dict[str, Any]) -> str:
                 f"{t['merge_s_total']:>11.1f} {sum(t['maintenance_s']):>12.1f} {t['data_files']:>10} "
                 f"{t['delete_files']:>12} {t['snapshots']:>9}"
             )
+    no_names = results.get("no_names")
+    if no_names:
+        nb, raw = no_names["binlog"], no_names["baseline_raw_parse"]
+        lines += [
+            "",
+            f"binlog_row_metadata NO_LOG (no column names; read by position): {nb['rows_affected']:,} row changes, "
+            f"{nb['start']} .. {nb['end']}; x baseline is against the raw parse of this range",
+            f"{'measurement':<44} {'changes':>9} {'changes/s':>10} {'x baseline':>10} {'CPU s/M':>8}",
+        ]
+        for name, rows, rate, per_m in (
+            ("baseline: python-mysql-replication rows", raw["rows"], raw["rows_per_s"], raw["cpu_s_per_million"]),
+            (
+                "BinlogReader + materialize, no Spark",
+                no_names["reader_no_spark"]["rows"],
+                no_names["reader_no_spark"]["rows_per_s"],
+                no_names["reader_no_spark"]["cpu_s_per_million"],
+            ),
+            (
+                "ours: run(until_caught_up) binlog phase",
+                no_names["catchup"]["changes"],
+                no_names["catchup"]["changes_per_s"],
+                no_names["catchup"]["cpu_s_per_million"],
+            ),
+        ):
+            ratio = None if rate is None else rate / raw["rows_per_s"]
+            lines.append(f"{name:<44} {rows:>9,} {_fmt(rate):>10} {_fmt(ratio, '.3f'):>10} {_fmt(per_m, '.1f'):>8}")
+        verified = no_names["catchup"]["verify"]
+        lines.append(f"ours (NO_LOG): verify {'OK' if verified['ok'] else 'FAILED'}")
     if results.get("ratios"):
         lines += ["", "Ratios:"]
         lines += [f"  {k:<40} {v:.3f}" for k, v in results["ratios"].items()]
@@ -1589,6 +1654,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--upkeep-changes", type=_positive, default=500, help="changes per maintenance-run batch (500)")
     parser.add_argument("--upkeep-every", type=_positive, default=20, help="batches between compactions (20)")
     parser.add_argument("--upkeep-base-rows", type=_positive, default=30_000, help="rows in the maintenance tables")
+    parser.add_argument(
+        "--no-names-changes",
+        type=_non_negative,
+        default=100_000,
+        help="row changes recorded at binlog_row_metadata NO_LOG for the by-position runs (100000; 0 skips)",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
     add_spark_conf_option(parser)
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)

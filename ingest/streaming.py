@@ -296,6 +296,11 @@ class StreamStart:
         }
 
     @property
+    def planned_at(self) -> dict[tuple[str, str], BinlogPosition]:
+        """Per table, a position before its snapshot's schema was loaded (see BinlogReader)."""
+        return {(t.schema.database, t.schema.table): at for t in self.tables if (at := t.planned_at) is not None}
+
+    @property
     def mark(self) -> Watermark:
         return Watermark(self.start, self.start_gtid, self.here)
 
@@ -387,6 +392,7 @@ def stream(
             start_gtid=start_gtid,
             contained_until=begin.contained_until,
             new_tables=None if on_tables_named is None else config.tables,
+            planned_at=begin.planned_at,
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
         prefetch = Prefetch(

@@ -113,7 +113,7 @@ def stream_structured(
         if begin.goal is not None and begin.start >= begin.goal:
             return begin.start
         spec = BinlogSourceSpec(
-            config, flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until
+            config, flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until, begin.planned_at
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))

@@ -1,4 +1,8 @@
-"""A throwaway MariaDB server set up the way CDC needs it: ROW binlog, FULL images, GTIDs."""
+"""A throwaway MariaDB server set up the way CDC needs it: ROW binlog, FULL images, GTIDs.
+
+`binlog_row_metadata` is FULL unless asked otherwise; None leaves the server's default (NO_LOG), as on a
+server nobody tuned for CDC.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +32,10 @@ class MariaDBServer:
         time_zone: str | None = None,
         extra_args: tuple[str, ...] = (),
         base_dir: Path | None = None,
+        row_metadata: str | None = "FULL",
     ) -> None:
         self.server_id = server_id
+        self.row_metadata = row_metadata
         self.time_zone = time_zone
         self.extra_args = extra_args
         self.host = "127.0.0.1"
@@ -75,7 +81,6 @@ class MariaDBServer:
             f"--log-bin={self.data_dir / 'mysql-bin'}",
             "--binlog-format=ROW",
             "--binlog-row-image=FULL",
-            "--binlog-row-metadata=FULL",
             "--log-slave-updates=ON",
             "--gtid-strict-mode=ON",
             "--gtid-domain-id=0",
@@ -89,6 +94,8 @@ class MariaDBServer:
             "--performance-schema=OFF",
             "--max-connections=500",
         ]
+        if self.row_metadata:
+            args.append(f"--binlog-row-metadata={self.row_metadata}")
         if self.time_zone:
             args.append(f"--default-time-zone={self.time_zone}")
         args.extend(self.extra_args)

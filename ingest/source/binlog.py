@@ -251,6 +251,7 @@ class BinlogReader:
         start_gtid: MariadbGtidPos | None = None,
         contained_until: dict[tuple[str, str], BinlogPosition] | None = None,
         new_tables: TableSelection | None = None,
+        planned_at: dict[tuple[str, str], BinlogPosition] | None = None,
     ) -> None:
         self.source = source
         self.new_tables = new_tables
@@ -268,6 +269,12 @@ class BinlogReader:
         """Per table, a position up to which every row change is already in the snapshot's chunks (the lowest
         chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
         decoded with, when the table was snapshotted again after a schema change."""
+        self._planned_at = dict(planned_at or {})
+        """Per table, a position before its snapshot's schema was loaded: a DDL up to here is in that schema."""
+        self._unfollowed: dict[tuple[str, str], tuple[str, BinlogPosition]] = {}
+        """Per table, the first DDL passed over as contained in its chunks that came after its schema was loaded:
+        it changed the table during its snapshot, so the rows after its chunks may have columns the schema the
+        job decodes with has not."""
         self.on_ddl = on_ddl
         self.heartbeat_seconds = heartbeat_seconds
         self._last_idle = time.monotonic()
@@ -298,6 +305,13 @@ class BinlogReader:
         self.schemas[key] = schema
         self._decoders[key] = RowDecoder(schema.columns)
 
+    def _refuse_unfollowed(self, key: tuple[str, str], event: Any) -> None:
+        """A row after a DDL passed over during the table's snapshot: refused when matched by position."""
+        query, at = self._unfollowed[key]
+        table_maps.refuse_by_position_after_ddl(
+            event, self.schemas[key].table_id, query, at, "before the high watermark of the first of its chunks read"
+        )
+
     def _library_row(
         self, key: tuple[str, str], kind: str, row: dict[str, Any]
     ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
@@ -307,7 +321,8 @@ class BinlogReader:
     def _row(self, key: tuple[str, str], values: dict[str, Any]) -> tuple[Any, ...]:
         decode = self._decoders[key]
         if not decode.matches(values):
-            # With binlog_row_metadata=FULL every row event names its columns, so rows are never misread.
+            # Rows are matched by the names the server logs (binlog_row_metadata=FULL), or by position with the
+            # schema in force (table_maps.by_position): a row of other columns is never misread.
             schema = self.schemas[key]
             raise SchemaChangeError(
                 f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the job "
@@ -355,12 +370,14 @@ class BinlogReader:
                         if end <= contained:
                             continue
                         del self._contained_until[key]  # positions only grow: no more lookups for this table
+                    if key in self._unfollowed:
+                        self._refuse_unfollowed(key, event)
                     if current is None:
                         current = Transaction(end)
                     table_id = f"{key[0]}.{key[1]}"
                     kind = event_kind(event)
                     changes = current.changes
-                    images = self._row_events.rows(key, kind, event, self.schemas[key].columns)
+                    images = self._row_events.rows(key, kind, event, self.schemas[key].columns, end)
                     if images is None:  # an event only the library reads
                         images = [self._library_row(key, kind, row) for row in event.rows]
                     for i, (before, after) in enumerate(images):
@@ -374,12 +391,13 @@ class BinlogReader:
                         # A table snapshotted after the statement already has what it did.
                         if (contained := self._contained_until.get(t)) is None or end > contained:
                             raise refuse_statement(f"{t[0]}.{t[1]}", end, query)
-                    touched = [
-                        t
-                        for t in ddl_tables(query, default_db, self._tables)
+                    touched = []
+                    for t in ddl_tables(query, default_db, self._tables):
                         # A table snapshotted after the statement already has what it did.
-                        if (contained := self._contained_until.get(t)) is None or end > contained
-                    ]
+                        if (contained := self._contained_until.get(t)) is None or end > contained:
+                            touched.append(t)
+                        elif (planned := self._planned_at.get(t)) is None or end > planned:
+                            self._unfollowed.setdefault(t, (query, end))
                     if touched:
                         start = self.position
                         self._schema_change(query, touched, end)

@@ -24,7 +24,7 @@ import logging
 import pickle
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.config import PipelineConfig
@@ -49,6 +49,8 @@ class BinlogSourceSpec:
     resume: Watermark
     """Every target holds every change before this point (computed from Iceberg by the job)."""
     contained_until: dict[tuple[str, str], BinlogPosition]
+    planned_at: dict[tuple[str, str], BinlogPosition] = field(default_factory=dict)
+    """Per table, a position before its snapshot's schema was loaded (see BinlogReader)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class BinlogStreamReader:
             on_ddl=stream.on_schema_change,
             start_gtid=gtid,
             contained_until=self.spec.contained_until,
+            planned_at=self.spec.planned_at,
         )
 
     def _open(self, begin: Watermark) -> None:

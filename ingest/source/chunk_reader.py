@@ -24,7 +24,8 @@ from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
 from ingest.sink.types import TargetColumn, rows_to_record_batch
-from ingest.source.binlog import open_stream, query_of, refuse_statement, statement_tables
+from ingest.source import table_maps
+from ingest.source.binlog import ddl_tables, open_stream, query_of, refuse_statement, statement_tables
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
@@ -217,6 +218,7 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
         only_tables=[schema.table],
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent],
     )
+    altered: tuple[str, BinlogPosition] | None = None
     try:
         for event in stream:
             # log_pos is where the event ends; the high watermark is always at a transaction boundary.
@@ -227,11 +229,16 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
                 query, default_db = query_of(event)
                 if statement_tables(query, default_db, [key]):
                     raise refuse_statement(schema.table_id, end, query)
+                if altered is None and ddl_tables(query, default_db, [key]):
+                    altered = (query, end)
                 continue
             if (event.schema, event.table) != key:
                 continue
+            if altered is not None:
+                where = f"inside the window of chunk {task.chunk.index}"
+                table_maps.refuse_by_position_after_ddl(event, schema.table_id, *altered, where)
             kind = event_kind(event)
-            images = decoder.rows(key, kind, event, schema.columns)
+            images = decoder.rows(key, kind, event, schema.columns, end)
             if images is None:  # an event only the library reads
                 images = [library_images(kind, row) for row in event.rows]
             yield from images

@@ -9,8 +9,9 @@ row image into a tuple in the schema's column order and the driver's form (`binl
 The values are the library's, value for value and type for type: tests decode the same events both ways,
 over every column of the shared type fixture. An event this module does not cover goes through the library
 as before: a row image without every column (a writer with binlog_row_image MINIMAL or NOBLOB, which the
-library path refuses), MySQL's partial JSON updates, a column type without a reader here, a table map
-without column names, or columns that differ from the schema's (the library path names the difference).
+library path refuses), MySQL's partial JSON updates, a column type without a reader here, or columns that
+differ from the schema's (the library path names the difference). A table map without column names (a
+server not at binlog_row_metadata FULL) is first completed from the schema, by position (table_maps.py).
 An event whose bytes it cannot decode is also left to the library (which raises its own error or reads
 it), with a warning once per table.
 """
@@ -30,6 +31,7 @@ from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.sink.types import SourceColumn
+from ingest.source import table_maps
 from ingest.source.binlog_values import driver_form, unchanged
 
 log = logging.getLogger(__name__)
@@ -385,10 +387,14 @@ class RowEvents:
         self._warned: set[tuple[str, str]] = set()
 
     def rows(
-        self, key: tuple[str, str], kind: str, event: Any, schema: Sequence[SourceColumn]
+        self, key: tuple[str, str], kind: str, event: Any, schema: Sequence[SourceColumn], at: object = None
     ) -> list[tuple[Image | None, Image | None]] | None:
         """(before, after) per row of an "insert", "update" or "delete" event, or None when the library must
-        read it."""
+        read it. `schema` is the table's at this binlog position (`at`, for messages): a table map without column
+        names is completed from it first (`table_maps.by_position`), for this decoder and the library alike."""
+        table = event.table_map.get(event.table_id)
+        if table is not None:
+            table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, getattr(event, "dbms", None) or "mysql", at)
         body = _event_body(event)
         decoder = None if body is None else self._decoder(key, event, schema)
         if body is None or decoder is None or not _full_images(event, decoder.columns):

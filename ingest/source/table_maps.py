@@ -1,11 +1,18 @@
-"""Parsing each distinct table-map event once.
+"""Table-map events: parsed once per distinct content, and completed from the job's schema where the
+server logs no column names.
 
 Every transaction logs a table-map event before its row events, and python-mysql-replication parses it
 in full each time: column types, metadata and, with binlog_row_metadata=FULL, the column names. For a
 stream of small transactions that is close to half of the reader's CPU. The result depends only on the
-event's bytes when the names come from the event itself, so an event whose bytes were seen before (same
-table id, same columns, same names) takes the earlier parse. An event without column names (the library
-then reads them from information_schema at that moment) is parsed every time, as before.
+event's bytes (the library is never asked to look names up in information_schema), so an event whose bytes
+were seen before (same table id, same columns, same names) takes the earlier parse.
+
+A server at its default binlog_row_metadata (MariaDB NO_LOG, MySQL MINIMAL) logs no column names, and the
+library then also knows no signedness, character set or ENUM/SET members (it reads even MINIMAL's only
+when the server is FULL). `by_position` completes such a table map from the schema the job decodes the
+table with at that binlog position (it follows DDL in binlog order), column by column in ordinal order,
+so the library and `row_events` decode it exactly as they decode a FULL one. Never with today's
+information_schema: after an `ADD COLUMN ... FIRST` older rows would shift into the wrong columns.
 
 `install()` wraps the library's `TableMapEvent.__init__` (python-mysql-replication is pinned): the class
 stays the same, so every filter of the library that names it still matches.
@@ -13,9 +20,16 @@ stays the same, so every filter of the library that names it still matches.
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Sequence
 from typing import Any
 
+from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 from pymysqlreplication.row_event import TableMapEvent
+
+from ingest.errors import SchemaChangeError
+from ingest.sink.types import SourceColumn
 
 MAX_ENTRIES = 4096
 """Distinct table-map contents kept (a few hundred bytes each); the cache starts over when full."""
@@ -37,8 +51,7 @@ def _init(
     if state is None:
         _parse(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
         stats["parsed"] += 1
-        names = getattr(getattr(self, "optional_metadata", None), "column_name_list", None)
-        if key is not None and self._processed and names:
+        if key is not None and self._processed:
             if len(_parsed) >= MAX_ENTRIES:
                 _parsed.clear()
             _parsed[key] = {k: v for k, v in self.__dict__.items() if k not in _PER_STREAM}
@@ -70,6 +83,114 @@ def _body(from_packet: Any, size: int) -> bytes | None:
     return body if len(body) == size else None
 
 
+def _not_advice_to_log_names(record: logging.LogRecord) -> bool:
+    """The library warns at every stream of a server not at binlog_row_metadata FULL; the job reads such a server
+    by position (`by_position`), so the advice is noise in its log."""
+    return "BINLOG_ROW_METADATA = FULL" not in record.getMessage()
+
+
 def install() -> None:
     """Parse table maps through the cache in every stream of this process (idempotent)."""
     TableMapEvent.__init__ = _init
+    library_log = logging.getLogger("pymysqlreplication")
+    if _not_advice_to_log_names not in library_log.filters:
+        library_log.addFilter(_not_advice_to_log_names)
+
+
+# information_schema's DATA_TYPE -> the binlog column types it is logged as. A type not listed is not checked.
+_LOGGED_AS: dict[str, frozenset[int]] = {
+    name: frozenset(types)
+    for names, types in (
+        (("tinyint",), (FIELD_TYPE.TINY,)),
+        (("smallint",), (FIELD_TYPE.SHORT,)),
+        (("mediumint",), (FIELD_TYPE.INT24,)),
+        (("int", "integer"), (FIELD_TYPE.LONG,)),
+        (("bigint",), (FIELD_TYPE.LONGLONG,)),
+        (("float",), (FIELD_TYPE.FLOAT,)),
+        (("double", "real"), (FIELD_TYPE.DOUBLE,)),
+        (("decimal", "numeric"), (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL)),
+        (("char", "binary"), (FIELD_TYPE.STRING,)),
+        (("varchar", "varbinary"), (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING)),
+        (
+            ("tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob"),
+            (FIELD_TYPE.BLOB,),
+        ),
+        (("json",), (FIELD_TYPE.JSON, FIELD_TYPE.BLOB)),
+        (("date",), (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE)),
+        (("time",), (FIELD_TYPE.TIME, FIELD_TYPE.TIME2)),
+        (("datetime",), (FIELD_TYPE.DATETIME, FIELD_TYPE.DATETIME2)),
+        (("timestamp",), (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2)),
+        (("year",), (FIELD_TYPE.YEAR,)),
+        (("enum",), (FIELD_TYPE.ENUM,)),
+        (("set",), (FIELD_TYPE.SET,)),
+        (("bit",), (FIELD_TYPE.BIT,)),
+    )
+    for name in names
+}
+_TYPE_NAMES = {v: k for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
+_MEMBER = re.compile(r"'((?:[^']|'')*)'")
+_TEXT_TYPES = (FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB)
+
+
+def names_logged(table: Any) -> bool:
+    """The server named the columns of this table map (binlog_row_metadata FULL): rows are matched by name."""
+    return not hasattr(table, "_ingest_schema") and all(c.name for c in table.columns)
+
+
+def by_position(table: Any, table_id: str, schema: Sequence[SourceColumn], dbms: str, at: object) -> bool:
+    """Complete a table map that names no columns from `schema`, the table's columns in ordinal order at this
+    binlog position; True when the table map's columns are matched to the schema by position.
+
+    A table map whose columns the server named is left as it is (False). One completed earlier with the same
+    schema is not touched again (table maps are shared between events of the same bytes, see `_init`).
+    """
+    columns = table.columns
+    if getattr(table, "_ingest_schema", None) is schema:
+        return True
+    if names_logged(table):
+        return False
+    logged = [c.type for c in columns]
+    expected = [_LOGGED_AS.get(c.data_type) for c in schema]
+    if len(logged) != len(schema) or any(e is not None and t not in e for t, e in zip(logged, expected, strict=False)):
+        raise SchemaChangeError(
+            f"a binlog row of {table_id} at {at} has {len(logged)} columns of types "
+            f"{[_TYPE_NAMES.get(t, t) for t in logged]}, but the schema the job decodes it with has {len(schema)}: "
+            f"{[f'{c.name} {c.column_type}' for c in schema]}. The server logs no column names "
+            "(binlog_row_metadata is not FULL), so columns are matched by position, and these do not match: the "
+            "table's schema changed without a DDL statement the job could follow. Snapshot the table again: "
+            f"`ingest resnapshot --config ... --table {table_id}`"
+        )
+    for column, source in zip(columns, schema, strict=True):
+        column.name = source.name
+        column.unsigned = source.unsigned
+        if column.type in _TEXT_TYPES or column.type in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
+            # The library's form with FULL metadata: the Python encoding of the column's character set.
+            charset = CHARSET.charset_by_name(source.character_set or "binary", dbms)
+            column.character_set_name = charset.encoding if charset else source.character_set
+        members = [m.replace("''", "'") for m in _MEMBER.findall(source.column_type)]
+        if column.type == FIELD_TYPE.ENUM:
+            column.enum_values = ["", *members]
+        elif column.type == FIELD_TYPE.SET:
+            column.set_values = members
+    table._ingest_schema = schema
+    return True
+
+
+def refuse_by_position_after_ddl(event: Any, table_id: str, query: str, at: object, where: str) -> None:
+    """A row event after a DDL of its table that the schema the job decodes with predates (the DDL came during
+    the table's snapshot, `where` says where): refused when the server logs no column names.
+
+    With names, a row whose columns the DDL changed no longer matches the schema and is refused by name, and
+    one it left alone is read right. By position a renamed or reordered column of the same type cannot be told
+    apart, so this case needs binlog_row_metadata=FULL or the table snapshotted again.
+    """
+    table = event.table_map.get(event.table_id)
+    if table is None or names_logged(table):
+        return
+    raise SchemaChangeError(
+        f"{table_id}: its schema changed during its snapshot, at binlog position {at} ({query[:200]!r}), {where}, "
+        "and the server logs no column names (binlog_row_metadata is not FULL): the rows after it cannot be "
+        "matched to columns with certainty, and none was applied. Re-snapshot the table: `ingest resnapshot "
+        f"--config ... --table {table_id}`, then `ingest run` (with binlog_row_metadata=FULL, a DDL that leaves "
+        "the columns alone would not stop the job)"
+    )
