@@ -43,14 +43,14 @@ def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str =
 # Between two tables' commits of a batch, and after the whole batch is committed but before Spark records it.
 @pytest.mark.parametrize("crash_at", ["stream.after_table_commit:1", "stream.after_state:1"])
 def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str, row_metadata: str
 ) -> None:
     db = "skill"
     _fresh_db(mariadb, db)
     checkpoint = tmp_path / "checkpoint"
     # One table after the other: the first crash after a table commit falls between the two tables.
     settings = {"checkpoint_location": str(checkpoint), "concurrent_merges": 1}
-    catalog = "s_" + "".join(c if c.isalnum() else "_" for c in crash_at)
+    catalog = f"s_{row_metadata}_" + "".join(c if c.isalnum() else "_" for c in crash_at)
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
     run(config, spark=spark, snapshot_only=True)
     write_dml(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
@@ -152,14 +152,16 @@ def test_a_checkpoint_ahead_of_the_iceberg_tables_is_refused(
 
 
 def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_schema_change(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
+    """At NO_LOG the replay re-reads the rows before the ALTER with the schema at the checkpoint's resume point
+    and those after it with the followed one, both by position."""
     db = "sddl"
     _fresh_db(mariadb, db)
     # The target has the column, the source schema it mirrors is not stored yet (test_schema_evolution kills
     # the loop at every step of a schema change; the steps are the same code here).
     crash_at = "stream.after_schema_change:1"
-    catalog = "s_ddl"
+    catalog = f"s_ddl_{row_metadata}"
     settings = {"checkpoint_location": str(tmp_path / "checkpoint")}
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
     run(config, spark=spark, snapshot_only=True)
