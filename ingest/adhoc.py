@@ -86,7 +86,7 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
         state.resume(tables)
     else:
         state.ask_snapshot(tables, again=action == "again")
-    return Asked(tuple(tables), progress if action == "snapshot" else {})
+    return Asked(tuple(tables), progress)
 
 
 class SignalWatch:

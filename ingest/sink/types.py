@@ -57,6 +57,7 @@ _SPATIAL_TYPES = frozenset(
 )
 
 _TYPE_ARGS = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
+_MEMBER = re.compile(r"'((?:[^']|'')*)'")
 # Arrow raises these when a raw driver value does not fit the target type (a zero date given as str).
 _RAW_REJECTED = (TypeError, ValueError, OverflowError)
 
@@ -101,6 +102,11 @@ class SourceColumn:
     def unsigned(self) -> bool:
         # ZEROFILL implies UNSIGNED and COLUMN_TYPE then says both.
         return "unsigned" in self.column_type.lower()
+
+    @property
+    def members(self) -> list[str]:
+        """An ENUM's or SET's members in definition order, as COLUMN_TYPE quotes them ('' is one quote)."""
+        return [m.replace("''", "'") for m in _MEMBER.findall(self.column_type)]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ values, so binlog values are first brought to the driver's form, then share one 
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,11 +16,9 @@ from ingest.sink.types import SourceColumn
 
 # python-mysql-replication's reason for a column that is not in the row image at all.
 _ABSENT = "cols bitmap"
-_SET_MEMBERS = re.compile(r"'((?:[^']|'')*)'")
 
 
-def _set_joiner(column_type: str) -> Callable[[Any], Any]:
-    order = [m.replace("''", "'") for m in _SET_MEMBERS.findall(column_type)]
+def _set_joiner(order: Sequence[str]) -> Callable[[Any], Any]:
 
     def join(value: Any) -> Any:
         # The binlog library gives a Python set; MySQL prints members in definition order, comma-joined.
@@ -42,7 +39,7 @@ def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
     fns: list[Callable[[Any], Any]] = []
     for col in columns:
         if col.data_type == "set":
-            fns.append(_set_joiner(col.column_type))
+            fns.append(_set_joiner(col.members))
         else:
             # BIT arrives as a '0101' string and zero dates as None; the converters accept both forms.
             fns.append(unchanged)

@@ -396,7 +396,7 @@ class RowEvents:
         if table is not None:
             table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, getattr(event, "dbms", None) or "mysql", at)
         body = _event_body(event)
-        decoder = None if body is None else self._decoder(key, event, schema)
+        decoder = None if body is None or table is None else self._decoder(key, table, event, schema)
         if body is None or decoder is None or not _full_images(event, decoder.columns):
             self.fallbacks += 1
             return None
@@ -409,10 +409,9 @@ class RowEvents:
                 log.warning("%s.%s: row event left to python-mysql-replication (%s)", *key, e)
             return None
 
-    def _decoder(self, key: tuple[str, str], event: Any, schema: Sequence[SourceColumn]) -> TableDecoder | None:
-        table = event.table_map.get(event.table_id)
-        if table is None:
-            return None
+    def _decoder(
+        self, key: tuple[str, str], table: Any, event: Any, schema: Sequence[SourceColumn]
+    ) -> TableDecoder | None:
         cached = self._decoders.get(key)
         if cached is not None and cached[0] is table and cached[1] is schema:
             return cached[2]

@@ -21,7 +21,6 @@ stays the same, so every filter of the library that names it still matches.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,13 +127,20 @@ _LOGGED_AS: dict[str, frozenset[int]] = {
     for name in names
 }
 _TYPE_NAMES = {v: k for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
-_MEMBER = re.compile(r"'((?:[^']|'')*)'")
 _TEXT_TYPES = (FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB)
 
 
+_NAMED = object()
+"""`_ingest_schema` of a table map whose columns the server named; otherwise the schema that completed it."""
+
+
 def names_logged(table: Any) -> bool:
-    """The server named the columns of this table map (binlog_row_metadata FULL): rows are matched by name."""
-    return not hasattr(table, "_ingest_schema") and all(c.name for c in table.columns)
+    """The server named the columns of this table map (binlog_row_metadata FULL): rows are matched by name.
+    Known once per table map (shared by the events of the same bytes), not looked for per event."""
+    seen = getattr(table, "_ingest_schema", None)
+    if seen is None and all(c.name for c in table.columns):
+        table._ingest_schema = seen = _NAMED
+    return seen is _NAMED
 
 
 def by_position(table: Any, table_id: str, schema: Sequence[SourceColumn], dbms: str, at: object) -> bool:
@@ -167,11 +173,10 @@ def by_position(table: Any, table_id: str, schema: Sequence[SourceColumn], dbms:
             # The library's form with FULL metadata: the Python encoding of the column's character set.
             charset = CHARSET.charset_by_name(source.character_set or "binary", dbms)
             column.character_set_name = charset.encoding if charset else source.character_set
-        members = [m.replace("''", "'") for m in _MEMBER.findall(source.column_type)]
         if column.type == FIELD_TYPE.ENUM:
-            column.enum_values = ["", *members]
+            column.enum_values = ["", *source.members]
         elif column.type == FIELD_TYPE.SET:
-            column.set_values = members
+            column.set_values = source.members
     table._ingest_schema = schema
     return True
 
