@@ -15,8 +15,9 @@ deps:  ## install everything, no demo
 demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and show the result
 	.venv/bin/ingest demo
 
-test: lint  ## lint, type-check, then every test (unit and integration, real services)
+test: lint  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
 	scripts/pytest-all.sh tests
+	scripts/test-spark-compat.sh
 
 test-unit:  ## the fast tests only (no servers)
 	scripts/pytest-all.sh tests -m "not integration"

@@ -23,12 +23,14 @@
 #          snapshot.driver). It is built against libmariadb/libmysqlclient, which the build host needs
 #          (libmariadb-dev, pkg-config, a C compiler) and the cluster nodes need at run time (libmariadb3).
 #          auto packs it when it builds and otherwise warns (the job then reads chunks with PyMySQL).
+# OUT      directory to build into (default dist)
 # Pins in constraints.txt, when present, apply to every dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
-ARCHIVE="dist/ingest-env.tar.gz"
+OUT="${OUT:-dist}"
+ARCHIVE="$OUT/ingest-env.tar.gz"
 VENV_PACK="venv-pack==0.2.0"
 FAST="${FAST:-auto}"
 case "$FAST" in auto|yes|no) ;; *) echo "FAST must be auto, yes or no, got ${FAST}" >&2; exit 2 ;; esac
@@ -46,12 +48,12 @@ step "build tools ($VENV_PACK) in a temporary virtualenv"
 "$work/build/bin/python" -m pip install -q "$VENV_PACK"
 
 step "project wheel"
-mkdir -p dist
-rm -f dist/mysql_iceberg_ingest-*.whl "$ARCHIVE"
-"$work/build/bin/python" -m pip wheel -q --no-deps -w dist .
-wheels=(dist/mysql_iceberg_ingest-*.whl)
+mkdir -p "$OUT"
+rm -f "$OUT"/mysql_iceberg_ingest-*.whl "$ARCHIVE"
+"$work/build/bin/python" -m pip wheel -q --no-deps -w "$OUT" .
+wheels=("$OUT"/mysql_iceberg_ingest-*.whl)
 if [ "${#wheels[@]}" -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
-  echo "expected one project wheel in dist/, got: ${wheels[*]}" >&2
+  echo "expected one project wheel in $OUT/, got: ${wheels[*]}" >&2
   exit 1
 fi
 wheel="${wheels[0]}"
@@ -72,7 +74,7 @@ EOF
 constraints=()
 [ -f constraints.txt ] && constraints=(-c constraints.txt)
 
-step "runtime virtualenv: ${wheel#dist/} + ${deps[*]}"
+step "runtime virtualenv: ${wheel#"$OUT"/} + ${deps[*]}"
 "$PY" -m venv "$work/env"
 "$work/env/bin/python" -m pip install -q --upgrade pip
 "$work/env/bin/python" -m pip install -q "${constraints[@]}" "${deps[@]}"

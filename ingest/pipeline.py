@@ -104,10 +104,13 @@ def run(
 ) -> None:
     """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
     from ingest.adhoc import stream_taking_requests, take_requests
+    from ingest.runtime.jars import check_spark, installed_spark
     from ingest.runtime.spark import attach_catalog, spark_session
     from ingest.streaming import StopSignal
     from ingest.structured import stream_structured
 
+    if spark is None:  # before anything connects: a Spark the job cannot run on is one line, not a JVM trace
+        check_spark(installed_spark())
     info = discover(config)
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)

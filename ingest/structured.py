@@ -66,7 +66,12 @@ class _Sink:
             try:
                 if self.closing:
                     raise _Closing(f"batch {batch_id} after the stop")
-                self._apply(frame.collect())
+                rows = frame.collect()
+                if rows or self.last_batch is not None:
+                    self._apply(rows)
+                # else: Spark 4.0 runs a new query's first batch from the initial offset to the same offset, with
+                # the empty rows the reader returned for it (4.1 reads that range again and gets its end row).
+                # Nothing moved; any later batch without its end row is still refused by `decode_batch`.
                 self.last_batch = batch_id
             except BaseException as e:
                 self.error = e

@@ -11,6 +11,10 @@ CACHE="${INGEST_CACHE:-$HOME/.cache/ingest}"
 # MinIO publishes no semver tags; this is the module proxy's pseudo-version of the pinned commit.
 MINIO_MODULE="github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# The full suite runs the PySpark of constraints.txt (4.1); the compatibility subset runs this one, the Spark
+# of EMR's and Dataproc's current runtimes (infra/README.md). Keep it in step with scripts/test-spark-compat.sh.
+COMPAT_PYSPARK="4.0.1"
+COMPAT_VENV=".venv-spark4.0"
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -58,11 +62,24 @@ step "Python virtualenv (.venv)"
 step "Iceberg jars (Maven Central)"
 INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.jars
 
+# The other supported Spark, for the compatibility subset of `make test` (scripts/test-spark-compat.sh):
+# the same pins but PySpark $COMPAT_PYSPARK, with the Iceberg runtime built for it.
+step "Spark $COMPAT_PYSPARK virtualenv ($COMPAT_VENV)"
+[ -x "$COMPAT_VENV/bin/python" ] || "$PY" -m venv "$COMPAT_VENV"
+"$COMPAT_VENV/bin/pip" install -q --upgrade pip
+grep -v '^pyspark==' constraints.txt > "$COMPAT_VENV/constraints.txt"
+echo "pyspark==$COMPAT_PYSPARK" >> "$COMPAT_VENV/constraints.txt"
+"$COMPAT_VENV/bin/pip" install -q -c "$COMPAT_VENV/constraints.txt" -e '.[dev,fast]'
+"$COMPAT_VENV/bin/python" -m ingest.runtime.worker_archive
+INGEST_CACHE="$CACHE" "$COMPAT_VENV/bin/python" -m ingest.runtime.jars
+
 step "JVM class archive (Spark starts in about half the time)"
 mkdir -p "$CACHE"
-if ! INGEST_CACHE="$CACHE" .venv/bin/python -m ingest.runtime.class_archive > "$CACHE/class-archive.log" 2>&1; then
-  tail -30 "$CACHE/class-archive.log"; exit 1
-fi
-grep '^class archive:' "$CACHE/class-archive.log"
+for venv in .venv "$COMPAT_VENV"; do
+  if ! INGEST_CACHE="$CACHE" "$venv/bin/python" -m ingest.runtime.class_archive > "$CACHE/class-archive.log" 2>&1; then
+    tail -30 "$CACHE/class-archive.log"; exit 1
+  fi
+  grep '^class archive:' "$CACHE/class-archive.log"
+done
 
 step "setup done"

@@ -134,6 +134,7 @@ def spark_for_module(master: str) -> Any:
 
     from pyspark.sql import SparkSession
 
+    from ingest.runtime.jars import installed_spark
     from ingest.runtime.spark import _BASE_CONF, jar_conf, launch_conf
 
     _repo_on_worker_path()
@@ -142,7 +143,12 @@ def spark_for_module(master: str) -> Any:
     if active is not None:
         active.stop()
     builder = SparkSession.builder.master(master).appName("ingest-tests")
-    for key, value in {**_BASE_CONF, **launch_conf(), **jar_conf(), "spark.driver.memory": "1g"}.items():
+    for key, value in {
+        **_BASE_CONF,
+        **launch_conf(),
+        **jar_conf(installed_spark()),
+        "spark.driver.memory": "1g",
+    }.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

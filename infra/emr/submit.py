@@ -3,21 +3,26 @@
 
 Build the packed environment first (`infra/package.sh`), then, from the repository root:
 
-    # EMR on EC2: upload, then add a step to a running cluster
+    # EMR on EC2: upload, then add a step to a running cluster (its release label read with DescribeCluster)
     python infra/emr/submit.py --config pipeline.yaml --s3-prefix s3://my-bucket/ingest/prod \\
         --cluster-id j-ABCDEFGHIJKL --region eu-west-1
 
-    # EMR Serverless: upload, then start a job run
+    # EMR Serverless: upload, then start a job run (the application's label read with GetApplication)
     python infra/emr/submit.py --config pipeline.yaml --s3-prefix s3://my-bucket/ingest/prod \\
         --serverless-application-id 00abcdefghijklmn \\
         --execution-role-arn arn:aws:iam::123456789012:role/ingest-job \\
         --secret-env MYSQL_PASSWORD=prod/ingest/mysql-password --region eu-west-1
 
-    # Either, with --dry-run: print the step (or job run) JSON and the uploads; no AWS call at all.
+    # Either, with --dry-run and --release-label (or --spark-version): print the step (or job run) JSON and the
+    # uploads; no AWS call at all.
 
 It uploads `dist/ingest-env.tar.gz`, `jobs/ingest_job.py` and the pipeline file under the S3 prefix and runs
-`spark-submit --deploy-mode cluster --archives <env>#environment --packages <jars of ingest.runtime.jars>
+`spark-submit --deploy-mode cluster --archives <env>#environment --packages <jars for the release's Spark>
 <prefix>/ingest_job.py --config <pipeline file name> --until-caught-up`.
+
+The release label decides the Spark version (EMR_RUNTIMES), hence the Iceberg runtime jar
+(ingest.runtime.jars); a release whose Spark the job cannot run is refused before anything is uploaded.
+Every request is checked against botocore's model of the service before it is printed or sent.
 
 Secrets never go into the step: the pipeline file holds only `{env: NAME}` / `{file: PATH}` references and
 the values reach the driver from AWS Secrets Manager (infra/README.md, "Secrets"). `--secret-env NAME=ID`
@@ -28,14 +33,16 @@ resolves when the job starts, not the value.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
 import yaml
 
@@ -43,7 +50,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if importlib.util.find_spec("ingest") is None:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO_ROOT))
 
-from ingest.runtime.jars import REQUIRED_JARS  # noqa: E402
+from ingest.errors import ConfigError  # noqa: E402
+from ingest.runtime.jars import check_spark, maven_packages  # noqa: E402
 
 DEFAULT_ARCHIVE = REPO_ROOT / "dist" / "ingest-env.tar.gz"
 DEFAULT_JOB = REPO_ROOT / "jobs" / "ingest_job.py"
@@ -54,10 +62,132 @@ ARCHIVE_PYTHON = f"./{ARCHIVE_ALIAS}/bin/python"
 SECRET_KEY = re.compile(r"(?i)(password|secret|token|credential)")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+Service = Literal["s3", "emr", "emr-serverless"]
+# boto3's `Session(region_name=...).client(service)`, or a stand-in that records the calls (tests).
+ClientFactory = Callable[[Service], Any]
 
-def packages() -> str:
-    """The `--packages` value: every jar the job needs, as pinned in ingest.runtime.jars."""
-    return ",".join(jar.coordinate for jar in REQUIRED_JARS)
+
+@dataclass(frozen=True)
+class EmrRuntime:
+    """A family of EMR release labels and the Spark they run."""
+
+    label: re.Pattern[str]
+    spark: str
+    platform: str
+
+
+# The Spark of each EMR release family (AWS EMR release guide: "Spark release history", and the
+# emr-spark-8.0.0 release notes). A label not listed here is never guessed: --spark-version names its Spark.
+EMR_RUNTIMES = (
+    EmrRuntime(re.compile(r"emr-spark-8\.0\.0(-[0-9a-z]+)?"), "4.0.2", "EMR on EC2, EKS and Serverless 8.0"),
+    EmrRuntime(re.compile(r"emr-7\.\d+\.\d+"), "3.5.x", "EMR 7.x"),
+)
+
+
+def label_spark(label: str) -> str | None:
+    """The Spark version an EMR release label runs, or None for a label this tool does not know."""
+    for runtime in EMR_RUNTIMES:
+        if runtime.label.fullmatch(label):
+            return runtime.spark
+    return None
+
+
+def choose_spark(release_label: str | None, spark_version: str | None) -> str:
+    """The Spark that will run the job: --spark-version, else the release label's. Refuses any the job cannot run."""
+    if spark_version:
+        version = spark_version
+    elif release_label is None:
+        raise ConfigError("give --release-label (or --spark-version): the Spark of the release decides the jars")
+    else:
+        known = label_spark(release_label)
+        if known is None:
+            raise ConfigError(
+                f"EMR release label {release_label!r} is not one this tool knows the Spark version of; give "
+                "--spark-version X.Y.Z (the release's Spark, AWS EMR release guide: Spark release history)"
+            )
+        version = known
+    try:
+        check_spark(version)
+    except ConfigError as e:
+        if release_label and not spark_version:
+            raise ConfigError(f"EMR release {release_label}: {e}") from None
+        raise
+    return version
+
+
+# --------------------------------------------------------------------------------------------------
+# The services' own API model (botocore's bundled service models), checked before a request is printed or sent.
+
+
+class RequestRejected(ValueError):
+    """A request the service would refuse, by its published API model."""
+
+
+@functools.cache
+def _service_model(service: Service) -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(service)
+
+
+def check_request(service: Service, operation: str, params: Mapping[str, Any]) -> None:
+    """Validate `params` as botocore does before sending (members, types, required, min), and also against the
+    model's max lengths, enums and patterns, which botocore leaves to the service."""
+    from botocore.validate import ParamValidator
+
+    shape = _service_model(service).operation_model(operation).input_shape
+    report = ParamValidator().validate(params, shape)
+    problems = [report.generate_report()] if report.has_errors() else []
+    problems += list(_constraint_errors(params, shape, "input"))
+    if problems:
+        raise RequestRejected(f"{service} {operation} request does not fit the API model:\n" + "\n".join(problems))
+
+
+@functools.cache
+def _pattern(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern, re.ASCII)
+    except re.error:  # a Java-only construct (surrogate ranges): left to the service
+        return None
+
+
+def _constraint_errors(value: Any, shape: Any, where: str) -> Iterator[str]:
+    kind, meta = shape.type_name, shape.metadata
+    if "max" in meta:
+        if isinstance(value, str | list | Mapping) and len(value) > meta["max"]:
+            yield f"{where}: {len(value)} {'characters' if kind == 'string' else 'items'}, at most {meta['max']}"
+        elif isinstance(value, int) and value > meta["max"]:
+            yield f"{where}: {value}, at most {meta['max']}"
+    if kind == "structure" and isinstance(value, Mapping):
+        for key, member in shape.members.items():
+            if key in value:
+                yield from _constraint_errors(value[key], member, f"{where}.{key}")
+    elif kind == "list" and isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _constraint_errors(item, shape.member, f"{where}[{i}]")
+    elif kind == "map" and isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _constraint_errors(key, shape.key, f"{where} key {key!r}")
+            yield from _constraint_errors(item, shape.value, f"{where}.{key}")
+    elif kind == "string" and isinstance(value, str):
+        if shape.enum and value not in shape.enum:
+            yield f"{where}: {value!r} is not one of {', '.join(shape.enum)}"
+        pattern = _pattern(meta["pattern"]) if "pattern" in meta else None
+        if pattern is not None and not pattern.fullmatch(value):
+            yield f"{where}: {value!r} does not match {meta['pattern']}"
+
+
+def call(client: Any, service: Service, operation: str, params: dict[str, Any]) -> Mapping[str, Any]:
+    """Send one request, checked against the model first."""
+    from botocore import xform_name
+
+    check_request(service, operation, params)
+    response: Mapping[str, Any] = getattr(client, xform_name(operation))(**params)
+    return response
+
+
+# --------------------------------------------------------------------------------------------------
+# The requests
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -118,7 +248,7 @@ def check_conf(conf: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def spark_submit_args(art: Artifacts, conf: Sequence[tuple[str, str]] = ()) -> list[str]:
+def spark_submit_args(art: Artifacts, spark_version: str, conf: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The `spark-submit` command line of an EMR on EC2 step (YARN, cluster deploy mode)."""
     args = [
         "spark-submit",
@@ -131,7 +261,7 @@ def spark_submit_args(art: Artifacts, conf: Sequence[tuple[str, str]] = ()) -> l
         "--conf",
         f"spark.pyspark.python={ARCHIVE_PYTHON}",
         "--packages",
-        packages(),
+        maven_packages(spark_version),
     ]
     for key, value in conf:
         args += ["--conf", f"{key}={value}"]
@@ -139,13 +269,17 @@ def spark_submit_args(art: Artifacts, conf: Sequence[tuple[str, str]] = ()) -> l
 
 
 def build_emr_step(
-    art: Artifacts, name: str, action_on_failure: str = "CONTINUE", conf: Sequence[tuple[str, str]] = ()
+    art: Artifacts,
+    name: str,
+    spark_version: str,
+    action_on_failure: str = "CONTINUE",
+    conf: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """One element of `Steps` for `emr.add_job_flow_steps`."""
     return {
         "Name": name,
         "ActionOnFailure": action_on_failure,
-        "HadoopJarStep": {"Jar": "command-runner.jar", "Args": spark_submit_args(art, conf)},
+        "HadoopJarStep": {"Jar": "command-runner.jar", "Args": spark_submit_args(art, spark_version, conf)},
     }
 
 
@@ -154,14 +288,16 @@ def build_serverless_job_run(
     application_id: str,
     execution_role_arn: str,
     name: str,
+    spark_version: str,
     secret_env: Mapping[str, str] | None = None,
     conf: Sequence[tuple[str, str]] = (),
+    client_token: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of `emr-serverless.start_job_run`, equivalent to the EMR on EC2 step."""
     settings = [
         ("spark.archives", f"{art.uri(art.archive)}#{ARCHIVE_ALIAS}"),
         ("spark.files", art.uri(art.config)),
-        ("spark.jars.packages", packages()),
+        ("spark.jars.packages", maven_packages(spark_version)),
         ("spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON", ARCHIVE_PYTHON),
         ("spark.emr-serverless.driverEnv.PYSPARK_PYTHON", ARCHIVE_PYTHON),
         ("spark.executorEnv.PYSPARK_PYTHON", ARCHIVE_PYTHON),
@@ -169,6 +305,9 @@ def build_serverless_job_run(
     ]
     request: dict[str, Any] = {
         "applicationId": application_id,
+        # The model requires an idempotency token (boto3 would fill one in); set here, the request printed by a
+        # dry run is the one that is sent.
+        "clientToken": client_token or str(uuid.uuid4()),
         "executionRoleArn": execution_role_arn,
         "name": name,
         "jobDriver": {
@@ -238,29 +377,33 @@ def parse_secret_env(items: Sequence[str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------------
-# AWS calls (never made with --dry-run). Typed by the few methods used, so no service stubs are needed.
+# AWS calls (never made with --dry-run)
 
 
-class S3Client(Protocol):
-    def upload_file(self, Filename: str, Bucket: str, Key: str) -> None: ...
+def aws_clients(region: str | None) -> ClientFactory:
+    def client(service: Service) -> Any:
+        import boto3
+
+        return boto3.session.Session(region_name=region).client(service)
+
+    return client
 
 
-class EmrClient(Protocol):
-    def add_job_flow_steps(self, *, JobFlowId: str, Steps: list[dict[str, Any]]) -> Mapping[str, Any]: ...
+def read_release_label(client: ClientFactory, cluster_id: str | None, application_id: str | None) -> str:
+    """The release label of the cluster (DescribeCluster) or of the Serverless application (GetApplication)."""
+    if cluster_id:
+        cluster = call(client("emr"), "emr", "DescribeCluster", {"ClusterId": cluster_id})["Cluster"]
+        label = cluster.get("ReleaseLabel")
+    else:
+        app = call(client("emr-serverless"), "emr-serverless", "GetApplication", {"applicationId": application_id})
+        label = app["application"].get("releaseLabel")
+    if not label:
+        raise ConfigError(f"{cluster_id or application_id} has no release label; give --spark-version X.Y.Z")
+    return str(label)
 
 
-class EmrServerlessClient(Protocol):
-    def start_job_run(self, **kwargs: Any) -> Mapping[str, Any]: ...
-
-
-def _client(service: Literal["s3", "emr", "emr-serverless"], region: str | None) -> Any:
-    import boto3
-
-    return boto3.session.Session(region_name=region).client(service)
-
-
-def upload(art: Artifacts, region: str | None) -> None:
-    s3 = cast(S3Client, _client("s3", region))
+def upload(art: Artifacts, client: ClientFactory) -> None:
+    s3 = client("s3")
     for path, key in art.uploads:
         print(f"uploading {path} -> s3://{art.bucket}/{key}", file=sys.stderr)
         s3.upload_file(Filename=str(path), Bucket=art.bucket, Key=key)
@@ -281,6 +424,16 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--cluster-id", help="EMR on EC2 cluster (j-...) to add the step to")
     target.add_argument("--serverless-application-id", help="EMR Serverless application to start the job run in")
     parser.add_argument("--execution-role-arn", help="EMR Serverless job runtime role (required with it)")
+    parser.add_argument(
+        "--release-label",
+        help="the cluster's / application's EMR release label, e.g. emr-spark-8.0.0; it decides the Spark version "
+        "and so the jars (default: read with DescribeCluster / GetApplication; required with --dry-run)",
+    )
+    parser.add_argument(
+        "--spark-version",
+        metavar="X.Y.Z",
+        help="the Spark the job runs on, overriding the release label's (needed for a label this tool does not know)",
+    )
     parser.add_argument("--region", help="AWS region (default: the AWS configuration's)")
     parser.add_argument("--dry-run", action="store_true", help="print the step/job run JSON; upload and call nothing")
     parser.add_argument("--name", help="step / job run name (default: ingest-<pipeline name>)")
@@ -305,7 +458,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, client: ClientFactory | None = None) -> int:
+    """Run the tool; `client` stands in for boto3's clients (tests)."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.serverless_application_id and not args.execution_role_arn:
@@ -315,6 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--execution-role-arn and --secret-env are for EMR Serverless; on EMR on EC2 set the driver's "
             "environment in the cluster's configuration (infra/README.md, Secrets)"
         )
+    if args.dry_run and not (args.release_label or args.spark_version):
+        parser.error("--dry-run calls nothing, so it needs --release-label (or --spark-version) to choose the jars")
     try:
         pipeline = read_pipeline(args.config)
         art = plan_artifacts(args.s3_prefix, args.config, args.archive, args.job)
@@ -336,35 +492,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.serverless_application_id and missing:
             print(f"note: no --secret-env for {', '.join(missing)}", file=sys.stderr)
 
+    aws = client or aws_clients(args.region)
     name = args.name or f"ingest-{pipeline.get('name', 'pipeline')}"
-    if args.cluster_id:
-        request: dict[str, Any] = {
-            "JobFlowId": args.cluster_id,
-            "Steps": [build_emr_step(art, name, args.action_on_failure, conf)],
-        }
-    else:
-        request = build_serverless_job_run(
-            art, args.serverless_application_id, args.execution_role_arn, name, secret_env, conf
-        )
+    try:
+        # The release decides the Spark, hence the jars; one the job cannot run stops here, before any upload.
+        label = args.release_label
+        if label is None and not args.spark_version:
+            label = read_release_label(aws, args.cluster_id, args.serverless_application_id)
+        spark = choose_spark(label, args.spark_version)
+        source = "--spark-version" if args.spark_version else label
+        print(f"note: Spark {spark} ({source}): the jars built for it", file=sys.stderr)
+        service: Service
+        if args.cluster_id:
+            service, operation = "emr", "AddJobFlowSteps"
+            request: dict[str, Any] = {
+                "JobFlowId": args.cluster_id,
+                "Steps": [build_emr_step(art, name, spark, args.action_on_failure, conf)],
+            }
+        else:
+            service, operation = "emr-serverless", "StartJobRun"
+            request = build_serverless_job_run(
+                art, args.serverless_application_id, args.execution_role_arn, name, spark, secret_env, conf
+            )
+        check_request(service, operation, request)
+    except (ConfigError, ValueError) as e:
+        parser.error(str(e))
 
     if args.dry_run:
         for path, key in art.uploads:
             print(f"dry run: would upload {path} -> s3://{art.bucket}/{key}", file=sys.stderr)
+        print(f"dry run: the {operation} request fits botocore's {service} model", file=sys.stderr)
         print(json.dumps(request, indent=2))
         return 0
 
     missing_files = [str(p) for p in (art.archive, art.job, art.config) if not p.is_file()]
     if missing_files:
         parser.error(f"missing: {', '.join(missing_files)} (build the archive with infra/package.sh)")
-    upload(art, args.region)
+    upload(art, aws)
+    response = call(aws(service), service, operation, request)
     if args.cluster_id:
-        emr = cast(EmrClient, _client("emr", args.region))
-        step_ids = emr.add_job_flow_steps(**request)["StepIds"]
-        print(f"added step {step_ids[0]} to {args.cluster_id}")
+        print(f"added step {response['StepIds'][0]} to {args.cluster_id}")
     else:
-        serverless = cast(EmrServerlessClient, _client("emr-serverless", args.region))
-        run = serverless.start_job_run(**request)
-        print(f"started job run {run['jobRunId']} in application {run['applicationId']}")
+        print(f"started job run {response['jobRunId']} in application {response['applicationId']}")
     return 0
 
 

@@ -107,6 +107,7 @@ def _run_workload(java_options: str) -> str:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from ingest.runtime.jars import installed_spark
     from ingest.runtime.spark import _BASE_CONF, jar_conf
     from ingest.source.snapshot_source import start_warm_up
 
@@ -115,7 +116,7 @@ def _run_workload(java_options: str) -> str:
         builder = SparkSession.builder.master("local[2]").appName("ingest-class-archive")
         conf = {
             **_BASE_CONF,
-            **jar_conf(),
+            **jar_conf(installed_spark()),
             "spark.driver.memory": "1g",
             "spark.driver.extraJavaOptions": java_options,
             "spark.sql.catalog.train": "org.apache.iceberg.spark.SparkCatalog",

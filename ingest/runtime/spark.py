@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Any
 
 from ingest.config import PipelineConfig
 from ingest.runtime.class_archive import driver_options
-from ingest.runtime.jars import REQUIRED_JARS, local_jars
+from ingest.runtime.jars import UnsupportedSpark, check_spark, installed_spark, local_jars, maven_packages, spark_minor
 from ingest.sink.catalog import spark_catalog_conf
 
 log = logging.getLogger(__name__)
@@ -50,27 +51,53 @@ def launch_conf() -> dict[str, str]:
     }
 
 
-def jar_conf() -> dict[str, str]:
+def jar_conf(spark_version: str) -> dict[str, str]:
     """Local jars when setup fetched them, else Maven coordinates that Spark resolves itself."""
-    jars = local_jars()
+    jars = local_jars(spark_version)
     if jars is not None:
         return {"spark.jars": ",".join(str(p) for p in jars)}
     log.info("Iceberg jars not in the local cache; Spark will resolve them from Maven")
-    return {"spark.jars.packages": ",".join(j.coordinate for j in REQUIRED_JARS)}
+    return {"spark.jars.packages": maven_packages(spark_version)}
+
+
+_RUNTIME_JAR = re.compile(r"iceberg-spark-runtime-(\d+\.\d+)_")
+
+
+def check_submitted_runtime(spark_version: str, jars: str) -> None:
+    """Refuse an Iceberg runtime built for another Spark than the one running (spark-submit's jars).
+
+    A runtime built for another Spark minor fails on the first SQL statement with a JVM linkage error
+    (NoSuchMethodError from the Iceberg SQL extensions); this says which jar to submit instead.
+    """
+    minor = spark_minor(spark_version)
+    for built_for in sorted(set(_RUNTIME_JAR.findall(jars))):
+        if built_for != minor:
+            raise UnsupportedSpark(
+                f"the Iceberg runtime submitted is built for Spark {built_for}, but this is Spark {spark_version}: "
+                f"submit --packages {maven_packages(spark_version)} (python -m ingest.runtime.jars --spark {minor})"
+            )
 
 
 def spark_session(config: PipelineConfig, app_name: str | None = None, extra: dict[str, str] | None = None) -> Any:
     """The session for this pipeline. Under spark-submit, jars and master come from spark-submit."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    spark_version = installed_spark()
+    check_spark(spark_version)
     under_submit = "SPARK_SUBMIT" in os.environ or os.environ.get("PYSPARK_GATEWAY_PORT") is not None
+    if under_submit:
+        submitted = SparkConf()
+        check_submitted_runtime(
+            spark_version, f"{submitted.get('spark.jars.packages', '')},{submitted.get('spark.jars', '')}"
+        )
     builder = SparkSession.builder.appName(app_name or f"ingest-{config.name}")
     conf: dict[str, str] = dict(_BASE_CONF)
     if not under_submit:
         # Python workers must run the interpreter that has this package and its dependencies.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(config.spark.master)
-        conf.update(jar_conf())
+        conf.update(jar_conf(spark_version))
         conf.update(launch_conf())
         conf.setdefault("spark.driver.memory", "2g")
     plain, secret = spark_catalog_conf(config.sink)

@@ -16,7 +16,7 @@ from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import embedded_sink, source_section, spark_for_module
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_compat]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,12 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
+from ingest.runtime.jars import installed_spark, spark_minor
 from ingest.runtime.spark import spark_session
 from ingest.sink.catalog import load_pyiceberg_catalog
 from tests.conftest import CDC_USER, embedded_sink, minio_sink, source_section
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_compat]
 
 
 def _config(mariadb: MariaDBServer, sink: dict[str, Any]) -> PipelineConfig:
@@ -96,6 +98,12 @@ def test_an_insert_is_seen_in_the_binlog_with_its_gtid_and_position(
 
 def _write_and_read_back(config: PipelineConfig, mariadb: MariaDBServer, cdc_password: str) -> list[dict[str, Any]]:
     spark = spark_session(config)
+    # The JVM runs the Spark this interpreter's PySpark is (4.1 in the full suite, 4.0 in the compatibility
+    # subset), with the one Iceberg runtime built for it on its class path.
+    minor = spark_minor(installed_spark())
+    assert spark_minor(spark.version) == minor
+    runtimes = re.findall(r"iceberg-spark-runtime-[\d.]+_[\d.]+", spark.conf.get("spark.jars"))
+    assert runtimes == [f"iceberg-spark-runtime-{minor}_2.13"], runtimes
     conn = pymysql.connect(host=mariadb.host, port=mariadb.port, user=CDC_USER, password=cdc_password, database="stack")
     with conn, conn.cursor() as cur:
         cur.execute("SELECT CAST(id AS DECIMAL(20,0)), name, born FROM people WHERE id <> 7 ORDER BY id")

@@ -121,6 +121,7 @@ def write_dml(mariadb: MariaDBServer, db: str) -> None:
         cur.execute(f"UPDATE {db}.acct SET owner = 'thrice' WHERE id = 1")
 
 
+@pytest.mark.spark_compat
 @pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_changes_after_the_snapshot_are_applied_exactly_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str, row_metadata: str
@@ -140,6 +141,7 @@ def test_changes_after_the_snapshot_are_applied_exactly_once(
     assert spark.streams.active == []
 
 
+@pytest.mark.spark_compat
 def test_every_type_case_has_the_same_iceberg_value_through_the_binlog(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
