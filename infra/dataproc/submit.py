@@ -33,9 +33,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-import yaml
+from typing import Literal, Protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if importlib.util.find_spec("ingest") is None:  # run from a checkout without `pip install -e .`
@@ -43,6 +41,7 @@ if importlib.util.find_spec("ingest") is None:  # run from a checkout without `p
 
 from ingest.errors import ConfigError  # noqa: E402
 from ingest.runtime.jars import check_spark, maven_packages  # noqa: E402
+from ingest.runtime.submit import SECRET_KEY, env_references, plaintext_passwords, read_pipeline  # noqa: E402
 
 try:
     from google.cloud import dataproc_v1
@@ -53,8 +52,6 @@ DEFAULT_ARCHIVE = REPO_ROOT / "dist" / "ingest-env.tar.gz"
 DEFAULT_JOB = REPO_ROOT / "jobs" / "ingest_job.py"
 ARCHIVE_ALIAS = "environment"
 ARCHIVE_PYTHON = f"./{ARCHIVE_ALIAS}/bin/python"
-# Property keys that would carry a secret value into the job or batch, which anyone who can view it can read.
-SECRET_KEY = re.compile(r"(?i)(password|secret|token|credential)")
 BATCH_ID = re.compile(r"[a-z0-9-]{4,63}")
 DEFAULT_RUNTIME = "3.0"
 SERVERLESS_ONLY = {
@@ -255,45 +252,6 @@ def build_batch_request(
 def to_json(request: dataproc_v1.SubmitJobRequest | dataproc_v1.CreateBatchRequest) -> str:
     """The request as the API's JSON (what `from_json` reads back), without fields left at their defaults."""
     return str(type(request).to_json(request, always_print_fields_with_no_presence=False))
-
-
-def plaintext_passwords(data: Any, path: str = "") -> list[str]:
-    """Key paths of the pipeline file whose key names a password and whose value is a plain string."""
-    found: list[str] = []
-    if isinstance(data, Mapping):
-        for key, value in data.items():
-            where = f"{path}.{key}" if path else str(key)
-            if "password" in str(key).lower() and isinstance(value, str):
-                found.append(where)
-            else:
-                found += plaintext_passwords(value, where)
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            found += plaintext_passwords(value, f"{path}[{i}]")
-    return found
-
-
-def env_references(data: Any) -> list[str]:
-    """Names of the environment variables the pipeline file's `{env: NAME}` secrets read."""
-    if isinstance(data, Mapping):
-        if len(data) == 1 and "env" in data and isinstance(data["env"], str):
-            return [data["env"]]
-        return sorted({name for value in data.values() for name in env_references(value)})
-    if isinstance(data, list):
-        return sorted({name for value in data for name in env_references(value)})
-    return []
-
-
-def read_pipeline(config: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(config.read_text())
-    except OSError as e:
-        raise ValueError(f"cannot read pipeline file {config}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"pipeline file {config} is not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"pipeline file {config} must be a YAML mapping")
-    return data
 
 
 # --------------------------------------------------------------------------------------------------

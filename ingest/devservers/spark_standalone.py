@@ -39,6 +39,7 @@ class SparkStandalone:
         self.memory = memory
         self._tmp = None if base is not None else tempfile.TemporaryDirectory(prefix="ingest-spark-standalone-")
         self.base = base if base is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self.base.mkdir(parents=True, exist_ok=True)
         self.host = "127.0.0.1"
         self.port = free_port()
         self.ui_port = free_port()
