@@ -27,6 +27,9 @@
 # Pins in constraints.txt, when present, apply to every dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A PYTHONPATH that reaches this checkout would make pip take the project as installed already (its
+# egg-info is here) and leave it out of the archive, and the import check below would pass anyway.
+unset PYTHONPATH
 
 PY="${PYTHON:-python3}"
 OUT="${OUT:-dist}"

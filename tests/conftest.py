@@ -15,6 +15,7 @@ import pytest
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
+from ingest.devservers.rest_catalog import RestCatalogServer
 
 CDC_USER = "cdc"
 CDC_PASSWORD_ENV = "INGEST_TEST_MYSQL_PASSWORD"
@@ -77,6 +78,16 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
+REST_BUCKET = "rest-warehouse"
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(minio: MinioServer, postgres: PostgresServer) -> Iterator[RestCatalogServer]:
+    """The REST catalog profile's server: Iceberg's REST catalog on PostgreSQL, metadata on MinIO."""
+    with RestCatalogServer(minio, postgres, warehouse=f"s3://{minio.bucket(REST_BUCKET)}/warehouse") as server:
+        yield server
+
+
 def source_section(server: MariaDBServer) -> dict[str, Any]:
     return {
         "host": server.host,
@@ -93,6 +104,26 @@ def embedded_sink(base: Path) -> dict[str, Any]:
     return {
         "catalog_name": "lake",
         "catalog": {"type": "jdbc", "uri": f"jdbc:sqlite:{base}/catalog.db", "warehouse": f"file://{base}/warehouse"},
+    }
+
+
+def rest_sink(minio: MinioServer, rest: RestCatalogServer) -> dict[str, Any]:
+    """The REST profile: an Iceberg REST catalog server; data files on MinIO through S3FileIO, with the
+    client's own S3 settings (the server vends none)."""
+    os.environ["INGEST_TEST_S3_SECRET"] = minio.secret_key
+    return {
+        "catalog_name": "restlake",
+        "catalog": {
+            "type": "rest",
+            "uri": rest.uri,
+            "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            "s3.endpoint": minio.endpoint,
+            "s3.path-style-access": "true",
+            "s3.region": minio.region,
+            "client.region": minio.region,
+            "s3.access-key-id": minio.access_key,
+            "s3.secret-access-key": {"env": "INGEST_TEST_S3_SECRET"},
+        },
     }
 
 

@@ -41,7 +41,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     built = subprocess.run(
         [str(ROOT / "infra" / "package.sh")],
-        env={**os.environ, "OUT": str(out), "PYTHON": str(python)},
+        env={**{k: v for k, v in os.environ.items() if k not in NOT_INHERITED}, "OUT": str(out), "PYTHON": str(python)},
         capture_output=True,
         text=True,
         timeout=900,

@@ -32,7 +32,7 @@ from ingest.sink.targets import SUMMARY_PIPELINE
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, minio_sink, run_ingest, source_section
+from tests.conftest import embedded_sink, minio_sink, rest_sink, run_ingest, source_section
 from tests.executor_sql import run_once
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
@@ -682,20 +682,29 @@ def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop
     assert verify(config)
 
 
+@pytest.mark.parametrize("profile", ["jdbc", "rest"])
 def test_binlog_phase_in_the_s3_profile_survives_kill_9_and_commits_each_batch_once(
-    spark: Any, mariadb: MariaDBServer, minio: MinioServer, postgres: PostgresServer, tmp_path: Path
+    spark: Any,
+    mariadb: MariaDBServer,
+    minio: MinioServer,
+    postgres: PostgresServer,
+    tmp_path: Path,
+    profile: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """The S3 profile (MinIO through S3FileIO, JDBC catalog on PostgreSQL): catch-up, then kill -9 mid-batch."""
-    db = "s3flow"
+    """MinIO through S3FileIO, with the JDBC catalog on PostgreSQL or the REST catalog server: catch-up, then
+    kill -9 mid-batch."""
+    db = f"s3flow_{profile}"
     _fresh_db(mariadb, db)
+    if profile == "rest":
+        sink = rest_sink(minio, request.getfixturevalue("rest_catalog"))
+    else:
+        sink = minio_sink(minio, postgres, minio.bucket("stream-profile"))
     data = {
         "name": db,
         "source": source_section(mariadb),
         "tables": {"include": [rf"{db}\..*"]},
-        "sink": {
-            **minio_sink(minio, postgres, minio.bucket("stream-profile")),
-            "state_table": f"ingest_meta.state_{db}",
-        },
+        "sink": {**sink, "state_table": f"ingest_meta.state_{db}"},
         "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
         "stream": {"batch_interval_seconds": 60},
     }

