@@ -323,13 +323,23 @@ def test_the_cdc_user_holds_no_metadata_lock_between_chunks(mariadb: MariaDBServ
     _table(mariadb, "CREATE TABLE mdl (id INT PRIMARY KEY, v INT)", [(i, i) for i in range(10)])
     schema = _schema(config, "mdl")
 
+    altered: list[int] = []
+
     def hook(at: HookPoint, chunk: Chunk) -> None:
         if at == "before_high_watermark":
             with mariadb.admin(DB) as conn, conn.cursor() as cur:
                 cur.execute("SET SESSION lock_wait_timeout = 5")
                 cur.execute(f"ALTER TABLE mdl COMMENT = 'touched at chunk {chunk.index}'")
+            altered.append(chunk.index)
 
-    _read_all(config, schema, 4, hook)  # an ALTER blocked by our read would time out and raise here
+    chunks, _ = _read_all(config, schema, 4, hook)  # an ALTER blocked by our read would time out and raise
+    # Each ALTER ran, inside each chunk's window: the table carries the last one's comment.
+    assert len(chunks) >= 3 and altered == [c.index for c in chunks], altered
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'mdl'", (DB,)
+        )
+        assert cur.fetchone() == (f"touched at chunk {altered[-1]}",)
 
 
 def test_the_cdc_user_cannot_lock_tables(mariadb: MariaDBServer, config: PipelineConfig) -> None:
