@@ -107,29 +107,28 @@ def embedded_sink(base: Path) -> dict[str, Any]:
     }
 
 
+def _minio_file_io(minio: MinioServer) -> dict[str, Any]:
+    """Catalog properties for data files on MinIO through S3FileIO; the secret comes from the environment."""
+    os.environ["INGEST_TEST_S3_SECRET"] = minio.secret_key
+    return {
+        "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "s3.endpoint": minio.endpoint,
+        "s3.path-style-access": "true",
+        "s3.region": minio.region,
+        "client.region": minio.region,
+        "s3.access-key-id": minio.access_key,
+        "s3.secret-access-key": {"env": "INGEST_TEST_S3_SECRET"},
+    }
+
+
 def rest_sink(minio: MinioServer, rest: RestCatalogServer) -> dict[str, Any]:
     """The REST profile: an Iceberg REST catalog server; data files on MinIO through S3FileIO, with the
     client's own S3 settings (the server vends none)."""
-    os.environ["INGEST_TEST_S3_SECRET"] = minio.secret_key
-    return {
-        "catalog_name": "restlake",
-        "catalog": {
-            "type": "rest",
-            "uri": rest.uri,
-            "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-            "s3.endpoint": minio.endpoint,
-            "s3.path-style-access": "true",
-            "s3.region": minio.region,
-            "client.region": minio.region,
-            "s3.access-key-id": minio.access_key,
-            "s3.secret-access-key": {"env": "INGEST_TEST_S3_SECRET"},
-        },
-    }
+    return {"catalog_name": "restlake", "catalog": {"type": "rest", "uri": rest.uri, **_minio_file_io(minio)}}
 
 
 def minio_sink(minio: MinioServer, postgres: PostgresServer, bucket: str) -> dict[str, Any]:
     """The S3 profile: MinIO through S3FileIO, JDBC catalog on a real PostgreSQL server."""
-    os.environ["INGEST_TEST_S3_SECRET"] = minio.secret_key
     os.environ["INGEST_TEST_PG_PASSWORD"] = postgres.password
     # Its own catalog name: a Spark session caches catalogs by name, and tests share one session per module.
     return {
@@ -140,15 +139,17 @@ def minio_sink(minio: MinioServer, postgres: PostgresServer, bucket: str) -> dic
             "jdbc.user": postgres.user,
             "jdbc.password": {"env": "INGEST_TEST_PG_PASSWORD"},
             "warehouse": f"s3://{bucket}/warehouse",
-            "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-            "s3.endpoint": minio.endpoint,
-            "s3.path-style-access": "true",
-            "s3.region": minio.region,
-            "client.region": minio.region,
-            "s3.access-key-id": minio.access_key,
-            "s3.secret-access-key": {"env": "INGEST_TEST_S3_SECRET"},
+            **_minio_file_io(minio),
         },
     }
+
+
+def mysql_rows(mariadb: MariaDBServer, table: str, key: str) -> list[dict[str, Any]]:
+    """A source table's rows by column name, in key order: what a reader of its Iceberg table must see."""
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {table} ORDER BY {key}")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def _repo_on_worker_path() -> None:

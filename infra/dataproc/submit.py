@@ -41,7 +41,14 @@ if importlib.util.find_spec("ingest") is None:  # run from a checkout without `p
 
 from ingest.errors import ConfigError  # noqa: E402
 from ingest.runtime.jars import check_spark, maven_packages  # noqa: E402
-from ingest.runtime.submit import SECRET_KEY, env_references, plaintext_passwords, read_pipeline  # noqa: E402
+from ingest.runtime.submit import (  # noqa: E402
+    check_distinct_names,
+    env_references,
+    job_arguments,
+    plaintext_passwords,
+    read_pipeline,
+    secret_setting,
+)
 
 try:
     from google.cloud import dataproc_v1
@@ -145,15 +152,8 @@ def plan_artifacts(
     gcs_prefix: str, config: Path, archive: Path | None = DEFAULT_ARCHIVE, job: Path = DEFAULT_JOB
 ) -> Artifacts:
     bucket, key_prefix = parse_gcs_uri(gcs_prefix)
-    names = [p.name for p in (archive, job, config) if p is not None]
-    if len(set(names)) != len(names):
-        raise ValueError(f"the archive, the job and the pipeline file need distinct file names, got {names}")
+    check_distinct_names(archive, job, config)
     return Artifacts(archive=archive, job=job, config=config, bucket=bucket, key_prefix=key_prefix)
-
-
-def job_arguments(config: Path) -> list[str]:
-    """The job's own arguments: the pipeline file is shipped into the driver's working directory."""
-    return ["--config", config.name, "--until-caught-up"]
 
 
 def check_properties(items: Sequence[str]) -> dict[str, str]:
@@ -163,7 +163,7 @@ def check_properties(items: Sequence[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key or any(c.isspace() for c in key):
             raise ValueError(f"--property takes KEY=VALUE, got {item!r}")
-        if SECRET_KEY.search(key) and not key.endswith("provider"):
+        if secret_setting(key):
             raise ValueError(
                 f"--property {key}=... would put a secret into the job's properties, readable by anyone who can "
                 "view it; see infra/README.md (Secrets)"

@@ -50,7 +50,14 @@ if importlib.util.find_spec("ingest") is None:  # run from a checkout without `p
 
 from ingest.errors import ConfigError  # noqa: E402
 from ingest.runtime.jars import check_spark, maven_packages  # noqa: E402
-from ingest.runtime.submit import SECRET_KEY, env_references, plaintext_passwords, read_pipeline  # noqa: E402
+from ingest.runtime.submit import (  # noqa: E402
+    check_distinct_names,
+    env_references,
+    job_arguments,
+    plaintext_passwords,
+    read_pipeline,
+    secret_setting,
+)
 
 DEFAULT_ARCHIVE = REPO_ROOT / "dist" / "ingest-env.tar.gz"
 DEFAULT_JOB = REPO_ROOT / "jobs" / "ingest_job.py"
@@ -217,15 +224,8 @@ class Artifacts:
 
 def plan_artifacts(s3_prefix: str, config: Path, archive: Path = DEFAULT_ARCHIVE, job: Path = DEFAULT_JOB) -> Artifacts:
     bucket, key_prefix = parse_s3_uri(s3_prefix)
-    names = [archive.name, job.name, config.name]
-    if len(set(names)) != len(names):
-        raise ValueError(f"the archive, the job and the pipeline file need distinct file names, got {names}")
+    check_distinct_names(archive, job, config)
     return Artifacts(archive=archive, job=job, config=config, bucket=bucket, key_prefix=key_prefix)
-
-
-def job_arguments(config: Path) -> list[str]:
-    """The job's own arguments: the pipeline file is shipped into the driver's working directory."""
-    return ["--config", config.name, "--until-caught-up"]
 
 
 def check_conf(conf: Sequence[str]) -> list[tuple[str, str]]:
@@ -235,7 +235,7 @@ def check_conf(conf: Sequence[str]) -> list[tuple[str, str]]:
         key, sep, value = item.partition("=")
         if not sep or not key or any(c.isspace() for c in item):
             raise ValueError(f"--conf takes KEY=VALUE without spaces, got {item!r}")
-        if SECRET_KEY.search(key) and not key.endswith("provider"):
+        if secret_setting(key):
             raise ValueError(
                 f"--conf {key}=... would put a secret into the step, readable by anyone who can describe it; "
                 "supply secrets from AWS Secrets Manager (infra/README.md, Secrets)"

@@ -11,6 +11,8 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from ingest.errors import ServiceStartError
 
@@ -89,3 +91,26 @@ class ServerProcess:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout)
         self._log.close()
+
+
+class LocalService:
+    """A server the tests start and stop: `with Service(...) as service:` starts it, and stops it even when
+    starting fails half-way (what was started is torn down). Subclasses define `start` and `stop`."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()

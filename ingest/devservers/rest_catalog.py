@@ -13,11 +13,10 @@ import shutil
 import tempfile
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
-from ingest.devservers.process import ServerProcess, free_port, tools_dir
+from ingest.devservers.process import LocalService, ServerProcess, free_port, tools_dir
 from ingest.errors import ServiceStartError
 
 # The newest release that publishes the runnable server jar (1.11.0 publishes only test fixtures); keep in
@@ -35,7 +34,7 @@ def _env_key(prop: str) -> str:
     return "CATALOG_" + prop.replace("-", "__").replace(".", "_").upper()
 
 
-class RestCatalogServer:
+class RestCatalogServer(LocalService):
     """`with RestCatalogServer(minio, postgres, warehouse="s3://bucket/warehouse") as rest: rest.uri`."""
 
     def __init__(self, minio: MinioServer, postgres: PostgresServer, warehouse: str, name: str = "rest") -> None:
@@ -92,15 +91,3 @@ class RestCatalogServer:
             self._process.stop()
             self._process = None
         shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> RestCatalogServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()

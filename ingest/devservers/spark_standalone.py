@@ -13,10 +13,9 @@ import json
 import tempfile
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from ingest.devservers.process import ServerProcess, free_port
+from ingest.devservers.process import LocalService, ServerProcess, free_port
 from ingest.errors import ServiceStartError
 
 
@@ -30,7 +29,7 @@ def spark_home() -> Path:
     return home
 
 
-class SparkStandalone:
+class SparkStandalone(LocalService):
     """`with SparkStandalone(workers=2) as cluster:` then `spark-submit --master cluster.url`."""
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g", base: Path | None = None) -> None:
@@ -118,15 +117,3 @@ class SparkStandalone:
         self._processes.clear()
         if self._tmp is not None:
             self._tmp.cleanup()
-
-    def __enter__(self) -> SparkStandalone:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -18,10 +18,9 @@ import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from ingest.devservers.process import ServerProcess, free_port, tools_dir
+from ingest.devservers.process import LocalService, ServerProcess, free_port, tools_dir
 from ingest.errors import ServiceStartError
 
 # The newest Trino whose server tarball Maven Central serves (later ones are published elsewhere); keep in
@@ -63,7 +62,7 @@ def java_home() -> Path | None:
     return None
 
 
-class TrinoServer:
+class TrinoServer(LocalService):
     """`with TrinoServer({"lake": {...iceberg connector properties...}}) as trino: trino.query(sql)`."""
 
     def __init__(self, catalogs: Mapping[str, Mapping[str, str]], memory: str = "1536M") -> None:
@@ -156,15 +155,3 @@ class TrinoServer:
             self._process.stop(timeout=2)
             self._process = None
         shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> TrinoServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()

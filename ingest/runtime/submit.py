@@ -15,6 +15,23 @@ SECRET_KEY = re.compile(r"(?i)(password|secret|token|credential)")
 """A Spark setting whose name says it carries a secret: refused in a request anyone who can describe it reads."""
 
 
+def secret_setting(key: str) -> bool:
+    """Whether a Spark setting's name says it carries a secret (`...credentials.provider` names a class)."""
+    return SECRET_KEY.search(key) is not None and not key.endswith("provider")
+
+
+def job_arguments(config: Path) -> list[str]:
+    """The job's own arguments: the pipeline file is shipped into the driver's working directory."""
+    return ["--config", config.name, "--until-caught-up"]
+
+
+def check_distinct_names(*paths: Path | None) -> None:
+    """The shipped files land in one directory (a prefix, the driver's working directory): names must differ."""
+    names = [p.name for p in paths if p is not None]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the archive, the job and the pipeline file need distinct file names, got {names}")
+
+
 def plaintext_passwords(data: Any, path: str = "") -> list[str]:
     """Key paths of the pipeline file whose key names a password and whose value is a plain string."""
     found: list[str] = []

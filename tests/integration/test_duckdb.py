@@ -13,7 +13,7 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from tests.conftest import embedded_sink, source_section
+from tests.conftest import embedded_sink, mysql_rows, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
 pytestmark = pytest.mark.integration
@@ -40,13 +40,6 @@ def _duckdb_rows(config: PipelineConfig, table: tuple[str, str], key: str) -> li
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     finally:
         con.close()
-
-
-def _mysql_rows(mariadb: MariaDBServer, table: str, key: str) -> list[dict[str, Any]]:
-    with mariadb.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM {table} ORDER BY {key}")
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def _config(mariadb: MariaDBServer, db: str, base: Path, format_version: int = 2) -> PipelineConfig:
@@ -100,4 +93,4 @@ def test_binlog_merges_read_equal_to_mysql_with_position_deletes_and_deletion_ve
     # The MERGE wrote row-level deletes of the version's kind: deletion vectors (Puffin) only in v3.
     puffins = list((tmp_path / "warehouse" / db / "acct").rglob("*.puffin"))
     assert bool(puffins) == (format_version == 3), puffins
-    assert _duckdb_rows(config, (db, "acct"), "id") == _mysql_rows(mariadb, f"{db}.acct", "id")
+    assert _duckdb_rows(config, (db, "acct"), "id") == mysql_rows(mariadb, f"{db}.acct", "id")

@@ -24,7 +24,7 @@ from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
-from tests.conftest import minio_sink, rest_sink, run_ingest, source_section
+from tests.conftest import minio_sink, mysql_rows, rest_sink, run_ingest, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
 pytestmark = pytest.mark.integration
@@ -118,13 +118,6 @@ def _config(
     )
 
 
-def _mysql_rows(mariadb: MariaDBServer, table: str, key: str) -> list[dict[str, Any]]:
-    with mariadb.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM {table} ORDER BY {key}")
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-
 def _trino_rows(
     trino: TrinoServer, table: str, key: str, version: int | None = None, catalog: str = CATALOG
 ) -> list[dict[str, Any]]:
@@ -191,7 +184,7 @@ def test_binlog_merges_compaction_and_expiry_in_format_v2_read_equal_to_mysql_an
     for statements in rounds:
         mariadb.execute(*statements)
         run(config, spark=spark, until_caught_up=True)
-        states.append(_mysql_rows(mariadb, f"{db}.acct", "id"))
+        states.append(mysql_rows(mariadb, f"{db}.acct", "id"))
         assert _trino_rows(trino, f"{db}.acct", "id") == states[-1]
 
     loaded = load_pyiceberg_catalog(config.sink).load_table((db, "acct"))
@@ -232,7 +225,7 @@ def test_schema_evolution_reads_equal_to_mysql(
     run(config, spark=spark, until_caught_up=True)
     described = {r["Column"]: r["Type"] for r in trino.query(f"DESCRIBE {CATALOG}.{db}.item")}
     assert described == {"id": "integer", "qty": "bigint", "name": "varchar", "added": "date"}
-    assert _trino_rows(trino, f"{db}.item", "id") == _mysql_rows(mariadb, f"{db}.item", "id")
+    assert _trino_rows(trino, f"{db}.item", "id") == mysql_rows(mariadb, f"{db}.item", "id")
     assert _trino_rows(trino, f"{db}.item", "id")[4]["added"] == dt.date(2026, 11, 25)
 
 
@@ -250,7 +243,7 @@ def test_format_v3_reads_until_the_first_deletion_vector_which_this_trino_refuse
     )
     config = _config(mariadb, minio, postgres, db, sink={"format_version": 3})
     run(config, spark=spark, snapshot_only=True)
-    assert _trino_rows(trino, f"{db}.acct", "id") == _mysql_rows(mariadb, f"{db}.acct", "id")
+    assert _trino_rows(trino, f"{db}.acct", "id") == mysql_rows(mariadb, f"{db}.acct", "id")
     mariadb.execute(f"DELETE FROM {db}.acct WHERE id <= 10", f"UPDATE {db}.acct SET owner = 'x' WHERE id = 50")
     run(config, spark=spark, until_caught_up=True)
     with pytest.raises(TrinoExternalError, match="ICEBERG_BAD_DATA.*Unexpected PUFFIN file format"):
@@ -284,7 +277,7 @@ def test_the_rest_catalog_profile_reads_equal_to_mysql_through_trino_status_and_
     )
     run(config, spark=spark, until_caught_up=True)
     rows = _trino_rows(trino, f"{db}.acct", "id", catalog=REST_CATALOG)
-    assert rows == _mysql_rows(mariadb, f"{db}.acct", "id")
+    assert rows == mysql_rows(mariadb, f"{db}.acct", "id")
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
     for command in ("status", "verify"):
