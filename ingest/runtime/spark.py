@@ -86,8 +86,8 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
     spark_version = installed_spark()
     check_spark(spark_version)
     under_submit = "SPARK_SUBMIT" in os.environ or os.environ.get("PYSPARK_GATEWAY_PORT") is not None
-    if under_submit:
-        submitted = SparkConf()
+    submitted = SparkConf() if under_submit else None  # what spark-submit was given
+    if submitted is not None:
         check_submitted_runtime(
             spark_version, f"{submitted.get('spark.jars.packages', '')},{submitted.get('spark.jars', '')}"
         )
@@ -104,6 +104,9 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
     conf.update(plain)
     conf.update(config.spark.conf)
     conf.update(extra or {})
+    # Key names only: the SQL events and the environment Spark logs redact whatever this matches.
+    given = conf.get(REDACTION_REGEX) or (submitted.get(REDACTION_REGEX) if submitted is not None else None)
+    conf[REDACTION_REGEX] = redaction_regex(given, secret)
     for key, value in conf.items():
         builder = builder.config(key, value)
     return attach_catalog(builder.getOrCreate(), config)
@@ -114,4 +117,34 @@ def attach_catalog(session: Any, config: PipelineConfig) -> Any:
     plain, secret = spark_catalog_conf(config.sink)
     for key, value in {**plain, **secret}.items():
         session.conf.set(key, value)
+    _redact_from_event_logs(session, secret)
     return session
+
+
+REDACTION_REGEX = "spark.redaction.regex"
+SPARK_REDACTION_DEFAULT = "(?i)secret|password|token|access[.]?key"
+
+
+def redaction_regex(given: str | None, secret: dict[str, str]) -> str:
+    """Spark's redaction pattern (the one given, else Spark's default) that also matches every secret setting's
+    exact name: a catalog secret under a name the default misses (`credential`, a custom key) is redacted too."""
+    pattern = given or SPARK_REDACTION_DEFAULT
+    names = [rf"\Q{key}\E" for key in sorted(secret) if rf"\Q{key}\E" not in pattern]
+    return "|".join([pattern, *names])
+
+
+def _redact_from_event_logs(session: Any, secret: dict[str, str]) -> None:
+    """Keep the session's secret settings out of Spark's event logs.
+
+    Spark hands every session setting to each job as a job property, and its event log writes the
+    properties of each job and stage; it redacts only the keys its SparkConf holds (Spark 4.1, found by
+    tests/integration/test_secrets.py). So the secret settings also go into the running context's SparkConf,
+    in memory, with a redaction pattern that names them. Nothing reaches a command line: the JVM is running.
+    """
+    if not secret:
+        return
+    jconf = session.sparkContext._jsc.sc().conf()
+    for key, value in secret.items():
+        jconf.set(key, value)
+    given = jconf.get(REDACTION_REGEX) if jconf.contains(REDACTION_REGEX) else None
+    jconf.set(REDACTION_REGEX, redaction_regex(given, secret))

@@ -7,7 +7,6 @@ calls `sql` and addresses with a SQLAlchemy URL.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,22 +55,45 @@ def _jdbc_to_sqlalchemy(uri: str, props: Mapping[str, str | Secret]) -> str:
 
 
 def pyiceberg_properties(sink: SinkConfig) -> dict[str, str]:
-    """pyiceberg catalog properties equivalent to the Spark catalog's."""
+    """pyiceberg catalog properties equivalent to the Spark catalog's, without a JDBC catalog's password
+    (`catalog_password`): it is handed to the database driver alone, never put in a URL."""
     props: dict[str, str] = {}
-    password: Secret | None = None
     for key, value in sink.catalog.items():
-        if key == "jdbc.password" and isinstance(value, Secret):
-            password = value
+        if key == "jdbc.password":
             continue
         props[key] = value.reveal() if isinstance(value, Secret) else value
     if props.get("type") == "jdbc":
         props["type"] = "sql"
         props["uri"] = _jdbc_to_sqlalchemy(props.get("uri", ""), sink.catalog)
         props.pop("jdbc.user", None)
-        if password is not None and props["uri"].startswith("postgresql"):
-            # libpq reads the password from the environment, so it never sits in a URL that could be logged.
-            os.environ["PGPASSWORD"] = password.reveal()
     return props
+
+
+def catalog_password(sink: SinkConfig) -> str | None:
+    """The password pyiceberg's SQL catalog must give PostgreSQL, if there is one."""
+    password = sink.catalog.get("jdbc.password")
+    if not isinstance(password, Secret) or not str(sink.catalog.get("uri", "")).startswith("jdbc:postgresql:"):
+        return None
+    return password.reveal()
+
+
+def _sql_catalog_with_password(name: str, password: str, props: dict[str, str]) -> Any:
+    """pyiceberg's SQL catalog whose database connections get the password as a driver argument. Neither
+    a URL (which errors and logs print) nor the environment (which every child process, the JVM and its
+    Python workers, would inherit) ever holds it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy import create_engine
+
+    class PasswordSqlCatalog(SqlCatalog):
+        def _init_catalog(self) -> None:
+            # SqlCatalog.__init__ builds an engine (which connects lazily) and then calls this, which is
+            # where it first connects: swap in an engine that passes the password, then go on as pyiceberg does.
+            self.engine = create_engine(
+                self.engine.url, connect_args={"password": password}, pool_pre_ping=self.engine.pool._pre_ping
+            )
+            super()._init_catalog()
+
+    return PasswordSqlCatalog(name, **props)
 
 
 def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
@@ -80,9 +102,13 @@ def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
     from pyiceberg.catalog import load_catalog
 
     props = pyiceberg_properties(sink)
+    password = catalog_password(sink)
     try:
         # pyiceberg connects here: a SQL catalog makes sure its tables exist, a REST catalog fetches its config.
-        catalog = load_catalog(sink.catalog_name, **props)
+        if password is not None:
+            catalog = _sql_catalog_with_password(sink.catalog_name, password, props)
+        else:
+            catalog = load_catalog(sink.catalog_name, **props)
     except Exception as e:  # noqa: BLE001 - drivers (SQLAlchemy, requests, sqlite) raise their own types
         raise SinkError(
             f"cannot open the Iceberg catalog `{sink.catalog_name}` at {catalog_address(props)}: "

@@ -8,7 +8,7 @@ import pytest
 
 from ingest.config import Secret, SinkConfig
 from ingest.errors import ConfigError
-from ingest.sink.catalog import pyiceberg_properties, spark_catalog_conf
+from ingest.sink.catalog import catalog_password, pyiceberg_properties, spark_catalog_conf
 
 PG_PW = "pg-Vn5tR8wQ"
 S3_PW = "s3-Hj3kL6zX"
@@ -20,7 +20,8 @@ def sink(catalog: dict[str, str | Secret], name: str = "lake") -> SinkConfig:
 
 @pytest.fixture
 def pgpassword(monkeypatch: pytest.MonkeyPatch) -> str:
-    """PGPASSWORD set to a sentinel, restored (or removed) after the test whatever the code does."""
+    """PGPASSWORD set to a sentinel, restored (or removed) after the test whatever the code does: the job must
+    not put the catalog's password in its environment, which the JVM and every Python worker inherit."""
     monkeypatch.setenv("PGPASSWORD", "sentinel-before")
     return "sentinel-before"
 
@@ -116,7 +117,19 @@ def test_postgresql_jdbc_keeps_the_password_out_of_every_property(pgpassword: st
     assert props == {"type": "sql", "uri": "postgresql+psycopg2://u@h:5432/db", "warehouse": "s3://bucket/wh"}
     assert all(PG_PW not in value for value in props.values())
     assert all(PG_PW not in key for key in props)
-    assert os.environ["PGPASSWORD"] == PG_PW
+    assert os.environ["PGPASSWORD"] == pgpassword  # not handed to child processes either
+    assert PG_PW not in repr(dict(os.environ))
+
+
+def test_the_postgresql_password_is_given_to_the_driver_alone() -> None:
+    catalog: dict[str, str | Secret] = {
+        "type": "jdbc",
+        "uri": "jdbc:postgresql://h/db",
+        "jdbc.password": Secret(PG_PW, "e"),
+    }
+    assert catalog_password(sink(catalog)) == PG_PW
+    assert catalog_password(sink({**catalog, "uri": "jdbc:sqlite:/x/c.db"})) is None
+    assert catalog_password(sink({"type": "jdbc", "uri": "jdbc:postgresql://h/db"})) is None
 
 
 def test_postgresql_jdbc_without_user_or_password(pgpassword: str) -> None:
@@ -204,3 +217,19 @@ def test_pyiceberg_properties_does_not_modify_the_sink() -> None:
     catalog: dict[str, str | Secret] = {"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db", "jdbc.user": "u"}
     pyiceberg_properties(sink(catalog))
     assert catalog == {"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db", "jdbc.user": "u"}
+
+
+def test_the_redaction_pattern_names_every_secret_setting_and_keeps_the_given_one() -> None:
+    import re
+
+    from ingest.runtime.spark import SPARK_REDACTION_DEFAULT, redaction_regex
+
+    secret = {"spark.sql.catalog.lake.credential": "c", "spark.sql.catalog.lake.jdbc.password": "p"}
+    pattern = redaction_regex(None, secret)
+    assert pattern.startswith(SPARK_REDACTION_DEFAULT + "|")
+    # Java's \Q...\E quoting reads like re.escape here: the names hold dots and dashes only.
+    python = re.compile(pattern.replace(r"\Q", "").replace(r"\E", "").replace(".", r"\."))
+    assert python.search("spark.sql.catalog.lake.credential")  # a name Spark's default misses
+    assert not python.search("spark.sql.catalog.lake.uri")
+    assert redaction_regex("(?i)mine", {}) == "(?i)mine"
+    assert redaction_regex(pattern, secret) == pattern  # applied twice (a second pipeline): not repeated
