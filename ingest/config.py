@@ -6,6 +6,7 @@ resolved into `Secret` values whose repr is redacted, so they cannot leak throug
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from collections.abc import Mapping
@@ -16,10 +17,14 @@ from typing import Any, Literal, cast
 import yaml
 
 from ingest.errors import ConfigError
+from ingest.source.position import BinlogPosition, MariadbGtidPos
 
 Flavor = Literal["auto", "mysql", "mariadb"]
 TlsMode = Literal["disabled", "required", "verify_ca", "verify_identity"]
-StartupMode = Literal["initial", "snapshot_only"]
+StartupMode = Literal["initial", "snapshot_only", "latest", "binlog_position", "gtid", "timestamp"]
+STARTUP_MODES: tuple[StartupMode, ...] = ("initial", "snapshot_only", "latest", "binlog_position", "gtid", "timestamp")
+# The modes that copy nothing: the first run creates the targets empty and reads the binlog from a point.
+BINLOG_START_MODES: tuple[StartupMode, ...] = ("latest", "binlog_position", "gtid", "timestamp")
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
 StreamEngine = Literal["loop", "structured"]
 
@@ -153,6 +158,19 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
+class StartupConfig:
+    """Where the first run of `binlog_position`, `gtid` or `timestamp` starts reading the binlog (only the key
+    of the chosen mode is set; later runs resume from what Iceberg holds)."""
+
+    position: BinlogPosition | None = None
+    """`startup.binlog_file` and `startup.binlog_position`: the start of an event group in that file."""
+    gtid: MariadbGtidPos | None = None
+    """`startup.gtid`: MariaDB GTID position of the last transaction already applied; reading starts after it."""
+    timestamp: dt.datetime | None = None
+    """`startup.timestamp` (time-zone aware): reading starts at the first transaction committed at or after it."""
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """Used when the job starts its own Spark session (not under spark-submit, which decides itself)."""
 
@@ -173,6 +191,7 @@ class PipelineConfig:
     startup_mode: StartupMode = "initial"
     table_options: Mapping[str, TableOptions] = field(default_factory=dict)
     stream: StreamConfig = StreamConfig()
+    startup: StartupConfig = StartupConfig()
 
     def options_for(self, database: str, table: str) -> TableOptions:
         return self.table_options.get(f"{database}.{table}", TableOptions())
@@ -308,7 +327,9 @@ SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
 
 def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     top = _Section(
-        data, "", ("name", "source", "tables", "sink", "snapshot", "spark", "stream", "startup_mode", "table_options")
+        data,
+        "",
+        ("name", "source", "tables", "sink", "snapshot", "spark", "stream", "startup_mode", "startup", "table_options"),
     )
     name = str(top.get("name", str, "pipeline"))
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
@@ -457,7 +478,8 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")
     stm.done()
 
-    startup_mode = cast(StartupMode, top.choice("startup_mode", ("initial", "snapshot_only"), "initial"))
+    startup_mode = cast(StartupMode, top.choice("startup_mode", STARTUP_MODES, "initial"))
+    startup = _startup(top.section("startup", _STARTUP_KEYS), startup_mode)
 
     opts = top.section("table_options")
     table_options: dict[str, TableOptions] = {}
@@ -480,7 +502,66 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         )
         o.done()
     top.done()
-    return PipelineConfig(name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream)
+    return PipelineConfig(name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup)
+
+
+_STARTUP_KEYS = ("binlog_file", "binlog_position", "gtid", "timestamp")
+# The `startup` keys each mode needs; a key of another mode is refused rather than ignored.
+_STARTUP_KEYS_OF: dict[str, tuple[str, ...]] = {
+    "binlog_position": ("binlog_file", "binlog_position"),
+    "gtid": ("gtid",),
+    "timestamp": ("timestamp",),
+}
+
+
+def _startup(section: _Section, mode: StartupMode) -> StartupConfig:
+    """The `startup` section: exactly the keys `startup_mode` needs, each checked for its form."""
+    needed = _STARTUP_KEYS_OF.get(mode, ())
+    for name in _STARTUP_KEYS:
+        given = section.data.get(name) is not None
+        if given and name not in needed:
+            modes = [m for m, keys in _STARTUP_KEYS_OF.items() if name in keys]
+            raise ConfigError(f"`{section.key(name)}` is only used with `startup_mode: {modes[0]}` (it is {mode})")
+        if not given and name in needed:
+            raise ConfigError(f"`{section.key(name)}` is required with `startup_mode: {mode}`")
+    if mode == "binlog_position":
+        file = str(section.get("binlog_file", str))
+        pos = int(section.get("binlog_position", int))
+        if pos < 4:
+            key = section.key("binlog_position")
+            raise ConfigError(f"`{key}` must be 4 or more (a binlog's first event), got {pos}")
+        try:
+            return StartupConfig(position=BinlogPosition(file, pos))
+        except ValueError as e:
+            raise ConfigError(f"`{section.key('binlog_file')}`: {e}") from None
+    if mode == "gtid":
+        text = section.get("gtid", str)
+        try:
+            gtid = MariadbGtidPos.parse(text)
+        except ValueError as e:
+            raise ConfigError(f"`{section.key('gtid')}`: {e}") from None
+        if gtid.is_empty():
+            raise ConfigError(f"`{section.key('gtid')}` must name a GTID position like '0-1-100', got {text!r}")
+        return StartupConfig(gtid=gtid)
+    if mode == "timestamp":
+        return StartupConfig(timestamp=_aware_time(section, "timestamp"))
+    return StartupConfig()
+
+
+def _aware_time(section: _Section, name: str) -> dt.datetime:
+    """An ISO 8601 time with its time zone (YAML may have parsed it already); a time without one is refused."""
+    value = section.get(name, (str, dt.datetime, dt.date))
+    form = "an ISO 8601 time with its time zone, e.g. 2026-11-25T14:00:00Z"
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ConfigError(f"`{section.key(name)}` must be {form}; got {value!r}") from None
+    if not isinstance(value, dt.datetime):
+        raise ConfigError(f"`{section.key(name)}` must be {form}, not a date alone; got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigError(f"`{section.key(name)}` must say its time zone (e.g. a trailing Z for UTC); got {value}")
+    return value.astimezone(dt.UTC)
 
 
 def _positive_float(section: _Section, name: str, default: float) -> float:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest import errors
-from ingest.config import PipelineConfig
+from ingest.config import BINLOG_START_MODES, PipelineConfig
 from ingest.errors import ConfigError, IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
@@ -44,6 +44,7 @@ from ingest.source.mysql import (
 )
 from ingest.source.position import Watermark
 from ingest.source.snapshot_source import chunk_reports, make_chunk_source, start_warm_up
+from ingest.source.startup import resolve_start
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
 from ingest.status import print_status, table_status
@@ -114,6 +115,10 @@ def run(
     info = discover(config)
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)
+    start: Watermark | None = None
+    if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config):
+        # The first run of a mode that copies nothing: its start point is found and checked before any write.
+        start = resolve_start(config, info.flavor, [(s.database, s.table) for s in info.schemas])
     stop = StopSignal()
     stop.install()
     warm_up = None
@@ -124,6 +129,8 @@ def run(
         warm_up = start_warm_up(spark)
         state = StateTable.open(config)
         schemas = list(info.schemas)
+        if start is not None:
+            start_empty(spark, config, state, schemas, start)
         requests = state.requests()
         if requests.snapshot:  # `ingest snapshot` asked while no job ran: those tables are copied below
             schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
@@ -168,6 +175,27 @@ def _snapshot(
             log.info("stopping after the current commit, as asked")
             return False
     return True
+
+
+def start_empty(
+    spark: Any, config: PipelineConfig, state: StateTable, schemas: Sequence[TableSchema], start: Watermark
+) -> None:
+    """A startup mode that copies nothing: create each target (and changelog table) empty, then record in one
+    state-table commit that every table holds every change up to `start`. The record comes after the targets
+    (a target missing under a recorded table is taken for one dropped by hand) and before the binlog is read:
+    from then on every run resumes by the state table, starting at `start` until its first binlog commit."""
+    for schema in schemas:
+        ensure_target_created(spark, config, schema)
+        ensure_changelog(spark, config, schema)
+    crash_point("startup.before_record")
+    state.record_start([s.table_id for s in schemas], start)
+    crash_point("startup.after_record")
+    log.info(
+        "startup mode %s: %d tables created empty; their binlog is read from %s",
+        config.startup_mode,
+        len(schemas),
+        start.position,
+    )
 
 
 def _not_paused(paused: frozenset[str], schemas: Sequence[TableSchema]) -> list[TableSchema]:

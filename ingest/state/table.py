@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 KIND_PLAN = "plan"
 KIND_CHUNK = "chunk"
 KIND_OFFSET = "offset"
+# The point a startup mode that copies nothing started from (one row per pipeline, never deleted): the pipeline
+# has begun, so a run after `ingest resnapshot` of every table copies them instead of starting over.
+KIND_START = "start"
 # Asked by `ingest snapshot` of a running job (or of the next run): copy a table now, or copy it again.
 KIND_SIGNAL_SNAPSHOT = "signal:snapshot"
 KIND_SIGNAL_AGAIN = "signal:again"
@@ -143,6 +146,23 @@ class StateTable:
         if missing:  # a state table created by an older version
             _retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
         return cls(table, config.name)
+
+    @classmethod
+    def is_new(cls, config: PipelineConfig) -> bool:
+        """Whether the pipeline has recorded nothing yet (no plan, no offset, no start): its first run. Reads only,
+        so it may be asked before anything is written (the state table is not created here)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        namespace, _, name = config.sink.state_table.rpartition(".")
+        try:
+            table = cached_pyiceberg_catalog(config.sink).load_table((namespace, name))
+        except NoSuchTableError:
+            return True
+        kinds = ", ".join(_quote(k) for k in (KIND_PLAN, KIND_OFFSET, KIND_START))
+        rows = table.scan(
+            row_filter=f"pipeline = {_quote(config.name)} AND kind IN ({kinds})", selected_fields=("kind",), limit=1
+        ).to_arrow()
+        return bool(rows.num_rows == 0)
 
     def _load(self) -> None:
         self._table.refresh()
@@ -276,6 +296,30 @@ class StateTable:
         self._append([_row(self.pipeline, KIND_PLAN, c, now, marker) for c in chunks])
         self._plans[table_id] = list(chunks)
         self._planned_at[table_id] = planned_at
+
+    def record_start(self, table_ids: Sequence[str], start: Watermark) -> None:
+        """Record that each table's target holds every change up to `start` (a startup mode that copies nothing:
+        the target is created empty and the binlog is read from `start`), all tables in one commit.
+
+        Each table gets a plan of one chunk over its whole key space, recorded done with `start` as its high
+        watermark: the binlog phase then starts at `start` and applies exactly the changes after it, by the
+        rules of a copied table (the high-watermark filter), and a run that restarts before its first commit
+        starts there again; a run that has committed resumes from its offset as usual. A pipeline row records
+        `start` too, so that the pipeline counts as begun even once `ingest resnapshot` has forgotten every table.
+        """
+        now = dt.datetime.now(dt.UTC)
+        marker = Chunk("*", -1, None, None)
+        rows = [_row(self.pipeline, KIND_START, marker, now, ChunkRecord(marker, start))]
+        for table_id in table_ids:
+            chunk = Chunk(table_id, 0, None, None)
+            rows.append(_row(self.pipeline, KIND_PLAN, chunk, now, ChunkRecord(chunk, None, start)))
+            rows.append(_row(self.pipeline, KIND_CHUNK, chunk, now, ChunkRecord(chunk, start, start)))
+        self._append(rows)
+        for table_id in table_ids:
+            chunk = Chunk(table_id, 0, None, None)
+            self._plans[table_id] = [chunk]
+            self._planned_at[table_id] = start
+            self._done[table_id][0].append(ChunkRecord(chunk, start, start))
 
     def record_chunks(self, records: list[ChunkRecord]) -> None:
         if not records:

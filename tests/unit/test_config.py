@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ingest.config import (
     MaintenanceConfig,
@@ -15,6 +17,7 @@ from ingest.config import (
     Secret,
     SnapshotConfig,
     SparkConfig,
+    StartupConfig,
     TableOptions,
     TableSelection,
     TlsConfig,
@@ -23,6 +26,7 @@ from ingest.config import (
     resolve_secret,
 )
 from ingest.errors import ConfigError
+from ingest.source.position import BinlogPosition, MariadbGtidPos
 
 PW_ENV = "INGEST_UT_SOURCE_PASSWORD"
 PW = "pw-Zq8vX3rT"
@@ -300,8 +304,8 @@ def test_choices_name_the_key_and_the_allowed_values() -> None:
         error_of(with_source(tls={"mode": "on"}))
         == "`source.tls.mode` must be one of disabled, required, verify_ca, verify_identity; got 'on'"
     )
-    assert (
-        error_of(cfg(startup_mode="forever")) == "`startup_mode` must be one of initial, snapshot_only; got 'forever'"
+    assert error_of(cfg(startup_mode="forever")) == (
+        "`startup_mode` must be one of initial, snapshot_only, latest, binlog_position, gtid, timestamp; got 'forever'"
     )
 
 
@@ -721,3 +725,96 @@ def test_snapshot_requests_are_looked_for_every_ten_seconds_unless_set() -> None
     assert parse_config(cfg()).stream.signal_poll_seconds == 10.0
     assert parse_config(cfg(stream={"signal_poll_seconds": 0.5})).stream.signal_poll_seconds == 0.5
     assert error_of(cfg(stream={"signal_poll_seconds": 0})) == "`stream.signal_poll_seconds` must be positive, got 0.0"
+
+
+# --------------------------------------------------------------------------------------------------
+# Startup modes that copy nothing: `startup_mode` and the `startup` section
+# --------------------------------------------------------------------------------------------------
+
+
+def test_latest_needs_no_startup_keys_and_initial_has_none() -> None:
+    config = parse_config(cfg(startup_mode="latest"))
+    assert config.startup_mode == "latest"
+    assert config.startup == StartupConfig()
+    assert parse_config(cfg()).startup == StartupConfig()
+
+
+def test_binlog_position_is_parsed_into_a_position() -> None:
+    config = parse_config(
+        cfg(startup_mode="binlog_position", startup={"binlog_file": "mysql-bin.000003", "binlog_position": 1234})
+    )
+    assert config.startup == StartupConfig(position=BinlogPosition("mysql-bin.000003", 1234))
+
+
+def test_gtid_is_parsed_into_a_mariadb_gtid_position() -> None:
+    config = parse_config(cfg(startup_mode="gtid", startup={"gtid": "0-1-100, 1-2-5"}))
+    assert config.startup.gtid == MariadbGtidPos.parse("0-1-100,1-2-5")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2026-11-25T14:00:00Z", "2026-11-25T15:00:00+01:00", dt.datetime(2026, 11, 25, 14, tzinfo=dt.UTC)],
+)
+def test_timestamp_is_an_aware_time_in_utc(value: Any) -> None:
+    config = parse_config(cfg(startup_mode="timestamp", startup={"timestamp": value}))
+    assert config.startup.timestamp == dt.datetime(2026, 11, 25, 14, tzinfo=dt.UTC)
+
+
+def test_timestamp_written_in_yaml_without_quotes_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    data = cfg(startup_mode="timestamp")
+    path.write_text(yaml.safe_dump(data) + "startup:\n  timestamp: 2026-11-25T14:00:00Z\n")
+    assert load_config(path).startup.timestamp == dt.datetime(2026, 11, 25, 14, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("mode", "startup", "message"),
+    [
+        ("binlog_position", None, "`startup.binlog_file` is required with `startup_mode: binlog_position`"),
+        (
+            "binlog_position",
+            {"binlog_file": "mysql-bin.000003"},
+            "`startup.binlog_position` is required with `startup_mode: binlog_position`",
+        ),
+        (
+            "binlog_position",
+            {"binlog_file": "mysql-bin.000003", "binlog_position": 2},
+            "`startup.binlog_position` must be 4 or more (a binlog's first event), got 2",
+        ),
+        (
+            "binlog_position",
+            {"binlog_file": "mysql-bin.000003", "binlog_position": "12"},
+            "`startup.binlog_position` must be int, got '12'",
+        ),
+        (
+            "binlog_position",
+            {"binlog_file": "mysql-bin", "binlog_position": 4},
+            "`startup.binlog_file`: invalid binlog file 'mysql-bin': expected 'name.N' like 'mysql-bin.000003'",
+        ),
+        ("gtid", None, "`startup.gtid` is required with `startup_mode: gtid`"),
+        ("gtid", {"gtid": " "}, "`startup.gtid` must name a GTID position like '0-1-100', got ' '"),
+        ("timestamp", {"timestamp": "yesterday"}, "`startup.timestamp` must be an ISO 8601 time with its time zone"),
+        ("timestamp", {"timestamp": "2026-11-25T14:00:00"}, "`startup.timestamp` must say its time zone"),
+        ("timestamp", {"timestamp": dt.date(2026, 11, 25)}, "not a date alone"),
+        ("timestamp", {"timestamp": 1764079200}, "`startup.timestamp` must be str or datetime or date, got 1764079200"),
+        ("latest", {"gtid": "0-1-1"}, "`startup.gtid` is only used with `startup_mode: gtid` (it is latest)"),
+        ("initial", {"timestamp": "2026-11-25T14:00:00Z"}, "`startup.timestamp` is only used with `startup_mode: t"),
+        (
+            "gtid",
+            {"gtid": "0-1-1", "binlog_position": 4},
+            "`startup.binlog_position` is only used with `startup_mode: binlog_position` (it is gtid)",
+        ),
+    ],
+)
+def test_startup_keys_must_fit_the_mode(mode: str, startup: Any, message: str) -> None:
+    assert message in error_of(cfg(startup_mode=mode, startup=startup))
+
+
+def test_a_mysql_gtid_set_is_refused_with_a_hint() -> None:
+    message = error_of(cfg(startup_mode="gtid", startup={"gtid": "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5"}))
+    assert message.startswith("`startup.gtid`: invalid MariaDB GTID position")
+    assert "MySQL GTID set" in message
+
+
+def test_unknown_startup_key() -> None:
+    assert error_of(cfg(startup_mode="latest", startup={"offset": 1})).startswith("unknown key `startup.offset`")
