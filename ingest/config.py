@@ -438,6 +438,13 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             snp.choice("driver", ("auto", "mysqlclient", "pymysql"), "auto"),
         ),
     )
+    if snapshot.driver == "mysqlclient" and tls_mode in ("required", "verify_ca"):
+        # ingest.source.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
+        raise ConfigError(
+            f"`snapshot.driver: mysqlclient` cannot keep to `source.tls.mode: {tls_mode}` (linked to MariaDB "
+            "Connector/C it would read in plaintext from a server without TLS, or check the host name too); "
+            "use `auto` or `pymysql`, or `tls.mode: verify_identity`"
+        )
     snp.done()
 
     spk = top.section("spark", ("master", "conf"))

@@ -24,7 +24,7 @@ from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
-from ingest.source.mysql import TableSchema, require_tls, tls_context
+from ingest.source.mysql import TableSchema, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.source.row_events import RowEvents, event_kind
 
@@ -198,7 +198,13 @@ def stream_connection(source: SourceConfig) -> dict[str, Any]:
     sessions, and refusing a server that does not take it."""
 
     def connect_checked(**settings: Any) -> pymysql.connections.Connection[Any]:
-        return require_tls(pymysql.connect(**settings), source)
+        try:
+            conn = pymysql.connect(**settings)
+        except pymysql.err.OperationalError as e:
+            if tls_failure(e) is None:
+                raise  # the library's own handling (a lost connection is retried)
+            raise connection_refused(source, e) from None
+        return require_tls(conn, source)
 
     settings = {
         "host": source.host,

@@ -6,10 +6,12 @@ Two drivers read the same rows into the same Arrow table:
   bytes and whole columns are parsed by Arrow (``TargetColumn.text_to_array``). No Python object per
   value: about ten times less CPU than PyMySQL (bench/README.md).
 * ``pymysql`` (pure Python) with its default converters and ``rows_to_record_batch``: always
-  installed, used when mysqlclient cannot be imported (a cluster without libmariadb/libmysqlclient).
+  installed, used when mysqlclient cannot be imported (a cluster without libmariadb/libmysqlclient), and
+  under a ``tls.mode`` mysqlclient cannot keep to (``MYSQLCLIENT_TLS_MODES``).
 
-``snapshot.driver`` chooses; ``auto`` takes mysqlclient when it imports. Both run as the CDC user with
-the session settings of ``ingest.source.mysql.connect`` (UTC, utf8mb4, TLS as configured).
+``snapshot.driver`` chooses; ``auto`` takes mysqlclient when it imports and can keep to ``tls.mode``. Both
+run as the CDC user with the session settings of ``ingest.source.mysql.connect`` (UTC, utf8mb4, TLS as
+configured).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pyarrow as pa
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
 from ingest.sink.types import TargetColumn, arrow_schema, rows_to_record_batch, text_rows_to_record_batch
-from ingest.source.mysql import connect
+from ingest.source.mysql import connect, connection_refused
 from ingest.source.position import BinlogPosition, Watermark
 
 log = logging.getLogger(__name__)
@@ -70,10 +72,37 @@ def resolve_driver(driver: str) -> str:
     return "mysqlclient"
 
 
+MYSQLCLIENT_TLS_MODES = ("disabled", "verify_identity")
+"""The `tls.mode`s mysqlclient keeps to. Linked to MariaDB Connector/C (3.3), it refuses a server without TLS
+only when it also checks the certificate's host name: under `required` it goes on in plaintext, under
+`verify_ca` it checks the name too."""
+
+
 def open_select(source: SourceConfig, driver: str) -> ChunkSelect:
-    if resolve_driver(driver) == "mysqlclient":
+    if resolve_driver(driver) == "mysqlclient" and _mysqlclient_keeps_to(source, driver):
         return _MysqlclientSelect(source)
     return _PymysqlSelect(source)
+
+
+def _mysqlclient_keeps_to(source: SourceConfig, driver: str) -> bool:
+    if source.tls.mode in MYSQLCLIENT_TLS_MODES:
+        return True
+    if driver == "mysqlclient":  # parse_config refuses this; a config built in code may not have been parsed
+        raise SourceError(
+            f"snapshot.driver is mysqlclient but source.tls.mode is {source.tls.mode}, which it cannot keep to "
+            "(it would read in plaintext, or check the host name); use snapshot.driver: pymysql or auto, or "
+            "tls.mode verify_identity"
+        )
+    _warn_pymysql_for_tls(source.tls.mode)
+    return False
+
+
+@functools.cache
+def _warn_pymysql_for_tls(mode: str) -> None:
+    log.warning(
+        "tls.mode %s: the snapshot reads with PyMySQL (mysqlclient cannot keep to it), several times slower",
+        mode,
+    )
 
 
 _BEGIN = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
@@ -126,9 +155,6 @@ class _PymysqlSelect:
         self.conn.close()
 
 
-_TLS_MODES = {"required": "REQUIRED", "verify_ca": "VERIFY_CA", "verify_identity": "VERIFY_IDENTITY"}
-
-
 class _MysqlclientSelect:
     def __init__(self, source: SourceConfig) -> None:
         mysqldb = _mysqlclient()
@@ -137,10 +163,8 @@ class _MysqlclientSelect:
         # (MySQL field type -> Python): results stay bytes, which Arrow parses a column at a time.
         encoders = {k: v for k, v in conversions.items() if not isinstance(k, int)}
         tls: dict[str, Any] = {}
-        if source.tls.mode != "disabled":
-            tls["ssl_mode"] = _TLS_MODES[source.tls.mode]
-            if source.tls.ca_file:
-                tls["ssl"] = {"ca": source.tls.ca_file}
+        if source.tls.mode == "verify_identity":  # the only TLS mode it is opened for (MYSQLCLIENT_TLS_MODES)
+            tls = {"ssl_mode": "VERIFY_IDENTITY", "ssl": {"ca": source.tls.ca_file}}
         try:
             self.conn = mysqldb.connect(
                 host=source.host,
@@ -155,10 +179,7 @@ class _MysqlclientSelect:
                 **tls,
             )
         except mysqldb.OperationalError as e:
-            # The driver's message never contains the password; keep host and port so the user can act.
-            raise SourceError(
-                f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {e.args[-1]}"
-            ) from None
+            raise connection_refused(source, e) from None
         self._cursors = importlib.import_module("MySQLdb.cursors")
 
     def begin(self, flavor: str) -> Watermark | None:

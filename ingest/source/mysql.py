@@ -6,6 +6,7 @@ Identifiers are always quoted with `quote`; values are always bound parameters.
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,11 +69,46 @@ def connect(source: SourceConfig, *, streaming: bool = False, **kwargs: Any) -> 
             **kwargs,
         )
     except pymysql.err.OperationalError as e:
-        # The driver's message never contains the password; keep host and port so the user can act.
-        raise SourceError(
-            f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {e.args[-1]}"
-        ) from None
+        raise connection_refused(source, e) from None
     return require_tls(conn, source)
+
+
+_CR_SSL_CONNECTION_ERROR = 2026
+"""libmariadb's and libmysqlclient's code for a failed TLS handshake or certificate check (mysqlclient)."""
+
+
+def tls_failure(error: Exception) -> str | None:
+    """What went wrong in the TLS handshake of a failed connection, or None if it failed otherwise.
+
+    PyMySQL wraps the `ssl` error in its "Can't connect" error; mysqlclient reports its own code."""
+    original = getattr(error, "original_exception", None)
+    if isinstance(original, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {original.verify_message}"
+    if isinstance(original, ssl.SSLError):
+        return str(original)
+    if error.args and error.args[0] == _CR_SSL_CONNECTION_ERROR:
+        return str(error.args[-1])
+    return None
+
+
+def connection_refused(source: SourceConfig, error: Exception) -> SourceError:
+    """The error for a connection the driver could not open: host, port and user so the user can act (the
+    drivers' messages never contain the password), and for a TLS failure what `tls.mode` checks."""
+    failure = tls_failure(error)
+    if failure is None:
+        return SourceError(f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {error.args[-1]}")
+    ca = f" (tls.ca_file {source.tls.ca_file})" if source.tls.ca_file else ""
+    need = {
+        "verify_ca": "the server's certificate must be signed by a CA in tls.ca_file",
+        "verify_identity": (
+            f"the server's certificate must be signed by a CA in tls.ca_file and be issued for source.host "
+            f"({source.host}, in its subjectAltName); verify_ca does not check the name"
+        ),
+    }.get(source.tls.mode, "the server's TLS handshake must succeed")
+    return SourceError(
+        f"TLS to the MySQL server at {source.host}:{source.port} failed ({failure}); tls.mode is "
+        f"{source.tls.mode}{ca}: not connecting without it. {need[0].upper()}{need[1:]}"
+    )
 
 
 def server_flavor(conn: pymysql.connections.Connection[Any]) -> str:
@@ -115,20 +151,64 @@ def check_binlog_settings(conn: pymysql.connections.Connection[Any]) -> None:
         )
 
 
+_GLOBAL_GRANT = re.compile(r"GRANT (.+?) ON \*\.\* TO ", re.IGNORECASE)
+_ALIASES = {
+    "REPLICATION SLAVE": ("REPLICATION SLAVE", "REPLICATION REPLICA"),
+    # MariaDB 10.5 renamed REPLICATION CLIENT to BINLOG MONITOR and keeps the old name as an alias.
+    "BINLOG MONITOR": ("BINLOG MONITOR", "REPLICATION CLIENT"),
+    "REPLICATION CLIENT": ("REPLICATION CLIENT",),
+}
+
+
+def global_privileges(grant_lines: Sequence[str]) -> frozenset[str]:
+    """The privileges `SHOW GRANTS` lines give on `*.*`, one name each (`ALL PRIVILEGES` stays one name).
+
+    Whole names, not substrings: `REPLICATION SLAVE ADMIN` (MariaDB: run START SLAVE) is not `REPLICATION SLAVE`
+    (read the binlog). MariaDB lists the grants of the session's active roles, and of the roles they were
+    granted, in its `SHOW GRANTS`, so privileges given through a default role count; those of a role that is
+    granted but not active do not, as they do not in the job's sessions."""
+    privileges: set[str] = set()
+    for line in grant_lines:
+        found = _GLOBAL_GRANT.match(line.strip())
+        if found:
+            privileges.update(p.strip().upper() for p in found.group(1).split(","))
+    return frozenset(privileges)
+
+
 def check_privileges(conn: pymysql.connections.Connection[Any], flavor: str) -> None:
     """Name the missing grant before anything is read, instead of failing halfway."""
     needed = ["REPLICATION SLAVE", "BINLOG MONITOR" if flavor == "mariadb" else "REPLICATION CLIENT"]
     with conn.cursor() as cur:
         cur.execute("SHOW GRANTS")
-        grants = " ".join(str(row[0]).upper() for row in cur.fetchall())
-    if "ALL PRIVILEGES ON *.*" in grants:
+        privileges = global_privileges([str(row[0]) for row in cur.fetchall()])
+    if "ALL PRIVILEGES" in privileges:
         return
     for grant in needed:
-        aliases = {grant, "REPLICATION REPLICA" if grant == "REPLICATION SLAVE" else grant}
-        if flavor == "mariadb" and grant == "BINLOG MONITOR":
-            aliases.add("REPLICATION CLIENT")
-        if not any(a in grants for a in aliases):
-            raise MissingPrivilegeError(f"the CDC user lacks {grant}; run: GRANT {grant} ON *.* TO <cdc user>")
+        if not privileges.intersection(_ALIASES[grant]):
+            raise MissingPrivilegeError(
+                f"the CDC user lacks {grant}; run: GRANT {grant} ON *.* TO <cdc user>{_inactive_roles(conn, flavor)}"
+            )
+
+
+def _inactive_roles(conn: pymysql.connections.Connection[Any], flavor: str) -> str:
+    """A hint when the user holds roles its sessions do not use (MariaDB: a role is active only once set as
+    the user's DEFAULT ROLE, or with SET ROLE, which the job never runs)."""
+    if flavor != "mariadb":
+        return ""
+    with conn.cursor() as cur:
+        cur.execute(
+            # Roles granted to the user itself (GRANTEE is `user@host`, as CURRENT_USER() is), not those they hold.
+            "SELECT ROLE_NAME FROM information_schema.APPLICABLE_ROLES WHERE GRANTEE = CURRENT_USER() AND ROLE_NAME "
+            "NOT IN (SELECT ROLE_NAME FROM information_schema.ENABLED_ROLES WHERE ROLE_NAME IS NOT NULL) "
+            "ORDER BY ROLE_NAME"
+        )
+        roles = [str(row[0]) for row in cur.fetchall()]
+    if not roles:
+        return ""
+    return (
+        f" (or, if a role holds it: the user's roles {', '.join(roles)} are not active in its sessions; "
+        f"run: SET DEFAULT ROLE {roles[0]} FOR <cdc user>)"
+    )
 
 
 @dataclass(frozen=True)
@@ -169,13 +249,91 @@ class TableSchema:
 
 
 def list_tables(conn: pymysql.connections.Connection[Any], selection: TableSelection) -> list[tuple[str, str]]:
+    """The tables `selection` matches, once the CDC user is known to be able to SELECT every column of each.
+
+    A user sees in information_schema only the tables and columns it holds some privilege on: without this
+    check a table granted column by column would be captured without its other columns, and a table named in
+    `tables.include` but not granted at all would be left out without a word."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
             "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME"
         )
         rows = cur.fetchall()
-    return [(str(db), str(t)) for db, t in rows if db not in SYSTEM_SCHEMAS and selection.matches(db, t)]
+    tables = [(str(db), str(t)) for db, t in rows if db not in SYSTEM_SCHEMAS and selection.matches(db, t)]
+    for db, t in tables:
+        _check_select(conn, db, t)
+    for pattern in selection.include:
+        named = named_in(pattern.pattern)
+        if named is None:
+            continue
+        database, table = named
+        if table is None:
+            if not any(db == database for db, _ in tables):
+                _check_select(conn, database, None)
+        elif (database, table) not in tables and selection.matches(database, table):
+            # Not visible: it does not exist (it may be created later), or the user holds no privilege on it.
+            _check_select(conn, database, table)
+    return tables
+
+
+_ACCESS_DENIED = frozenset({1142, 1143})
+"""ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR."""
+_NO_SUCH_TABLE = 1146
+
+
+def _check_select(conn: pymysql.connections.Connection[Any], database: str, table: str | None) -> None:
+    """Ask the server itself (grants may come from the user, a role, a database or a column); LIMIT 0
+    reads no row. A table that does not exist passes: the server says so only to a user allowed to read it.
+    Without a table, whether the user may read any table of `database` (one the pattern may match later)."""
+    probe = table if table is not None else "ingest: no such table"
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM {quote(database)}.{quote(probe)} LIMIT 0")
+    except pymysql.err.MySQLError as e:
+        code = e.args[0] if e.args else None
+        if code == _NO_SUCH_TABLE:
+            return
+        if code in _ACCESS_DENIED:
+            what = f"{database}.{table} (on every column)" if table is not None else f"the database {database}"
+            grant_on = f"{quote(database)}.{quote(table)}" if table is not None else f"{quote(database)}.*"
+            raise MissingPrivilegeError(
+                f"the CDC user lacks SELECT on {what}, which `tables.include` selects; run: GRANT SELECT ON "
+                f"{grant_on} TO <cdc user>, or leave it out of `tables`"
+            ) from None
+        raise
+
+
+_REGEX_SPECIAL = frozenset(".^$*+?{}[]|()\\")
+
+
+def named_in(pattern: str) -> tuple[str, str | None] | None:
+    """The database a `tables.include` pattern names literally (`shop\\..*`), and the table too when the
+    whole pattern is literal (`shop\\.orders`); None when its database part is not literal, or it has
+    alternatives (`a\\.x|b\\.y`)."""
+    if re.search(r"(?<!\\)(\\\\)*\|", pattern):
+        return None
+    chars: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 == len(pattern) or pattern[i + 1].isalnum():
+                break  # \d, \w, \b, ...: a class or an assertion
+            c = pattern[i + 1]
+            i += 1
+        elif c in _REGEX_SPECIAL:
+            break
+        chars.append(c)
+        i += 1
+    literal = "".join(chars)
+    whole = i == len(pattern)
+    if not whole and pattern[i] in "?*+{" and literal:
+        literal = literal[:-1]  # a quantifier makes the last character optional or repeated
+    database, dot, table = literal.partition(".")
+    if not database or not dot:
+        return None
+    return database, table if whole and table and "." not in table else None
 
 
 _COLUMNS_SQL = (

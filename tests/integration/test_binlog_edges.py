@@ -3,7 +3,6 @@ maintenance (compaction and snapshot expiry) between batches."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify
+from tests.certificates import certificates
 from tests.conftest import embedded_sink, source_section
 
 pytestmark = pytest.mark.integration
@@ -322,52 +322,6 @@ def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_
     assert verify(config)
 
 
-def _certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca, ca_key, cert, key, csr, ext = (
-        directory / n for n in ("ca.pem", "ca.key", "server.pem", "server.key", "s.csr", "s.ext")
-    )
-    ext.write_text("subjectAltName=IP:127.0.0.1\n")
-    for command in (
-        [
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            ca_key,
-            "-out",
-            ca,
-            "-days",
-            "2",
-            "-subj",
-            "/CN=ingest test CA",
-        ],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
-        [
-            "x509",
-            "-req",
-            "-in",
-            csr,
-            "-CA",
-            ca,
-            "-CAkey",
-            ca_key,
-            "-CAcreateserial",
-            "-out",
-            cert,
-            "-days",
-            "2",
-            "-extfile",
-            ext,
-        ],
-    ):
-        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
-    return ca, cert, key
-
-
 def _tls_config(server: MariaDBServer, db: str, tmp_path: Path, tls: dict[str, str]) -> PipelineConfig:
     return parse_config(
         {
@@ -395,7 +349,7 @@ def test_tls_is_used_by_every_connection_and_a_server_without_it_is_refused(
         next(iter(stream))
     stream.close()
 
-    ca, cert, key = _certificates(tmp_path / "tls")
+    ca, cert, key = certificates(tmp_path / "tls")
     with MariaDBServer(server_id=3, extra_args=(f"--ssl-ca={ca}", f"--ssl-cert={cert}", f"--ssl-key={key}")) as server:
         server.create_cdc_user("cdc", cdc_password)
         server.execute("ALTER USER 'cdc'@'%' REQUIRE SSL")  # any plaintext connection of the job is refused

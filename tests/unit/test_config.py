@@ -338,6 +338,18 @@ def test_verifying_tls_needs_a_ca_file(mode: str) -> None:
     )
 
 
+@pytest.mark.parametrize("mode", ["required", "verify_ca"])
+def test_mysqlclient_is_refused_under_a_tls_mode_it_cannot_keep_to(mode: str) -> None:
+    data = with_source(tls={"mode": mode, "ca_file": "/ca.pem"})
+    data["snapshot"] = {"driver": "mysqlclient"}
+    assert error_of(data).startswith(f"`snapshot.driver: mysqlclient` cannot keep to `source.tls.mode: {mode}`")
+    data["snapshot"] = {"driver": "auto"}
+    assert parse_config(data).snapshot.driver == "auto"  # reads with PyMySQL (ingest.source.chunk_select)
+    data["source"]["tls"]["mode"] = "verify_identity"
+    data["snapshot"] = {"driver": "mysqlclient"}
+    assert parse_config(data).snapshot.driver == "mysqlclient"
+
+
 def test_tls_required_needs_no_ca_file() -> None:
     assert parse_config(with_source(tls={"mode": "required"})).source.tls == TlsConfig("required", None)
     assert parse_config(with_source(tls={"mode": "verify_ca", "ca_file": "/ca.pem"})).source.tls == TlsConfig(
