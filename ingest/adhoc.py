@@ -20,6 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ingest import metrics
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
@@ -225,10 +226,7 @@ class LiveCopy:
             for record in records:
                 assert record.high_watermark is not None
                 table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
-            log.info(
-                "%s: chunks %d/%d read while streaming",
-                schema.table_id,
-                len(table.chunks) - len(table.unread),
-                len(table.chunks),
-            )
+            read = len(table.chunks) - len(table.unread)
+            metrics.current().snapshot_progress(schema.table_id, read, len(table.chunks))
+            log.info("%s: chunks %d/%d read while streaming", schema.table_id, read, len(table.chunks))
             return

@@ -7,6 +7,7 @@ fix (terminal); 4 an error that may pass on retry (transient); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import sys
 from collections.abc import Sequence
@@ -46,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-table phase, chunk progress, last commit and offsets; binlog lag")
     status.add_argument("--config", required=True, help="the pipeline YAML file")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--watch", action="store_true", help="print it again every --interval seconds until Ctrl-C")
+    status.add_argument(
+        "--interval", type=float, default=5.0, metavar="S", help="seconds between two --watch refreshes (default 5)"
+    )
 
     verify = sub.add_parser("verify", help="compare MySQL and Iceberg: row counts and checksums per key range")
     verify.add_argument("--config", required=True, help="the pipeline YAML file")
@@ -115,9 +120,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
             return EXIT_OK
         if args.command == "status":
-            from ingest.status import print_status
+            from ingest.status import print_status, watch_status
 
-            print_status(config, as_json=args.json)
+            if not args.watch:
+                print_status(config, as_json=args.json)
+                return EXIT_OK
+            if args.interval <= 0:
+                raise ConfigError(f"--interval must be more than 0 seconds, got {args.interval:g}")
+
+            def render() -> str:
+                text = io.StringIO()
+                print_status(config, as_json=args.json, out=text)
+                return text.getvalue()
+
+            watch_status(render, args.interval, sys.stdout, clear=sys.stdout.isatty(), header=not args.json)
             return EXIT_OK
         if args.command == "verify":
             from ingest.verify import verify

@@ -171,6 +171,16 @@ class StartupConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The job's Prometheus endpoint (ingest/metrics.py)."""
+
+    port: int | None = None
+    """TCP port serving http://host:port/metrics while the job runs; None: no endpoint."""
+    host: str = "127.0.0.1"
+    """Address to listen on (`0.0.0.0` for every interface)."""
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """Used when the job starts its own Spark session (not under spark-submit, which decides itself)."""
 
@@ -192,6 +202,7 @@ class PipelineConfig:
     table_options: Mapping[str, TableOptions] = field(default_factory=dict)
     stream: StreamConfig = StreamConfig()
     startup: StartupConfig = StartupConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     def options_for(self, database: str, table: str) -> TableOptions:
         return self.table_options.get(f"{database}.{table}", TableOptions())
@@ -329,7 +340,10 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     top = _Section(
         data,
         "",
-        ("name", "source", "tables", "sink", "snapshot", "spark", "stream", "startup_mode", "startup", "table_options"),
+        (
+            *("name", "source", "tables", "sink", "snapshot", "spark", "stream", "startup_mode", "startup"),
+            *("table_options", "metrics"),
+        ),
     )
     name = str(top.get("name", str, "pipeline"))
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
@@ -508,8 +522,18 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             changelog=o.get("changelog", bool),
         )
         o.done()
+    metrics = _metrics(top.section("metrics", ("port", "host")))
     top.done()
-    return PipelineConfig(name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup)
+    return PipelineConfig(
+        name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup, metrics
+    )
+
+
+def _metrics(section: _Section) -> MetricsConfig:
+    port = section.get("port", int)
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError(f"`{section.key('port')}` must be a TCP port, 1-65535; got {port}")
+    return MetricsConfig(port, str(section.get("host", str, "127.0.0.1")))
 
 
 _STARTUP_KEYS = ("binlog_file", "binlog_position", "gtid", "timestamp")

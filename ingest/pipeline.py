@@ -14,13 +14,15 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ingest import errors
+from ingest import errors, metrics
 from ingest.config import BINLOG_START_MODES, PipelineConfig
 from ingest.errors import ConfigError, IngestError, SinkError
 from ingest.faults import crash_point
+from ingest.metrics import JobMetrics, MetricsServer, recording
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import (
@@ -47,7 +49,7 @@ from ingest.source.snapshot_source import chunk_reports, make_chunk_source, star
 from ingest.source.startup import resolve_start
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
-from ingest.status import print_status, table_status
+from ingest.status import bytes_behind_now, print_status, table_status
 
 __all__ = ["discover", "print_status", "run", "snapshot_table", "table_status"]
 
@@ -104,15 +106,49 @@ def run(
     spark: Any = None,
 ) -> None:
     """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
-    from ingest.adhoc import stream_taking_requests, take_requests
     from ingest.runtime.jars import check_spark, installed_spark
-    from ingest.runtime.spark import attach_catalog, spark_session
-    from ingest.streaming import StopSignal
-    from ingest.structured import stream_structured
 
     if spark is None:  # before anything connects: a Spark the job cannot run on is one line, not a JVM trace
         check_spark(installed_spark())
     info = discover(config)
+    job_metrics = JobMetrics(config.name, config.stream.engine)
+    job_metrics.bytes_behind_probe = lambda committed: bytes_behind_now(config, info.flavor, committed)
+    with recording(job_metrics), _metrics_server(config, job_metrics):
+        _run(config, info, snapshot_only, until_caught_up, hook, spark)
+
+
+@contextmanager
+def _metrics_server(config: PipelineConfig, job_metrics: JobMetrics) -> Iterator[None]:
+    """The `metrics.port` endpoint for the block, if the pipeline has one (before Spark starts: a port taken is
+    named at once)."""
+    port, host = config.metrics.port, config.metrics.host
+    if port is None:
+        yield
+        return
+    try:
+        server = MetricsServer(job_metrics, host, port)
+    except OSError as e:
+        raise ConfigError(
+            f"`metrics.port`: cannot serve metrics on {host}:{port} ({e.strerror or e}); choose a free port, or "
+            "another `metrics.host`"
+        ) from None
+    with server:
+        yield
+
+
+def _run(
+    config: PipelineConfig,
+    info: SourceInfo,
+    snapshot_only: bool,
+    until_caught_up: bool,
+    hook: ChunkHook | None,
+    spark: Any,
+) -> None:
+    from ingest.adhoc import stream_taking_requests, take_requests
+    from ingest.runtime.spark import attach_catalog, spark_session
+    from ingest.streaming import StopSignal
+    from ingest.structured import stream_structured
+
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)
     start: Watermark | None = None
@@ -228,6 +264,7 @@ def snapshot_table(
     plan = state.plan(table_id) or []
     done = reconcile(config, state, schema)
     todo = [c for c in plan if c.index not in done]
+    metrics.current().snapshot_progress(table_id, len(done), len(plan))
     if not todo:
         log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
         return
@@ -237,6 +274,7 @@ def snapshot_table(
         records = copy_chunks(spark, config, state, flavor, schema, target, batch, done, hook)
         done.update(r.chunk.index for r in records)
         rows_done += sum(r.row_count for r in records)
+        metrics.current().snapshot_progress(table_id, len(done), len(plan))
         elapsed = max(time.monotonic() - started, 1e-6)
         log.info(
             "%s: chunks %d/%d, %d rows, %.0f rows/s", table_id, len(done), len(plan), rows_done, rows_done / elapsed
@@ -296,6 +334,7 @@ def copy_chunks(
     crash_point("snapshot.after_commit")  # data committed, state table not yet written
     state.record_chunks(records)
     crash_point("snapshot.after_state")
+    metrics.current().rows_copied(schema.table_id, sum(r.row_count for r in records))
     return records
 
 

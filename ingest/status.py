@@ -15,9 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import sys
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
 import pymysql
 
@@ -52,6 +53,12 @@ def bytes_behind(committed: BinlogPosition, current: BinlogPosition, sizes: Mapp
     if committed.file not in sizes or len(between) != current.file_number - committed.file_number - 1:
         return None
     return sizes[committed.file] - committed.pos + sum(sizes[f] for f in between) + current.pos
+
+
+def bytes_behind_now(config: PipelineConfig, flavor: str, committed: BinlogPosition) -> int | None:
+    """Binlog bytes from `committed` to the source's binlog end now (the `ingest_binlog_bytes_behind` metric)."""
+    with connect(config.source) as conn:
+        return bytes_behind(committed, read_watermark(conn, flavor).position, binlog_sizes(conn))
 
 
 def transactions_behind(cur: Any, committed: BinlogPosition, server_gtid: MariadbGtidPos) -> int | None:
@@ -190,7 +197,34 @@ def binlog_status(config: PipelineConfig, state: StateTable, now: float | None =
     }
 
 
-def print_status(config: PipelineConfig, as_json: bool = False) -> None:
+def watch_status(
+    render: Callable[[], str],
+    interval: float,
+    out: TextIO,
+    clear: bool,
+    header: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.time,
+) -> None:
+    """`ingest status --watch`: the status again every `interval` seconds until Ctrl-C. On a terminal (`clear`)
+    each one replaces the last on the screen; otherwise they follow one another. `header`: a line with the time
+    above each (not for JSON). A failed refresh shows its error and the next one tries again."""
+    try:
+        while True:
+            try:
+                text = render()
+            except Exception as e:  # noqa: BLE001 - the source or catalog away for a moment must not end the watch
+                text = f"ingest: cannot read the status: {e}\n"
+            top = f"{_iso(now())} (every {interval:g} s; Ctrl-C stops)\n" if header else ""
+            out.write(("\x1b[H\x1b[2J" if clear else "") + top + text + ("" if clear else "\n"))
+            out.flush()
+            sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | None = None) -> None:
+    out = sys.stdout if out is None else out
     state = StateTable.open(config)
     rows = table_status(config, state)
     binlog = binlog_status(config, state)
@@ -202,7 +236,8 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
         print(
             json.dumps(
                 {"pipeline": config.name, "binlog": binlog, "tables": rows, "snapshot_requests": asked}, indent=2
-            )
+            ),
+            file=out,
         )
         return
     if binlog["committed_offset"] is None:
@@ -224,13 +259,14 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
             + (f", {' / '.join(behind)} behind" if behind else "")
             + ("" if lag is None else f", lag {lag:.0f} s")
         )
-    print(f"pipeline {config.name}: {len(rows)} tables; {stream}")
+    print(f"pipeline {config.name}: {len(rows)} tables; {stream}", file=out)
     if asked:
         tables = ", ".join(f"{a['table']}{' (again)' if a['again'] else ''}" for a in asked)
-        print(f"snapshots asked, not taken by a job yet: {tables}")
+        print(f"snapshots asked, not taken by a job yet: {tables}", file=out)
     print(
         f"{'table':<32} {'phase':<14} {'chunks':>11} {'rows':>10}  {'last commit':<25} {'committed offset':<28} "
-        "high watermarks (lowest .. highest)"
+        "high watermarks (lowest .. highest)",
+        file=out,
     )
     for r in rows:
         chunks = f"{r['chunks_done']}/{r['chunks_total']}"
@@ -238,10 +274,12 @@ def print_status(config: PipelineConfig, as_json: bool = False) -> None:
         phase = f"{phase} (paused)" if r["paused"] and phase == "snapshot" else phase
         print(
             f"{r['table']:<32} {phase:<14} {chunks:>11} {r['rows']:>10}  {r['last_commit'] or '-':<25} "
-            f"{r['stream_offset'] or '-':<28} {r['low_high_watermark']} .. {r['high_high_watermark']}"
+            f"{r['stream_offset'] or '-':<28} {r['low_high_watermark']} .. {r['high_high_watermark']}",
+            file=out,
         )
         if "changelog" in r:
             print(
                 f"{'  changelog ' + r['changelog']:<71} {r['changelog_last_commit'] or '-':<25} "
-                f"{r['changelog_stream_offset'] or '-':<28}"
+                f"{r['changelog_stream_offset'] or '-':<28}",
+                file=out,
             )

@@ -26,6 +26,7 @@ import pymysql
 import pymysql.cursors
 from pymysqlreplication.event import QueryEvent
 
+from ingest import metrics
 from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.config import PipelineConfig
@@ -328,6 +329,7 @@ def prepare(
     goal = read_watermark(conn, flavor).position if until_caught_up else None
     by_id = {t.schema.table_id: t for t in tables}
     filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
+    metrics.current().offset_committed(start, state.offset_source_time())
     log.info("binlog phase (%s) from %s%s", config.stream.engine, start, f" until {goal}" if goal else "")
     return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)
 
@@ -348,6 +350,7 @@ def follow_ddl(
         evolve_table(spark, config, conn, flavor, begin.by_id[f"{db}.{t}"], ddl, reader, begin.here)
     crash_point("stream.before_schema_state")
     state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here))
+    metrics.current().offset_committed(ddl.end, None)
 
 
 def batch_source_time(previous: int | None, batch: Sequence[Transaction], idle_at: float | None) -> int | None:
@@ -688,6 +691,7 @@ def _commit(
     end: Watermark,
     source_time: int | None = None,
 ) -> None:
+    started = time.monotonic()
     per_table: dict[str, list[RowChange]] = defaultdict(list)
     # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
     # replace a change with one side of it).
@@ -738,6 +742,8 @@ def _commit(
     crash_point("stream.before_state")
     state.record_offset(end, source_time)
     crash_point("stream.after_state")
+    applied_to = {t.schema.table_id: len(m) for (t, m, _), ok in zip(work, results, strict=True) if ok and m}
+    metrics.current().batch_committed(applied_to, time.monotonic() - started, end.position, source_time)
     log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end.position)
     _maintain_due(spark, config, [table for table, _, _ in work], end)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest import metrics
 from ingest.errors import CommitConflictError
 from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, target_columns
 from ingest.sink.types import quote_identifier, rows_to_record_batch
@@ -187,6 +188,7 @@ def merge_into(
                     and "conflict" not in text.lower()
                 ):
                     raise
+                metrics.current().commit_retried(target)
                 log.warning(
                     "%s: commit conflict at attempt %d, retrying from fresh state: %s",
                     target,

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest import metrics
 from ingest.config import PipelineConfig
 from ingest.errors import SinkError
 from ingest.faults import crash_point
@@ -428,6 +429,7 @@ def _retry_commit(table: Any, commit: Callable[[], Any]) -> None:
         except (CommitFailedException, ValidationException):
             if attempt == COMMIT_ATTEMPTS:
                 raise
+            metrics.current().commit_retried(".".join(table.name()))
             log.info("state table: commit conflict at attempt %d, retrying from fresh metadata", attempt)
             table.refresh()
             time.sleep(0.1 * attempt)
