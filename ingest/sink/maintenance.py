@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from ingest.config import MaintenanceConfig
+from ingest.faults import crash_point
 from ingest.sink.merge import lineage, stream_offset_properties
 from ingest.source.position import Watermark
 
@@ -54,6 +55,7 @@ def maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: Ma
     """Compact `table` (a qualified Spark name), then expire its old snapshots. Errors are logged, not raised:
     the table already holds and the state table already records the batch ending at `end`."""
     started = time.monotonic()
+    log.info("%s: maintenance starts", table)
     try:
         done = _maintain(spark, table, pipeline, end, settings)
     except Exception as e:  # noqa: BLE001 - upkeep must never fail a batch that is committed and recorded
@@ -77,6 +79,7 @@ def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: M
     done = []
     data = tagged(actions.rewriteDataFiles(jtable), "rewrite-data-files").execute()
     done.append(f"{data.rewrittenDataFilesCount()} data files rewritten into {data.addedDataFilesCount()}")
+    crash_point("maintenance.after_data_rewrite")
     if jvm.org.apache.iceberg.TableUtil.formatVersion(jtable) == 2:
         jtable.refresh()
         # rewrite-all: delete files are small next to data files, and only a rewrite drops the dangling ones.
@@ -85,6 +88,7 @@ def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: M
         done.append(
             f"{result.rewrittenDeleteFilesCount()} delete files rewritten into {result.addedDeleteFilesCount()}"
         )
+    crash_point("maintenance.before_expiry")
     if settings.expire_after_hours is not None:
         jtable.refresh()
         older_than = int((time.time() - settings.expire_after_hours * 3600) * 1000)

@@ -1,8 +1,15 @@
-"""Chaos: a random DML workload runs while the job is SIGKILLed at random moments, again and again, and
-restarted each time. The binlog-phase runs alternate between the two engines (`stream.engine`: the loop,
-and the Structured Streaming query with a checkpoint kept across its runs, which the loop's runs leave
-behind). At the end Iceberg equals MySQL row for row, no chunk was recorded twice, and no table committed
-the same binlog batch twice."""
+"""Chaos: a random DML workload runs while the job is SIGKILLed (its whole process group) at random moments,
+again and again, and restarted each time, on the S3 profile (MinIO through S3FileIO, the JDBC catalog on
+PostgreSQL). The binlog-phase runs alternate between the two engines (`stream.engine`: the loop, and the
+Structured Streaming query with a checkpoint kept across its runs, which the loop's runs leave behind). The
+kills land in the snapshot, in binlog apply and in the job's own maintenance (some at random, every fifth
+binlog-phase kill at a named point inside a compaction). The server writes its binlog at
+each `row_metadata` setting. At the end Iceberg equals MySQL row for row, no chunk was recorded twice, and no
+table committed the same binlog batch twice.
+
+`CHAOS_KILLS` kills per run: `make test` runs 8 at MariaDB's default row metadata (NO_LOG); `make chaos` runs 50
+at each setting (NO_LOG and FULL).
+"""
 
 from __future__ import annotations
 
@@ -23,18 +30,44 @@ import yaml
 
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.devservers.minio import MinioServer
+from ingest.devservers.postgres import PostgresServer
+from ingest.faults import ENV as CRASH_ENV
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import embedded_sink, source_section
+from tests.conftest import ROW_METADATA, minio_sink, source_section
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLS = 10
+KILLS = int(os.environ.get("CHAOS_KILLS", "8"))
+FULL_LENGTH = KILLS >= 50
+# The short run (`make test`) at MariaDB's default row metadata, the harder case (columns matched by
+# position); the full one at both settings.
+SETTINGS = ROW_METADATA if FULL_LENGTH else ["NO_LOG"]
+SNAPSHOT_KILLS = 3
+MAINTENANCE_POINTS = ("maintenance.after_data_rewrite:1", "maintenance.before_expiry:1")
+# The lines of the job's log that say which phase it is in, the latest one seen naming where a kill landed.
+PHASE_LINES = (
+    (" chunks ", "snapshot"),  # planned N chunks, chunks n/N
+    ("binlog phase (", "apply"),
+    ("maintenance starts", "maintenance"),
+    ("maintenance in", "apply"),
+    ("maintenance failed", "apply"),
+)
+
+
+def _phase_at_kill(log: str) -> str:
+    phase = "start"
+    for line in log.splitlines():
+        for marker, name in PHASE_LINES:
+            if marker in line:
+                phase = name
+    return phase
 
 
 def _workload(server: MariaDBServer, stop: threading.Event, done: Counter[str]) -> None:
@@ -71,8 +104,14 @@ def _offset(data: dict[str, Any], base: Path) -> Any:
         return None
 
 
+@pytest.mark.parametrize("row_metadata", SETTINGS, indirect=True)
 def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
+    spark: Any,
+    mariadb: MariaDBServer,
+    minio: MinioServer,
+    postgres: PostgresServer,
+    tmp_path: Path,
+    row_metadata: str,
 ) -> None:
     mariadb.execute(
         "DROP DATABASE IF EXISTS chaos",
@@ -82,17 +121,20 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
         "INSERT INTO chaos.acct SELECT seq, 0, CONCAT('s', seq) FROM chaos.seq_1_to_1000",
         "INSERT INTO chaos.tag SELECT CONCAT(ELT(1 + seq % 3, 'x', 'Y', 'z'), seq), seq FROM chaos.seq_1_to_300",
     )
+    sink = minio_sink(minio, postgres, minio.bucket(f"chaos-{row_metadata.lower().replace('_', '-')}"))
     data = {
         "name": "chaos",
         "source": source_section(mariadb),
         "tables": {"include": [r"chaos\..*"]},
-        # The job's own compaction every 4 commits, so that kills also land in it.
+        # The job's own compaction every 3 commits, so that kills also land in it.
         "sink": {
-            **embedded_sink(tmp_path),
+            **sink,
             "catalog_name": f"chaos_{row_metadata}",  # one per run: the module's Spark session caches catalogs
-            "maintenance": {"every_commits": 4, "expire_after_hours": None},
+            "state_table": f"ingest_meta.state_chaos_{row_metadata}",
+            # No expiry: every batch commit stays for the check that none was committed twice.
+            "maintenance": {"every_commits": 3, "expire_after_hours": None},
         },
-        "snapshot": {"chunk_size": 100, "parallelism": 2, "chunks_per_commit": 4},
+        "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 4},
         "stream": {"batch_interval_seconds": 1, "batch_max_changes": 500},
     }
     config_file = tmp_path / "pipeline.yaml"
@@ -100,7 +142,6 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
     stop, done = threading.Event(), Counter[str]()
     writer = threading.Thread(target=_workload, args=(mariadb, stop, done))
     writer.start()
-    killed_alive = 0
     phases: list[str] = []
     try:
         for attempt in range(KILLS):
@@ -108,35 +149,51 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
             engine = "structured" if attempt % 2 else "loop"
             kept = {"checkpoint_location": str(tmp_path / "checkpoint")} if engine == "structured" else {}
             config_file.write_text(yaml.safe_dump({**data, "stream": {**data["stream"], "engine": engine, **kept}}))
-            job = subprocess.Popen(
-                [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
-                cwd=ROOT,
-                env=os.environ.copy(),
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            if attempt < 3:
-                time.sleep(rng.uniform(6, 12))  # the first kills land in the snapshot (or in the JVM's start)
+            env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+            named = attempt >= SNAPSHOT_KILLS and (attempt - SNAPSHOT_KILLS) % 5 == 4
+            if named:  # the job kills its own process group there, as a SIGKILL from outside would
+                env[CRASH_ENV] = MAINTENANCE_POINTS[attempt // 10 % 2]  # each point under both engines
+            log_file = tmp_path / f"run-{attempt}.log"
+            with log_file.open("w") as stderr:
+                job = subprocess.Popen(
+                    [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+                    cwd=ROOT,
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                )
+            deadline = time.monotonic() + 180
+            if attempt < SNAPSHOT_KILLS:
+                # The first kills land in the snapshot: once this run is copying, at a random moment.
+                while time.monotonic() < deadline and job.poll() is None:
+                    if any(marker in log_file.read_text() for marker in (" chunks ", "binlog phase (")):
+                        break
+                    time.sleep(0.2)
+                time.sleep(rng.uniform(0, 2))
             else:
-                # Later kills land in the binlog phase: once this run has committed a batch, at a random moment.
-                deadline = time.monotonic() + 180
-                while _offset(data, tmp_path) == before and time.monotonic() < deadline and job.poll() is None:
+                # Later kills land in the binlog phase: once this run has committed a batch, at a random moment
+                # (or, for a named point, when the job reaches it).
+                while time.monotonic() < deadline and job.poll() is None:
+                    if not named and _offset(data, tmp_path) != before:
+                        break
                     time.sleep(1)
-                time.sleep(rng.uniform(0, 3))
-            if job.poll() is None:
-                killed_alive += 1
+                time.sleep(0 if named else rng.uniform(0, 3))
+            assert (job.poll() is not None) == named, f"attempt {attempt}: the kill must hit a running job"
             os.killpg(job.pid, signal.SIGKILL)
-            _, err = job.communicate(timeout=60)
-            assert job.returncode in (-signal.SIGKILL, None), err[-2000:]
-            phases.append(f"binlog/{engine}" if _offset(data, tmp_path) is not None else "snapshot")
+            job.wait(timeout=60)
+            err = log_file.read_text()
+            assert job.returncode == -signal.SIGKILL, err[-2000:]
+            phase = _phase_at_kill(err)
+            phases.append(f"{phase}/{engine}" if phase in ("apply", "maintenance") else phase)
     finally:
         stop.set()
         writer.join()
-    assert killed_alive == KILLS, "every kill must hit a running job"
+    print(f"{row_metadata}: {KILLS} kills, {Counter(phases)}, workload {dict(done)}")
     assert phases.count("snapshot") >= 1, phases
-    assert phases.count("binlog/loop") >= 3 and phases.count("binlog/structured") >= 3, phases
+    for engine in ("loop", "structured"):
+        assert sum(p.endswith(f"/{engine}") for p in phases) >= 2, phases
+    assert sum(p.startswith("maintenance") for p in phases) >= 1, phases
     assert sum(done.values()) > 200, done
 
     # One change to each table after the last kill, so the final catch-up commits to both and each reaches its
