@@ -30,6 +30,7 @@ from ingest.source.binlog import TablesNamed
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import TableSchema, connect, list_tables, load_schema
 from ingest.source.position import Watermark
+from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.streaming import StopSignal, TableStream, stream
@@ -202,12 +203,18 @@ class LiveCopy:
         self, spark: Any, config: PipelineConfig, state: StateTable, flavor: str, hook: ChunkHook | None = None
     ) -> None:
         self.spark, self.config, self.state, self.flavor, self.hook = spark, config, state, flavor, hook
+        self.throttle = source_throttle(config)
+        """`snapshot.max_source_load`: asked without waiting, so a busy source holds back chunks, not the binlog."""
 
     def step(self, tables: Sequence[TableStream], conn: Any, paused: Collection[str] = ()) -> None:
         for table in tables:
             unread = table.unread
             if not unread or table.schema.table_id in paused:
                 continue
+            if self.throttle is not None and not self.throttle.ready(
+                f"{table.schema.table_id}: chunks read while streaming"
+            ):
+                return  # sampled again after the next batch
             schema = table.schema
             options = self.config.options_for(schema.database, schema.table)
             follows_ddl = self.config.stream.on_schema_change != "ignore"
@@ -228,5 +235,12 @@ class LiveCopy:
                 table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
             read = len(table.chunks) - len(table.unread)
             metrics.current().snapshot_progress(schema.table_id, read, len(table.chunks))
-            log.info("%s: chunks %d/%d read while streaming", schema.table_id, read, len(table.chunks))
+            waited = self.throttle.seconds() if self.throttle is not None else 0.0
+            log.info(
+                "%s: chunks %d/%d read while streaming%s",
+                schema.table_id,
+                read,
+                len(table.chunks),
+                f", paused {waited:.1f} s for source load" if waited else "",
+            )
             return

@@ -136,6 +136,23 @@ class SnapshotConfig:
     parallelism: int = 2
     chunks_per_commit: int = 128
     driver: Literal["auto", "mysqlclient", "pymysql"] = "auto"
+    max_source_load: SourceLoadLimit | None = None
+    """Pause the snapshot while the source is busy; None: never."""
+
+
+@dataclass(frozen=True)
+class SourceLoadLimit:
+    """`snapshot.max_source_load`: the snapshot waits before reading its next chunks while the source is above
+    a bound (ingest/source/throttle.py)."""
+
+    threads_running: int | None = None
+    """Pause while the server's `Threads_running` is above this; None: not checked."""
+    replica_lag_seconds: float | None = None
+    """Pause while the source, a replica, is more than this many seconds behind its primary; None: not checked."""
+    check_seconds: float = 2.0
+    """First wait before sampling again while paused; each further wait doubles, up to `max_check_seconds`."""
+    max_check_seconds: float = 30.0
+    """The longest wait between two samples of one pause."""
 
 
 @dataclass(frozen=True)
@@ -442,7 +459,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             ) from None
     snk.done()
 
-    snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit", "driver"))
+    snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit", "driver", "max_source_load"))
     snapshot = SnapshotConfig(
         chunk_size=snp.positive_int("chunk_size", 8192),
         parallelism=snp.positive_int("parallelism", 2),
@@ -451,6 +468,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             Literal["auto", "mysqlclient", "pymysql"],
             snp.choice("driver", ("auto", "mysqlclient", "pymysql"), "auto"),
         ),
+        max_source_load=_source_load_limit(snp) if snp.data.get("max_source_load") is not None else None,
     )
     if snapshot.driver == "mysqlclient" and tls_mode in ("required", "verify_ca"):
         # ingest.source.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
@@ -527,6 +545,29 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     return PipelineConfig(
         name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup, metrics
     )
+
+
+def _source_load_limit(snapshot: _Section) -> SourceLoadLimit:
+    section = snapshot.section(
+        "max_source_load", ("threads_running", "replica_lag_seconds", "check_seconds", "max_check_seconds")
+    )
+    threads = section.positive_int("threads_running", 0) if section.data.get("threads_running") is not None else None
+    lag = section.get("replica_lag_seconds", (int, float))
+    if lag is not None and lag < 0:
+        raise ConfigError(f"`{section.key('replica_lag_seconds')}` must be 0 or more, got {lag}")
+    if threads is None and lag is None:
+        raise ConfigError(
+            f"`{section.key('threads_running')}` or `{section.key('replica_lag_seconds')}` is required (the bound "
+            "the snapshot pauses above)"
+        )
+    check = _positive_float(section, "check_seconds", 2.0)
+    longest = _positive_float(section, "max_check_seconds", max(30.0, check))
+    if longest < check:
+        raise ConfigError(
+            f"`{section.key('max_check_seconds')}` must be at least `check_seconds` ({check}), got {longest}"
+        )
+    section.done()
+    return SourceLoadLimit(threads, None if lag is None else float(lag), check, longest)
 
 
 def _metrics(section: _Section) -> MetricsConfig:

@@ -83,9 +83,19 @@ BytesBehindProbe = Callable[["BinlogPosition"], "int | None"]
 class JobMetrics:
     """The numbers of one run of the job, updated by the threads that do the work, read by scrapes."""
 
-    def __init__(self, pipeline: str = "", engine: str = "", clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        pipeline: str = "",
+        engine: str = "",
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.pipeline, self.engine = pipeline, engine
-        self._clock = clock
+        self._clock, self._monotonic = clock, monotonic
+        self._paused = 0
+        """Snapshot readers paused by `snapshot.max_source_load` now (one at a time in practice)."""
+        self._paused_since: float | None = None
+        self._throttled_seconds = 0.0
         self._lock = threading.Lock()
         self._snapshot_rows: dict[str, int] = {}
         self._chunks: dict[str, tuple[int, int]] = {}
@@ -132,6 +142,20 @@ class JobMetrics:
             self._last_batch_seconds = seconds
         self.offset_committed(position, source_time)
 
+    def snapshot_paused(self, paused: bool) -> None:
+        """The snapshot began (True) or ended (False) a pause for a busy source (`snapshot.max_source_load`)."""
+        with self._lock:
+            now = self._monotonic()
+            if paused:
+                self._paused += 1
+                if self._paused == 1:
+                    self._paused_since = now
+            elif self._paused > 0:
+                self._paused -= 1
+                if self._paused == 0 and self._paused_since is not None:
+                    self._throttled_seconds += now - self._paused_since
+                    self._paused_since = None
+
     def commit_retried(self, target: str) -> None:
         """A commit to the Iceberg table `target` conflicted with another writer and is tried again."""
         with self._lock:
@@ -171,6 +195,10 @@ class JobMetrics:
             elif self._source_time is not None:
                 lag = max(0.0, round(now - self._source_time, 3))
 
+            throttled = self._throttled_seconds
+            if self._paused_since is not None:  # the pause in progress counts up to now
+                throttled += self._monotonic() - self._paused_since
+
             def per(table_name: str, values: Mapping[str, float]) -> list[tuple[str, Mapping[str, str], float]]:
                 return [("", {table_name: k}, v) for k, v in sorted(values.items())]
 
@@ -198,6 +226,18 @@ class JobMetrics:
                     "gauge",
                     "Chunks the table's snapshot is split into.",
                     per("table", {t: p for t, (_, p) in self._chunks.items()}),
+                ),
+                MetricFamily(
+                    "ingest_snapshot_paused",
+                    "gauge",
+                    "1 while the snapshot waits for a busy source (snapshot.max_source_load), else 0.",
+                    [("", {}, 1 if self._paused else 0)],
+                ),
+                MetricFamily(
+                    "ingest_snapshot_throttled_seconds_total",
+                    "counter",
+                    "Seconds the snapshot waited for a busy source (snapshot.max_source_load) since the job started.",
+                    [("", {}, round(throttled, 3))],
                 ),
                 MetricFamily(
                     "ingest_binlog_changes_applied_total",

@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -47,6 +48,7 @@ from ingest.source.mysql import (
 from ingest.source.position import Watermark
 from ingest.source.snapshot_source import chunk_reports, make_chunk_source, start_warm_up
 from ingest.source.startup import resolve_start
+from ingest.source.throttle import check_load_probe, source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
 from ingest.status import bytes_behind_now, print_status, table_status
@@ -111,6 +113,9 @@ def run(
     if spark is None:  # before anything connects: a Spark the job cannot run on is one line, not a JVM trace
         check_spark(installed_spark())
     info = discover(config)
+    if config.snapshot.max_source_load is not None:  # a bound the CDC user cannot sample is refused, not ignored
+        with connect(config.source) as conn:
+            check_load_probe(conn, config.snapshot.max_source_load, info.flavor)
     job_metrics = JobMetrics(config.name, config.stream.engine)
     job_metrics.bytes_behind_probe = lambda committed: bytes_behind_now(config, info.flavor, committed)
     with recording(job_metrics), _metrics_server(config, job_metrics):
@@ -206,7 +211,7 @@ def _snapshot(
 ) -> bool:
     """Copy every chunk not copied yet, table by table; False if asked to stop (after the current commit)."""
     for schema in schemas:
-        snapshot_table(spark, config, state, flavor, schema, hook=hook)
+        snapshot_table(spark, config, state, flavor, schema, hook=hook, stop=stop.event)
         if stop.event.is_set():
             log.info("stopping after the current commit, as asked")
             return False
@@ -258,7 +263,11 @@ def snapshot_table(
     flavor: str,
     schema: TableSchema,
     hook: ChunkHook | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
+    """Copy the table's chunks not copied yet, one commit of `snapshot.chunks_per_commit` chunks after another;
+    before each, wait while the source is above `snapshot.max_source_load`. Once `stop` is set (during a pause
+    too), return after the current commit."""
     table_id = schema.table_id
     target = plan_table(spark, config, state, flavor, schema)
     plan = state.plan(table_id) or []
@@ -270,14 +279,27 @@ def snapshot_table(
         return
     started = time.monotonic()
     rows_done = 0
+    throttle = source_throttle(config)
+    stop = stop or threading.Event()
     for batch in _batched(todo, config.snapshot.chunks_per_commit):
+        # Between commits only: a pause delays the next read, never a commit or its watermarks.
+        if stop.is_set() or (throttle and not throttle.wait(stop, f"{table_id}: chunks {len(done)}/{len(plan)}")):
+            log.info("%s: stopping at chunks %d/%d, as asked", table_id, len(done), len(plan))
+            return
         records = copy_chunks(spark, config, state, flavor, schema, target, batch, done, hook)
         done.update(r.chunk.index for r in records)
         rows_done += sum(r.row_count for r in records)
         metrics.current().snapshot_progress(table_id, len(done), len(plan))
         elapsed = max(time.monotonic() - started, 1e-6)
+        paused = f", paused {throttle.seconds():.1f} s for source load" if throttle and throttle.seconds() else ""
         log.info(
-            "%s: chunks %d/%d, %d rows, %.0f rows/s", table_id, len(done), len(plan), rows_done, rows_done / elapsed
+            "%s: chunks %d/%d, %d rows, %.0f rows/s%s",
+            table_id,
+            len(done),
+            len(plan),
+            rows_done,
+            rows_done / elapsed,
+            paused,
         )
 
 

@@ -80,6 +80,8 @@ def test_bookkeeping_adds_up_per_table() -> None:
         'ingest_snapshot_rows_total{table="db.a"}': 150,
         'ingest_snapshot_chunks_done{table="db.a"}': 3,
         'ingest_snapshot_chunks_planned{table="db.a"}': 3,
+        "ingest_snapshot_paused": 0,
+        "ingest_snapshot_throttled_seconds_total": 0,
         'ingest_binlog_changes_applied_total{table="db.a"}': 6,
         'ingest_binlog_changes_applied_total{table="db.b"}': 1,
         'ingest_commit_retries_total{target="lake.db.a"}': 1,
@@ -95,6 +97,8 @@ def test_nothing_known_yet_gives_families_without_samples() -> None:
     assert "# TYPE ingest_lag_seconds gauge" in text and "# TYPE ingest_binlog_bytes_behind gauge" in text
     assert samples(text) == {
         'ingest_pipeline_info{pipeline="p",engine="structured"}': 1,
+        "ingest_snapshot_paused": 0,
+        "ingest_snapshot_throttled_seconds_total": 0,
         "ingest_batch_duration_seconds_sum": 0,
         "ingest_batch_duration_seconds_count": 0,
     }
