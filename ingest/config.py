@@ -27,6 +27,8 @@ STARTUP_MODES: tuple[StartupMode, ...] = ("initial", "snapshot_only", "latest", 
 BINLOG_START_MODES: tuple[StartupMode, ...] = ("latest", "binlog_position", "gtid", "timestamp")
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
 StreamEngine = Literal["loop", "structured"]
+UnrepresentablePolicy = Literal["null", "stop", "dead_letter"]
+UNREPRESENTABLE_POLICIES: tuple[str, ...] = ("null", "stop", "dead_letter")
 
 
 class Secret:
@@ -96,6 +98,9 @@ class TableOptions:
     target: str | None = None
     changelog: bool | None = None
     """Keep a changelog table of this table's changes; None follows `sink.changelog`."""
+    on_unrepresentable: UnrepresentablePolicy = "null"
+    """A binlog row with a value Iceberg cannot hold exactly (a zero or invalid date): NULL it, stop, or
+    write the row to `<target>__rejected` instead of the target (docs/config.md, `table_options`)."""
 
 
 @dataclass(frozen=True)
@@ -129,18 +134,6 @@ CHANGELOG_SUFFIX = "_changelog"
 
 
 @dataclass(frozen=True)
-class SnapshotConfig:
-    """The lock-free chunked snapshot."""
-
-    chunk_size: int = 8192
-    parallelism: int = 2
-    chunks_per_commit: int = 128
-    driver: Literal["auto", "mysqlclient", "pymysql"] = "auto"
-    max_source_load: SourceLoadLimit | None = None
-    """Pause the snapshot while the source is busy; None: never."""
-
-
-@dataclass(frozen=True)
 class SourceLoadLimit:
     """`snapshot.max_source_load`: the snapshot waits before reading its next chunks while the source is above
     a bound (ingest/source/throttle.py)."""
@@ -153,6 +146,18 @@ class SourceLoadLimit:
     """First wait before sampling again while paused; each further wait doubles, up to `max_check_seconds`."""
     max_check_seconds: float = 30.0
     """The longest wait between two samples of one pause."""
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """The lock-free chunked snapshot."""
+
+    chunk_size: int = 8192
+    parallelism: int = 2
+    chunks_per_commit: int = 128
+    driver: Literal["auto", "mysqlclient", "pymysql"] = "auto"
+    max_source_load: SourceLoadLimit | None = None
+    """Pause the snapshot while the source is busy; None: never."""
 
 
 @dataclass(frozen=True)
@@ -526,7 +531,9 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         opts.seen.add(table_name)
         if not re.fullmatch(r"[^.]+\.[^.]+", str(table_name)):
             raise ConfigError(f"`table_options` keys are `database.table`, got {table_name!r}")
-        o = _Section(raw, f"table_options.{table_name}", ("chunk_key", "chunk_size", "target", "changelog"))
+        o = _Section(
+            raw, f"table_options.{table_name}", ("chunk_key", "chunk_size", "target", "changelog", "on_unrepresentable")
+        )
         chunk_key = o.get("chunk_key", (list, str))
         if isinstance(chunk_key, str):
             chunk_key = [chunk_key]
@@ -538,6 +545,9 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             chunk_size=o.positive_int("chunk_size", 0) if "chunk_size" in o.data else None,
             target=target,
             changelog=o.get("changelog", bool),
+            on_unrepresentable=cast(
+                UnrepresentablePolicy, o.choice("on_unrepresentable", UNREPRESENTABLE_POLICIES, "null")
+            ),
         )
         o.done()
     metrics = _metrics(top.section("metrics", ("port", "host")))

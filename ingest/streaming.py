@@ -29,6 +29,7 @@ from pymysqlreplication.event import QueryEvent
 from ingest import metrics
 from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, created_keys, materialize
+from ingest.changes.rejects import RejectedValue, split_rejected
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
 from ingest.faults import crash_point
@@ -53,6 +54,7 @@ from ingest.sink.merge import (
     stream_history,
     stream_offset_properties,
 )
+from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.targets import qualified
 from ingest.source.binlog import (
     BinlogReader,
@@ -696,13 +698,20 @@ def _commit(
     # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
     # replace a change with one side of it).
     transaction_of: dict[BinlogPosition, Transaction] = {}
-    logged = {table_id for table_id, table in tables.items() if table.changelog is not None}
+    policy = {
+        table_id: config.options_for(t.schema.database, t.schema.table).on_unrepresentable
+        for table_id, t in tables.items()
+    }
+    logged = {
+        table_id for table_id, table in tables.items() if table.changelog is not None or policy[table_id] != "null"
+    }
     for tx in batch:
         for change in tx.changes:
             per_table[change.table_id].append(change)
             if change.table_id in logged:
                 transaction_of[change.position] = tx
     work: list[tuple[TableStream, list[RowChange], list[RowChange]]] = []
+    rejected: dict[str, list[RejectedValue]] = {}
     for table_id, changes in sorted(per_table.items()):
         table = tables[table_id]
         # What the target (and the changelog) hold already is skipped, each by its own committed offset.
@@ -710,14 +719,29 @@ def _commit(
         if floor is not None:
             changes = [c for c in changes if c.position > floor]
         changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
+        # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
+        # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
+        changes, rejected[table_id] = split_rejected(
+            changes,
+            table.schema.columns,
+            table.schema.primary_key_positions(),
+            policy[table_id],
+            lambda c: (transaction_of[c.position].gtid, transaction_of[c.position].commit_time),
+        )
         to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
         done = table.changelog_committed
         to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
-        if to_merge or to_log:
+        if to_merge or to_log or rejected[table_id]:
             work.append((table, to_merge, to_log))
 
     def apply(table: TableStream, to_merge: list[RowChange], to_log: list[RowChange]) -> bool:
         merged = False
+        rows = rejected[table.schema.table_id]
+        if rows:  # before the target: a target holding the batch implies its rejected rows are held
+            name = ensure_rejected(spark, config, table.schema.database, table.schema.table)
+            assert name is not None
+            merge_rejected(spark, name, rows)
+            crash_point("stream.after_rejected_commit")
         if to_merge:
             merged = _merge_table(spark, config, table, to_merge, end)
             crash_point("stream.after_table_commit")

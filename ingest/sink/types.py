@@ -22,6 +22,8 @@ import pyarrow.compute as pc
 from ingest.errors import SourceError, UnsupportedTableError
 
 __all__ = [
+    "TEMPORAL_TYPES",
+    "InvalidTemporal",
     "SourceColumn",
     "TargetColumn",
     "arrow_schema",
@@ -58,6 +60,21 @@ _SPATIAL_TYPES = frozenset(
 
 _TYPE_ARGS = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 _MEMBER = re.compile(r"'((?:[^']|'')*)'")
+# The types whose values MySQL may hold as zero or invalid dates, which no Iceberg value can hold.
+TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp"})
+
+
+class InvalidTemporal(str):
+    """A DATE, DATETIME or TIMESTAMP value that is no calendar date ('0000-00-00', '2020-02-31'), as MySQL prints it.
+
+    The binlog decoder gives these where the library gave None (or failed), so that the raw value can be
+    reported (ingest/changes/rejects.py). It is driver text, which the date converters turn into NULL, as
+    they do with the text PyMySQL returns for the same values in the snapshot.
+    """
+
+    __slots__ = ()
+
+
 # Arrow raises these when a raw driver value does not fit the target type (a zero date given as str).
 _RAW_REJECTED = (TypeError, ValueError, OverflowError)
 

@@ -30,7 +30,7 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ingest.sink.types import SourceColumn
+from ingest.sink.types import InvalidTemporal, SourceColumn
 from ingest.source import table_maps
 from ingest.source.binlog_values import driver_form, unchanged
 
@@ -171,7 +171,12 @@ def _datetime2(fsp: int) -> Reader:
                 packed & 0x3F,
             )
         except ValueError:
-            return None, end  # a zero date, or one Python cannot hold, as the library gives it
+            # A zero or invalid date (the library gives None): kept as MySQL's text, which converts to NULL.
+            day, hour, minute, second = ((packed >> s) & m for s, m in _DATETIME_FIELDS)
+            text = _datetime_text(
+                year_month // 13, year_month % 13, day, hour, minute, second, micros(buf, pos + 5), fsp
+            )
+            return InvalidTemporal(text), end
         fraction = micros(buf, pos + 5)
         return (value.replace(microsecond=fraction) if fraction > 0 else value), end
 
@@ -182,8 +187,11 @@ def _timestamp2(fsp: int) -> Reader:
     size, micros = _fraction(fsp)
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        value = _EPOCH + dt.timedelta(seconds=_be_signed(buf, pos, 4))
+        seconds = _be_signed(buf, pos, 4)
         fraction = micros(buf, pos + 4)
+        if seconds == 0:  # TIMESTAMP starts at 1 s after the epoch: 0 is the zero timestamp
+            return InvalidTemporal(_datetime_text(0, 0, 0, 0, 0, 0, fraction, fsp)), pos + 4 + size
+        value = _EPOCH + dt.timedelta(seconds=seconds)
         return (value.replace(microsecond=fraction) if fraction > 0 else value), pos + 4 + size
 
     return read
@@ -211,9 +219,20 @@ def _time2(fsp: int) -> Reader:
 def _date(buf: bytes, pos: int) -> tuple[Any, int]:
     packed = int.from_bytes(buf[pos : pos + 3], "little")
     year, month, day = (packed >> 9) & 0x7FFF, (packed >> 5) & 0xF, packed & 0x1F
-    if not (year and month and day):
-        return None, pos + 3  # a zero date (or one with a zero part)
-    return dt.date(year, month, day), pos + 3
+    try:
+        return dt.date(year, month, day), pos + 3
+    except ValueError:  # a zero date, one with a zero part, or an invalid one (ALLOW_INVALID_DATES)
+        return InvalidTemporal(f"{year:04d}-{month:02d}-{day:02d}"), pos + 3
+
+
+# (shift, mask) of day, hour, minute and second in DATETIME2's packed 40 bits.
+_DATETIME_FIELDS = ((17, 0x1F), (12, 0x1F), (6, 0x3F), (0, 0x3F))
+
+
+def _datetime_text(year: int, month: int, day: int, hour: int, minute: int, second: int, micros: int, fsp: int) -> str:
+    """A DATETIME or TIMESTAMP as MySQL prints it, with exactly `fsp` fraction digits."""
+    text = f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{micros:06d}"[: len(text) + 1 + fsp] if fsp else text
 
 
 def _time(buf: bytes, pos: int) -> tuple[Any, int]:

@@ -21,6 +21,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.pipeline import discover
+from ingest.sink.types import InvalidTemporal
 from ingest.source.binlog import open_stream
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.mysql import TableSchema, connect
@@ -128,7 +129,18 @@ def _library_rows(kind: str, event: Any, schema: TableSchema) -> list[tuple[Any,
 
 def _typed(rows: list[tuple[Any, Any]]) -> list[Any]:
     """Rows with each value's type next to it: 1 == 1.0 == True, but the decoders must agree on types too."""
-    return [tuple(None if image is None else [(type(v), v) for v in image] for image in row) for row in rows]
+    return [tuple(None if image is None else [_typed_value(v) for v in image] for image in row) for row in rows]
+
+
+_ZERO_TIMESTAMP = dt.datetime(1970, 1, 1)
+
+
+def _typed_value(value: Any) -> tuple[type, Any]:
+    # Ours keeps a zero or invalid date's text (InvalidTemporal) where the library gives None, or the epoch
+    # for the zero TIMESTAMP; the converters turn all three into NULL.
+    if isinstance(value, InvalidTemporal) or value == _ZERO_TIMESTAMP:
+        return type(None), None
+    return type(value), value
 
 
 def _first_difference(schema: TableSchema, got: list[tuple[Any, Any]], want: list[tuple[Any, Any]]) -> str:
