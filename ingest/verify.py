@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,9 +69,14 @@ def verify_table(
     namespace, name = config.target_for(schema.database, schema.table)
     iceberg = catalog.load_table((namespace, name)).scan().to_arrow().to_pylist()
     in_iceberg: dict[Key, int] = {}
+    # Keys held by more than one Iceberg row (a row written twice): the rows beyond the first of each key.
+    repeated: Counter[Key] = Counter()
     for row in iceberg:
         values = [row[n] for n in names]
-        in_iceberg[tuple(_canonical(values[i]) for i in key_positions)] = row_digest(values)
+        key = tuple(_canonical(values[i]) for i in key_positions)
+        if key in in_iceberg:
+            repeated[key] += 1
+        in_iceberg[key] = row_digest(values)
     reports = []
     columns = ", ".join(quote(n) for n in schema.column_names)
     with connect(config.source, streaming=True) as conn:
@@ -90,6 +96,14 @@ def verify_table(
                             i_rows += 1
                             i_sum ^= other
             reports.append(RangeReport(schema.table_id, lower, upper, m_rows, i_rows, m_sum, i_sum))
+    if repeated:
+        reports.append(RangeReport(schema.table_id, None, None, 0, sum(repeated.values()), 0, 0))
+        log.error(
+            "%s: %d keys are held by more than one row in Iceberg, e.g. %s",
+            schema.table_id,
+            len(repeated),
+            list(repeated)[:3],
+        )
     if in_iceberg:
         extra = 0
         for digest in in_iceberg.values():
