@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 
-.PHONY: help setup deps demo test test-unit test-integration lint bench chaos
+.PHONY: help setup deps demo test test-unit test-integration lint bench chaos soak
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*## /\t/'
@@ -24,6 +24,9 @@ test-unit:  ## the fast tests only (no servers)
 
 test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
 	scripts/pytest-all.sh tests -m integration
+
+soak:  ## the job for 60 minutes at 500 changes/s: memory, Iceberg files and lag over time (bench/README.md)
+	$(PY) -m bench.soak
 
 chaos:  ## the chaos test at full length: 50 SIGKILLs at each binlog row metadata setting (make test runs 8, at NO_LOG)
 	CHAOS_KILLS=50 scripts/pytest-all.sh tests/integration/test_chaos.py -s
