@@ -363,3 +363,43 @@ def test_both_drivers_read_every_type_case_to_the_same_exact_values(
         assert check_iceberg_rows(rows) == [], driver
         tables[driver] = pa.concat_tables([r.table for r in results])
     assert tables["mysqlclient"].equals(tables["pymysql"])
+
+
+MILLION = 1_000_000
+
+
+def test_a_million_rows_under_a_composite_key_whose_first_column_has_three_values_split_in_linear_work(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    """FAILURES.md "Composite key, first column with three values, a million rows": a planner whose range
+    predicate the server cannot seek with scans the table once per chunk (quadratic). The split must cost the
+    server work in proportion to the table (its handler reads, counted on the planning session), and every chunk
+    hold chunk_size rows."""
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE million (a TINYINT NOT NULL, b INT NOT NULL, v CHAR(1), PRIMARY KEY (a, b))")
+        cur.execute(f"INSERT INTO million SELECT seq % 3, seq, 'v' FROM seq_1_to_{MILLION}")
+        conn.commit()
+    schema = _schema(config, "million")
+    chunk_size = 20_000
+
+    def handler_reads(cur: Any) -> int:
+        cur.execute("SHOW SESSION STATUS WHERE Variable_name LIKE 'Handler_read%'")
+        return sum(int(value) for _, value in cur.fetchall())
+
+    with connect(config.source) as conn, conn.cursor() as cur:
+        before = handler_reads(cur)
+        chunks = split_table(conn, schema, chunk_size)
+        reads = handler_reads(cur) - before
+        counts = []
+        for chunk in chunks:
+            where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
+            cur.execute(f"SELECT COUNT(*) FROM {schema.quoted} WHERE {where}", params)
+            counts.append(int(cur.fetchone()[0]))
+    print(f"{len(chunks)} chunks, {reads:,} handler reads to plan them")
+    assert sum(counts) == MILLION
+    assert len(chunks) == -(-MILLION // chunk_size)
+    assert all(count == chunk_size for count in counts[:-1]) and 0 < counts[-1] <= chunk_size, counts
+    # Each bound query walks its chunk's index entries once: about one read per row (a scan per chunk: 25x more).
+    # A work bound, not a time bound: the server's own count of rows it touched.
+    assert reads < 2 * MILLION, reads
+    mariadb.execute(f"DROP TABLE {DB}.million")  # a million rows the later tests need not carry
