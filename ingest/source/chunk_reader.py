@@ -238,9 +238,20 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
                 where = f"inside the window of chunk {task.chunk.index}"
                 table_maps.refuse_by_position_after_ddl(event, schema.table_id, *altered, where)
             kind = event_kind(event)
-            images = decoder.rows(key, kind, event, schema.columns, end)
-            if images is None:  # an event only the library reads
-                images = [library_images(kind, row) for row in event.rows]
+            try:
+                images = decoder.rows(key, kind, event, schema.columns, end)
+                if images is None:  # an event only the library reads
+                    images = [library_images(kind, row) for row in event.rows]
+            except SourceError as e:
+                if altered is None or isinstance(e, SchemaChangeError):
+                    raise
+                # Names logged, but not the schema's (a column renamed or dropped by the DDL in this window).
+                raise SchemaChangeError(
+                    f"{schema.table_id}: its schema changed during its snapshot, at binlog position {altered[1]} "
+                    f"({altered[0][:200]!r}), inside the window of chunk {task.chunk.index}, and the rows after it "
+                    f"no longer match the columns the copy reads ({e}); none was applied. Re-snapshot the table: "
+                    f"`ingest resnapshot --config ... --table {schema.table_id}`, then `ingest run`"
+                ) from None
             yield from images
     finally:
         stream.close()

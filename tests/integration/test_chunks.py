@@ -13,7 +13,7 @@ import pytest
 
 from ingest.config import PipelineConfig, TableOptions, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.errors import UnsupportedTableError
+from ingest.errors import SchemaChangeError, UnsupportedTableError
 from ingest.sink.targets import target_columns
 from ingest.sink.types import rows_to_record_batch
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
@@ -403,3 +403,29 @@ def test_a_million_rows_under_a_composite_key_whose_first_column_has_three_value
     # A work bound, not a time bound: the server's own count of rows it touched.
     assert reads < 2 * MILLION, reads
     mariadb.execute(f"DROP TABLE {DB}.million")  # a million rows the later tests need not carry
+
+
+@pytest.mark.parametrize("at", ["after_low_watermark", "before_high_watermark"])
+def test_a_column_renamed_inside_a_chunks_window_stops_the_copy_naming_the_table(
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str, at: HookPoint
+) -> None:
+    """FAILURES.md "DDL during a chunk window: rename column": renamed before the chunk's SELECT, the SELECT
+    names a column that is gone; renamed after it, with a change to the chunk's rows behind the rename in the
+    window, that row's values cannot be placed with certainty (by name: a column the schema does not have; by
+    position: the server logged no names). Either way the copy stops naming the table and what to do, and
+    never writes a row under the wrong column."""
+    table = f"ren_{row_metadata}_{at}"[:40]
+    _table(mariadb, f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, s VARCHAR(5))", [(i, i, "s") for i in range(8)])
+    schema = _schema(config, table)
+
+    def hook(point: HookPoint, chunk: Chunk) -> None:
+        if point == at and chunk.index == 0:
+            with mariadb.admin(DB) as conn, conn.cursor() as cur:
+                cur.execute(f"ALTER TABLE {table} RENAME COLUMN v TO w")
+                cur.execute(f"UPDATE {table} SET w = -1 WHERE id = 0")
+                conn.commit()
+
+    with pytest.raises(SchemaChangeError) as refused:
+        _read_all(config, schema, 4, hook)
+    message = str(refused.value)
+    assert message.startswith(f"{DB}.{table}: ") and f"ingest resnapshot --config ... --table {DB}.{table}" in message
