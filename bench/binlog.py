@@ -52,7 +52,6 @@ from bench.snapshot import (
     DONE_LINE,
     PASSWORD_ENV,
     RESULT_PREFIX,
-    RESULTS_DIR,
     ROOT,
     STARTED_LINE,
     BenchError,
@@ -70,6 +69,7 @@ from bench.snapshot import (
     spark_conf_note,
     spark_section,
     tree_cpu,
+    write_results,
 )
 from ingest.config import PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -1588,14 +1588,6 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_results(results: dict[str, Any]) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS_DIR / f"binlog-{stamp}.json"
-    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
-    return path
-
-
 def _non_negative(text: str) -> int:
     try:
         value = int(text.replace("_", ""))
@@ -1687,7 +1679,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = orchestrate(args)
     print(render(results))
-    path = write_results(results)
+    path = write_results(results, "binlog")
     print(f"\nresults written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

@@ -918,10 +918,11 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_results(results: dict[str, Any]) -> Path:
+def write_results(results: dict[str, Any], bench: str = "snapshot") -> Path:
+    """A bench's results as bench/results/<bench>-<UTC time>.json."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS_DIR / f"snapshot-{stamp}.json"
+    path = RESULTS_DIR / f"{bench}-{stamp}.json"
     path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     return path
 

@@ -61,7 +61,6 @@ from bench.snapshot import (
     DATABASE,
     MIB,
     PASSWORD_ENV,
-    RESULTS_DIR,
     ROOT,
     BenchError,
     PacedWriter,
@@ -74,6 +73,7 @@ from bench.snapshot import (
     proportional_set_size,
     spark_section,
     tree_cpu,
+    write_results,
 )
 from ingest.config import MaintenanceConfig, PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -796,14 +796,6 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_results(results: dict[str, Any]) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS_DIR / f"soak-{stamp}.json"
-    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
-    return path
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -837,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = orchestrate(args)
     print(render(results))
-    path = write_results(results)
+    path = write_results(results, "soak")
     print(f"\nresults written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     ok = not results.get("failure") and results.get("verify", {}).get("ok", False)
     return 0 if ok else 1
