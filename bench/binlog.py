@@ -29,7 +29,6 @@ import json
 import logging
 import math
 import os
-import platform
 import secrets
 import shutil
 import signal
@@ -63,6 +62,7 @@ from bench.snapshot import (
     _progress,
     add_spark_conf_option,
     cpu_delta,
+    host_info,
     mariadb_cpu,
     per_million,
     share_spark_conf,
@@ -1127,12 +1127,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "benchmark": "binlog",
         "started_at": started_at.isoformat(timespec="seconds"),
-        "host": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_avg_1m_at_start": os.getloadavg()[0],
-        },
+        "host": host_info(),
         "args": {
             "changes": args.changes,
             "loads": args.loads,

@@ -696,12 +696,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "benchmark": "snapshot",
         "started_at": started_at.isoformat(timespec="seconds"),
-        "host": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_avg_1m_at_start": os.getloadavg()[0],
-        },
+        "host": host_info(),
         "args": {
             "rows": rows,
             "chunk_size": chunk_size,
@@ -916,6 +911,16 @@ def render(results: dict[str, Any]) -> str:
         lines += ["", "Ratios:"]
         lines += [f"  {k:<42} {v:.3f}" for k, v in results["ratios"].items()]
     return "\n".join(lines)
+
+
+def host_info() -> dict[str, Any]:
+    """The machine a bench ran on, for its results."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_avg_1m_at_start": os.getloadavg()[0],
+    }
 
 
 def write_results(results: dict[str, Any], bench: str = "snapshot") -> Path:

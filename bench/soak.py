@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import random
 import re
 import secrets
@@ -68,6 +67,7 @@ from bench.snapshot import (
     _fmt,
     _positive,
     _progress,
+    host_info,
     mariadb_cpu,
     process_tree,
     proportional_set_size,
@@ -661,12 +661,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "benchmark": "soak",
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "host": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_avg_1m_at_start": os.getloadavg()[0],
-        },
+        "host": host_info(),
         "args": {
             "minutes": args.minutes,
             "rate": args.rate,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import random
 import signal
 import threading
 import time
@@ -24,7 +23,6 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
-from pymysqlreplication.event import QueryEvent
 
 from ingest import metrics
 from ingest.changes.changelog import SourceChange, changelog_rows
@@ -65,9 +63,7 @@ from ingest.source.binlog import (
     Transaction,
     changes_in,
     check_not_purged,
-    ddl_tables,
-    open_stream,
-    query_of,
+    first_ddl_between,
 )
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
@@ -586,24 +582,16 @@ def _refuse_if_altered_again(
     in information_schema is in the scanned range.
     """
     goal = read_watermark(conn, flavor).position
-    # A dump connection of its own needs its own server id, or the server drops the main reader's.
-    stream = open_stream(config.source, ddl.end, random.randint(1 << 20, (1 << 31) - 1), only_events=[QueryEvent])
-    try:
-        for event in stream:
-            position = BinlogPosition(stream.log_file, event.packet.log_pos)
-            if position > goal:
-                return
-            query, schema = query_of(event)
-            if ddl_tables(query, schema, [(old.database, old.table)]):
-                raise SchemaChangeError(
-                    f"{old.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) cannot be followed because the table "
-                    f"was altered again later, at {position} ({query[:200]!r}); the server only shows the newest "
-                    "schema, not the one in between. Everything before the first DDL is committed. Re-snapshot the "
-                    "table (drop its target and state rows), and keep the job running during migrations: DDLs "
-                    "are followed one at a time"
-                )
-    finally:
-        stream.close()
+    found = first_ddl_between(config.source, [(old.database, old.table)], ddl.end, goal)
+    if found is not None:
+        position, query, _ = found
+        raise SchemaChangeError(
+            f"{old.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) cannot be followed because the table "
+            f"was altered again later, at {position} ({query[:200]!r}); the server only shows the newest "
+            "schema, not the one in between. Everything before the first DDL is committed. Re-snapshot the "
+            "table (drop its target and state rows), and keep the job running during migrations: DDLs "
+            "are followed one at a time"
+        )
 
 
 def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPlan, ddl: DdlStatement) -> dict[str, Any]:

@@ -9,6 +9,7 @@ rows go through the same converters.
 from __future__ import annotations
 
 import logging
+import random
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -216,6 +217,31 @@ def stream_connection(source: SourceConfig) -> dict[str, Any]:
         "ssl": tls_context(source),
     }
     return {"connection_settings": settings, "pymysql_wrapper": connect_checked}
+
+
+def dump_server_id() -> int:
+    """A server id for a dump connection of the job's own: the server drops an older one with the same id."""
+    return random.randint(1 << 20, (1 << 31) - 1)
+
+
+def first_ddl_between(
+    source: SourceConfig, tables: Sequence[tuple[str, str]], start: BinlogPosition, end: BinlogPosition
+) -> tuple[BinlogPosition, str, list[tuple[str, str]]] | None:
+    """The first DDL statement on one of `tables` in the binlog from `start` up to `end`: where it ends, its
+    text and the tables it touches; None when there is none."""
+    stream = open_stream(source, start, dump_server_id(), only_events=[QueryEvent])
+    try:
+        for event in stream:
+            at = BinlogPosition(stream.log_file, event.packet.log_pos)
+            if at > end:
+                return None
+            query, schema = query_of(event)
+            touched = ddl_tables(query, schema, tables)
+            if touched:
+                return at, query, touched
+    finally:
+        stream.close()
+    return None
 
 
 def open_stream(

@@ -22,13 +22,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.config import PipelineConfig
-from ingest.source.binlog import BinlogReader, DdlStatement, TablesNamed, Transaction, changes_in
+from ingest.source.binlog import BinlogReader, DdlStatement, TablesNamed, Transaction, changes_in, dump_server_id
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.source.prefetch import End, Idle, Prefetch
@@ -122,7 +121,7 @@ class BinlogStreamReader:
         if stop.position > begin.position:
             # Its own replication server id: the source's process may be reading the binlog at the same time, and
             # the server drops the older of two dump connections with one id.
-            reader = self._new_reader(begin, blocking=False, server_id=random.randint(1 << 20, (1 << 31) - 1))
+            reader = self._new_reader(begin, blocking=False, server_id=dump_server_id())
             try:
                 # Other tables' transactions past `stop` end the read (at most a heartbeat period later).
                 for item in reader.transactions(idle=lambda at: reader.position >= stop.position):

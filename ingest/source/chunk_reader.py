@@ -8,7 +8,6 @@ watermark. This code runs on Spark executors: everything it needs travels in a p
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
 from ingest.sink.types import TargetColumn, rows_to_record_batch
 from ingest.source import table_maps
-from ingest.source.binlog import ddl_tables, open_stream, query_of, refuse_statement, statement_tables
+from ingest.source.binlog import ddl_tables, dump_server_id, open_stream, query_of, refuse_statement, statement_tables
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
@@ -213,7 +212,7 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
         task.source,
         low.position,
         # Each concurrent dump connection needs its own server id, or the server drops the older one.
-        random.randint(1 << 20, (1 << 31) - 1),
+        dump_server_id(),
         only_schemas=[schema.database],
         only_tables=[schema.table],
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent],

@@ -16,7 +16,6 @@ GTID sets are not tracked per transaction here: both stop with an error instead 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent
 
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
-from ingest.source.binlog import stream_connection
+from ingest.source.binlog import dump_server_id, stream_connection
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos, Watermark
 from ingest.source.watermark import read_watermark
 
@@ -173,7 +172,7 @@ def _gtid_stream(source: SourceConfig, start: MariadbGtidPos) -> BinLogStreamRea
     return BinLogStreamReader(
         **stream_connection(source),
         # A dump connection of its own needs its own server id, or the server drops the job's other one.
-        server_id=random.randint(1 << 20, (1 << 31) - 1),
+        server_id=dump_server_id(),
         is_mariadb=True,
         auto_position=str(start),
         blocking=True,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbG
 
 from ingest.config import PipelineConfig, SourceConfig
 from ingest.errors import BinlogPurgedError, ConfigError
-from ingest.source.binlog import binlog_sizes, ddl_tables, open_stream, query_of
+from ingest.source.binlog import binlog_sizes, dump_server_id, first_ddl_between, open_stream, query_of
 from ingest.source.failover import gtid_at, locate
 from ingest.source.mysql import connect
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
@@ -209,14 +208,9 @@ _RESOLVERS: dict[str, Callable[[Any, PipelineConfig, str, Watermark], BinlogPosi
 }
 
 
-def _dump_server_id() -> int:
-    # A dump connection of its own needs its own server id, or the server drops another one with the same id.
-    return random.randint(1 << 20, (1 << 31) - 1)
-
-
 def _file_began(source: SourceConfig, file: str) -> int:
     """The epoch second of a binlog file's format description event: when the server opened it."""
-    stream = open_stream(source, BinlogPosition(file, 4), _dump_server_id(), only_events=[FormatDescriptionEvent])
+    stream = open_stream(source, BinlogPosition(file, 4), dump_server_id(), only_events=[FormatDescriptionEvent])
     try:
         for event in stream:
             return int(event.timestamp)
@@ -231,7 +225,7 @@ def _first_commit_at_or_after(
     """Where the first event group (in binlog order) whose commit event is stamped `at` or later begins, reading
     from `begin` up to `end`; None when there is none yet."""
     stream = open_stream(
-        source, begin, _dump_server_id(), only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent]
+        source, begin, dump_server_id(), only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent]
     )
     group: BinlogPosition | None = None
     """Where the event group being read began (its first event read)."""
@@ -260,23 +254,15 @@ def _refuse_ddl_between(
 ) -> None:
     """A DDL statement on a captured table between the start and the binlog's end is refused: the schema read
     now is the one after it, and the rows before it would be decoded with the wrong columns."""
-    stream = open_stream(source, start, _dump_server_id(), only_events=[QueryEvent])
-    try:
-        for event in stream:
-            at = BinlogPosition(stream.log_file, event.packet.log_pos)
-            if at > end:
-                return
-            query, schema = query_of(event)
-            touched = ddl_tables(query, schema, tables)
-            if touched:
-                db, t = touched[0]
-                raise ConfigError(
-                    f"the startup position {start} is before a schema change of {db}.{t} at {at} "
-                    f"({query[:120]!r}): the rows between were written with columns the server no longer shows. "
-                    "Start after that statement, or use `startup_mode: initial`"
-                )
-    finally:
-        stream.close()
+    found = first_ddl_between(source, tables, start, end)
+    if found is None:
+        return
+    at, query, ((db, t), *_) = found
+    raise ConfigError(
+        f"the startup position {start} is before a schema change of {db}.{t} at {at} "
+        f"({query[:120]!r}): the rows between were written with columns the server no longer shows. "
+        "Start after that statement, or use `startup_mode: initial`"
+    )
 
 
 def _purged(key: str, wanted: object, oldest: str, why: str = "") -> BinlogPurgedError:
