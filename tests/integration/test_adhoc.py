@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.pipeline import run
@@ -68,6 +69,18 @@ def _commit_times(config: Any, namespace: str, table: str, stream: bool) -> list
         for s in target.snapshots()
         if s.summary is not None and (SUMMARY_STREAM_OFFSET in s.summary.additional_properties) == stream
     )
+
+
+def _damage(config: Any, db: str) -> None:
+    """Delete rows from a target by hand while the job commits to it. The job's own commits can win the
+    race (pyiceberg then refuses ours), as any other writer's would: try again on the fresh table."""
+    for attempt in range(20):
+        try:
+            load_pyiceberg_catalog(config.sink).load_table((db, "t")).delete("id < 100")
+            return
+        except (CommitFailedException, ValidationException):
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("the job's commits refused every hand-made delete for 20 attempts")
 
 
 def _stop(job: Any, log: _Log) -> str:
@@ -242,7 +255,7 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     try:
         with background_writes(mariadb, db, lambda cur, n: _move_keys(cur, n, "t", 300)):
             _wait_until_streaming(config, job)
-            load_pyiceberg_catalog(config.sink).load_table((db, "t")).delete("id < 100")  # damage
+            _damage(config, db)
             asked = run_ingest("snapshot", "--config", str(tmp_path / "pipeline.yaml"), "--table", f"{db}.t", "--again")
             assert asked.returncode == 0, asked.stderr[-2000:]
             _, err = job.communicate(timeout=240)
