@@ -44,12 +44,16 @@ class MariaDBServer:
         self.base_dir = Path(tempfile.mkdtemp(prefix="ingest-mariadb-")) if base_dir is None else base_dir
         self.data_dir = self.base_dir / "data"
         self.socket = str(self.base_dir / "mysqld.sock")
+        # Its own: a starting MariaDB deletes every `#sql*` file in its tmpdir, so servers sharing /tmp (the
+        # test workers', a failover replica) remove each other's temporary tables.
+        self.tmp_dir = self.base_dir / "tmp"
         self._process: ServerProcess | None = None
 
     def start(self) -> MariaDBServer:
         mariadbd = find_program("mariadbd")
         install_db = find_program("mariadb-install-db")
         as_root = ["--user=root"]
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         if not (self.data_dir / "mysql").is_dir():
             self.data_dir.mkdir(parents=True, exist_ok=True)
             done = subprocess.run(
@@ -57,6 +61,7 @@ class MariaDBServer:
                     install_db,
                     "--no-defaults",
                     f"--datadir={self.data_dir}",
+                    f"--tmpdir={self.tmp_dir}",
                     *as_root,
                     "--auth-root-authentication-method=normal",
                     "--skip-test-db",
@@ -73,6 +78,7 @@ class MariaDBServer:
             *as_root,
             f"--datadir={self.data_dir}",
             f"--socket={self.socket}",
+            f"--tmpdir={self.tmp_dir}",
             f"--port={self.port}",
             f"--pid-file={self.base_dir / 'mysqld.pid'}",
             "--bind-address=127.0.0.1",
