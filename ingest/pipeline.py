@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest import errors, metrics
+from ingest.changes.rejects import RejectedValue
 from ingest.config import BINLOG_START_MODES, PipelineConfig
 from ingest.errors import ConfigError, IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.metrics import JobMetrics, MetricsServer, recording
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
+from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.targets import (
     SUMMARY_CHUNKS_DONE,
     SUMMARY_PIPELINE,
@@ -46,7 +48,7 @@ from ingest.source.mysql import (
     server_flavor,
 )
 from ingest.source.position import Watermark
-from ingest.source.snapshot_source import chunk_reports, make_chunk_source, start_warm_up
+from ingest.source.snapshot_source import REJECTED_COLUMN, chunk_reports, make_chunk_source, start_warm_up
 from ingest.source.startup import resolve_start
 from ingest.source.throttle import check_load_probe, source_throttle
 from ingest.source.watermark import read_watermark
@@ -349,7 +351,8 @@ def copy_chunks(
 ) -> list[ChunkRecord]:
     """Read `chunks` on the executors, append them to the target in one commit, then record them (`done`: the
     table's chunks committed before)."""
-    tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver) for c in chunks]
+    policy = config.options_for(schema.database, schema.table).on_unrepresentable
+    tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
     with connect(config.source) as conn:
         floor = read_watermark(conn, flavor)
     records = _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
@@ -462,8 +465,10 @@ def _commit_batch(
     data = spark.read.format(source.name()).load()
     by_index = {t.chunk.index: t.chunk for t in tasks}
     batch_info = {"floor": floor.to_json(), "chunks": sorted(by_index)}
-    crash_point("snapshot.before_commit")
     try:
+        if tasks[0].on_unrepresentable == "dead_letter":
+            data = _commit_rejected(spark, config, tasks[0].schema, data)
+        crash_point("snapshot.before_commit")
         (
             data.writeTo(target)
             .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
@@ -490,6 +495,25 @@ def _commit_batch(
         high, low = Watermark.from_json(m["high"]), Watermark.from_json(m["low"])
         records.append(ChunkRecord(chunk, high, low, m["rows"], m["window_events"], snapshot_id))
     return records
+
+
+def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, data: Any) -> Any:
+    """`on_unrepresentable: dead_letter`: read the chunks once (kept on the executors), MERGE their rejected values
+    into the rejected table, and return the other rows, for the target. The rejected rows commit first, as in the
+    binlog phase: a target that holds a chunk holds its rejected values too, and a chunk read again after a crash
+    adds none twice (their `seq` names the chunk and the key)."""
+    from pyspark.sql import functions as F
+
+    # Kept, not read again: a second read would see the table later, and the two halves could disagree.
+    data = data.localCheckpoint(eager=True)
+    found = data.where(F.col(REJECTED_COLUMN).isNotNull()).select(REJECTED_COLUMN).collect()
+    rows = [RejectedValue(**item) for (text,) in found for item in json.loads(text)]
+    if rows:
+        name = ensure_rejected(spark, config, schema.database, schema.table)
+        assert name is not None, "dead_letter tables have a rejected table"
+        merge_rejected(spark, name, rows)
+        crash_point("snapshot.after_rejected_commit")
+    return data.where(F.col(REJECTED_COLUMN).isNull()).drop(REJECTED_COLUMN)
 
 
 def _current_snapshot_id(config: PipelineConfig, schema: TableSchema) -> int | None:

@@ -53,8 +53,41 @@ class RejectedValue:
     seq: str
     """The changelog's sequence of the row image (binlog order); with `column`, the row's identity."""
     gtid: str | None
-    commit_time: int
-    """The source transaction's commit time, epoch seconds."""
+    commit_time: int | None
+    """The source transaction's commit time, epoch seconds (None for a value read by the snapshot)."""
+    phase: str = "binlog"
+    """`binlog`, or `snapshot` for a value a chunk read."""
+    chunk_index: int | None = None
+    """The chunk that read it (snapshot phase)."""
+
+
+def snapshot_seq(chunk_index: int, key: str) -> str:
+    """The `seq` of a value a chunk read: with the column, its identity in the rejected table. A chunk read again
+    after a crash (its first read never reached the target) finds its rows there and adds none."""
+    return f"snapshot:{chunk_index}:{key}"
+
+
+def chunk_rejected(
+    names: Sequence[str], key: Sequence[Any], found: Sequence[Unrepresentable], chunk_index: int, high: Any
+) -> list[RejectedValue]:
+    """The rejected rows of one row of a chunk read at high watermark `high` (a `Watermark`)."""
+    text = key_json(names, key)
+    gtid = None if high.gtid is None else str(high.gtid)
+    return [
+        RejectedValue(
+            text,
+            v.column,
+            v.raw,
+            v.reason,
+            str(high.position),
+            snapshot_seq(chunk_index, text),
+            gtid,
+            None,
+            "snapshot",
+            chunk_index,
+        )
+        for v in found
+    ]
 
 
 def reason_of(raw: str) -> str:

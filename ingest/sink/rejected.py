@@ -1,7 +1,8 @@
 """Rejected tables: `<target>__rejected`, one row per value the target could not hold exactly.
 
-Written by the binlog phase for tables with `on_unrepresentable: dead_letter` (ingest/changes/rejects.py
-decides which values). Exactly once: a batch's rejected rows are MERGEd in before the target's MERGE of
+Written for tables with `on_unrepresentable: dead_letter` (ingest/changes/rejects.py decides which values), by
+the binlog phase and by the snapshot (pipeline.py, before the chunks' commit; `seq` names the chunk and the
+key there). Exactly once: a batch's rejected rows are MERGEd in before the target's MERGE of
 the same batch, matched on (`seq`, `column_name`), the row image's place in the binlog and the column. A
 batch replayed after a crash (before or after the target's commit) finds its rows already there and adds
 none, whatever the batch boundaries of the replay; and since they commit before the target does, a
@@ -65,18 +66,18 @@ def ensure_rejected(spark: Any, config: PipelineConfig, database: str, table: st
 
 
 def rejected_arrow(rows: Sequence[RejectedValue]) -> Any:
-    """The `pyarrow.Table` of binlog rejected rows."""
+    """The `pyarrow.Table` of rejected rows."""
     values: dict[str, list[Any]] = {
         "key_json": [r.key_json for r in rows],
         "column_name": [r.column for r in rows],
         "raw_value": [r.raw for r in rows],
         "reason": [r.reason for r in rows],
-        "phase": ["binlog"] * len(rows),
+        "phase": [r.phase for r in rows],
         "binlog_position": [r.position for r in rows],
         "gtid": [r.gtid for r in rows],
         "seq": [r.seq for r in rows],
-        "chunk_index": [None] * len(rows),
-        "commit_ts": [r.commit_time * 1_000_000 for r in rows],
+        "chunk_index": [r.chunk_index for r in rows],
+        "commit_ts": [None if r.commit_time is None else r.commit_time * 1_000_000 for r in rows],
     }
     arrays = [
         pa.array(values[n], pa.int64()).cast(t) if n == "commit_ts" else pa.array(values[n], t)

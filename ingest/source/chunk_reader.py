@@ -18,11 +18,12 @@ import pymysql
 from pymysqlreplication.event import QueryEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from ingest.changes.rejects import Unrepresentable, find_unrepresentable, key_json, reason_of
 from ingest.config import SourceConfig
 from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
-from ingest.sink.types import TargetColumn, rows_to_record_batch
+from ingest.sink.types import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.source import table_maps
 from ingest.source.binlog import ddl_tables, dump_server_id, open_stream, query_of, refuse_statement, statement_tables
 from ingest.source.binlog_values import RowDecoder, row_images
@@ -52,6 +53,9 @@ class ChunkTask:
     """Test hook fired at the three points of FAILURES.md ("Watermarks, positions, GTIDs")."""
     driver: str = "auto"
     """`snapshot.driver`: who runs the SELECT (ingest.source.chunk_select)."""
+    on_unrepresentable: str = "null"
+    """The table's `on_unrepresentable`: with `stop` or `dead_letter` the read looks for dates no Iceberg value
+    holds (ingest.changes.rejects)."""
 
 
 @dataclass
@@ -63,6 +67,9 @@ class ChunkResult:
     window_events: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    unrepresentable: dict[Key, list[Unrepresentable]] = field(default_factory=dict)
+    """Rows of the chunk at its high watermark holding values no Iceberg value holds, by key (Iceberg-side
+    values of the chunk key); empty under `on_unrepresentable: null`, which does not look."""
 
     @property
     def rows(self) -> list[tuple[Any, ...]]:
@@ -154,6 +161,7 @@ def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkRes
     columns = ", ".join(quote(c) for c in schema.column_names)
     try:
         table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
+        unrepresentable = {} if task.on_unrepresentable == "null" else _unrepresentable(select, schema, where, params)
     except Exception as e:
         if _error_code(e) == 1054:  # ER_BAD_FIELD_ERROR
             raise SchemaChangeError(
@@ -174,10 +182,78 @@ def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkRes
     if high.position > low.position:
         finals, events = window_changes(task, conn, low, high)
         table = _apply_finals(table, targets, schema.key_positions(), finals)
-    result = ChunkResult(table, low, high, events)
+        if task.on_unrepresentable != "null":
+            _judge_window(unrepresentable, schema, targets, finals)
+    if task.on_unrepresentable == "stop" and unrepresentable:
+        raise _stop_at(task, unrepresentable, high)
+    result = ChunkResult(table, low, high, events, unrepresentable=unrepresentable)
     result.seconds = time.perf_counter() - started
     result.timings = {"select": select_done - started, "window": time.perf_counter() - select_done}
     return result
+
+
+def _invalid_date(column: str) -> str:
+    """True where a DATE/DATETIME/TIMESTAMP value is no calendar date: zero year, month or day, or a day past the
+    month's last (what MariaDB keeps under ALLOW_INVALID_DATES or without NO_ZERO_DATE)."""
+    return (
+        f"({column} IS NOT NULL AND (YEAR({column}) = 0 OR MONTH({column}) = 0 OR DAYOFMONTH({column}) = 0 "
+        f"OR LAST_DAY({column}) IS NULL OR DAYOFMONTH({column}) > DAYOFMONTH(LAST_DAY({column}))))"
+    )
+
+
+def _unrepresentable(select: Any, schema: TableSchema, where: str, params: Sequence[Any]) -> dict[Key, list[Any]]:
+    """The chunk's rows holding dates no Iceberg value holds, read in the chunk SELECT's read view (the same
+    rows): key -> the values, as MySQL prints them. The server finds them; only those rows come back."""
+    temporal = [c for c in schema.columns if c.data_type in TEMPORAL_TYPES]
+    if not temporal:
+        return {}
+    positions = schema.key_positions()
+    key_targets = [target_columns(schema)[i] for i in positions]
+    raw = [TargetColumn(f"raw_{i}", "STRING", pa.string(), True, text_form="string") for i in range(len(temporal))]
+    picks = [f"IF({_invalid_date(quote(c.name))}, CAST({quote(c.name)} AS CHAR), NULL)" for c in temporal]
+    keys = ", ".join(quote(schema.column_names[i]) for i in positions)
+    sql = (
+        f"SELECT {keys}, {', '.join(picks)} FROM {schema.quoted} WHERE ({where}) "
+        f"AND ({' OR '.join(_invalid_date(quote(c.name)) for c in temporal)})"
+    )
+    found: dict[Key, list[Any]] = {}
+    for row in select.select(sql, params, [*key_targets, *raw]).to_pylist():
+        values = list(row.values())
+        key, texts = tuple(values[: len(positions)]), values[len(positions) :]
+        found[key] = [Unrepresentable(c.name, t, reason_of(t)) for c, t in zip(temporal, texts, strict=True) if t]
+    return found
+
+
+def _judge_window(
+    found: dict[Key, list[Any]],
+    schema: TableSchema,
+    targets: Sequence[TargetColumn],
+    finals: dict[Key, tuple[Any, ...] | None],
+) -> None:
+    """Keys the binlog window changed are judged by their final image, as the chunk now holds it."""
+    if not finals:
+        return
+    positions = schema.key_positions()
+    key_targets = [targets[i] for i in positions]
+    as_iceberg = rows_to_record_batch(key_targets, [tuple(k) for k in finals]).to_pylist()
+    for key, row in zip((tuple(r.values()) for r in as_iceberg), finals.values(), strict=True):
+        found.pop(key, None)
+        values = [] if row is None else find_unrepresentable(schema.columns, row)
+        if values:
+            found[key] = values
+
+
+def _stop_at(task: ChunkTask, found: dict[Key, list[Any]], high: Watermark) -> SourceError:
+    """`on_unrepresentable: stop`: the chunk is not committed; the error names the first value."""
+    schema = task.schema
+    key, values = next(iter(found.items()))
+    value = values[0]
+    return SourceError(
+        f"{schema.table_id}: column {value.column!r} of the row with key {key_json(schema.chunk_key, key)} holds "
+        f"{value.raw!r} ({value.reason}), read by snapshot chunk {task.chunk.index} at binlog position "
+        f"{high.position}, which no Iceberg value holds exactly; `on_unrepresentable` is `stop` for this table. "
+        f"Set it to `dead_letter` (or `null`) in `table_options.{schema.table_id}` and run again"
+    )
 
 
 def _apply_finals(

@@ -4,11 +4,14 @@ Each partition runs the lock-free chunk read of its chunks, one after another, o
 yields each chunk's rows as Arrow batches. What the driver must learn about each chunk (its
 watermarks and row count) travels in a Spark accumulator filled by the same computation that
 produced the rows, so the rows are read once and written once, with nothing cached in between
-(see pipeline.py for what the commit does when a chunk's report is missing).
+(see pipeline.py for what the commit does when a chunk's report is missing). The exception: a table with
+`on_unrepresentable: dead_letter`, whose rows carry one more column and are kept between the two writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -17,8 +20,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
+from ingest.changes.rejects import chunk_rejected
 from ingest.sink.types import TargetColumn, quote_identifier
-from ingest.source.chunk_reader import ChunkConnections, ChunkTask, read_chunk
+from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, read_chunk
 from ingest.source.position import Watermark
 
 log = logging.getLogger(__name__)
@@ -28,10 +32,35 @@ ROWS_PER_BATCH = 8192
 ChunkReport = Callable[[int, dict[str, Any]], None]
 
 
-def source_schema(targets: Sequence[TargetColumn]) -> tuple[str, Any]:
+REJECTED_COLUMN = "__ingest_rejected"
+"""With `on_unrepresentable: dead_letter`, a last column: null, or the row's rejected values as JSON (a list of
+`RejectedValue` fields); the driver writes those to the rejected table and the others to the target."""
+
+
+def source_schema(targets: Sequence[TargetColumn], dead_letter: bool = False) -> tuple[str, Any]:
     """(Spark DDL, arrow schema) of the rows; NOT NULL is checked when rows are converted, not by Spark."""
     ddl = ", ".join(f"{quote_identifier(t.name)} {t.spark_type}" for t in targets)
-    return ddl, pa.schema([pa.field(t.name, t.arrow_type, nullable=True) for t in targets])
+    fields = [pa.field(t.name, t.arrow_type, nullable=True) for t in targets]
+    if dead_letter:
+        ddl += f", {quote_identifier(REJECTED_COLUMN)} STRING"
+        fields.append(pa.field(REJECTED_COLUMN, pa.string(), nullable=True))
+    return ddl, pa.schema(fields)
+
+
+def _rejected_json(task: ChunkTask, result: ChunkResult) -> Any:
+    """The chunk's `REJECTED_COLUMN`: per row, null or its rejected values as JSON."""
+    positions = task.schema.key_positions()
+    names = [task.schema.column_names[i] for i in positions]
+    keys = zip(*(result.table.column(i).to_pylist() for i in positions), strict=True)
+    out: list[str | None] = []
+    for key in keys:
+        found = result.unrepresentable.get(tuple(key))
+        if not found:
+            out.append(None)
+            continue
+        rows = chunk_rejected(names, key, found, task.chunk.index, result.high)
+        out.append(json.dumps([dataclasses.asdict(r) for r in rows], ensure_ascii=False))
+    return pa.array(out, pa.string())
 
 
 def chunk_batches(
@@ -43,7 +72,10 @@ def chunk_batches(
 ) -> Iterator[Any]:
     """Read one chunk and yield its rows; once all are yielded, report the chunk's watermarks and row count."""
     result = read_chunk(task, connections)
-    for data in result.table.to_batches(max_chunksize=ROWS_PER_BATCH):
+    table = result.table
+    if task.on_unrepresentable == "dead_letter":
+        table = table.append_column(REJECTED_COLUMN, _rejected_json(task, result))
+    for data in table.to_batches(max_chunksize=ROWS_PER_BATCH):
         yield pa.RecordBatch.from_arrays(data.columns, schema=arrow_schema)
     report(
         task.chunk.index,
@@ -102,7 +134,7 @@ def make_chunk_source(
     the accumulator of `chunk_reports`."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    ddl, arrow_schema = source_schema(targets)
+    ddl, arrow_schema = source_schema(targets, any(t.on_unrepresentable == "dead_letter" for t in tasks))
     groups = group_tasks(tasks, partitions)
     target_list = list(targets)
 

@@ -1,7 +1,8 @@
-"""`on_unrepresentable` in the binlog phase, against a real MariaDB, Spark and Iceberg: every kind of date
-value Iceberg cannot hold goes to `<target>__rejected` (one row per value) instead of the target, exactly
-once across a kill -9 right after the rejected rows' commit; a later valid change of a rejected key lands
-in the target; `stop` stops at the value; `null` (the default) keeps today's NULL."""
+"""`on_unrepresentable` in the binlog phase and in the snapshot, against a real MariaDB, Spark and Iceberg: every
+kind of date value Iceberg cannot hold goes to `<target>__rejected` (one row per value) instead of the target,
+exactly once across a kill -9 right after the rejected rows' commit; a later valid change of a rejected key
+lands in the target; a change inside a chunk's watermark window decides for its row; `stop` stops at the value;
+`null` (the default) keeps today's NULL."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SourceError
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.targets import chunks_done_in_target
 from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
 
 pytestmark = pytest.mark.integration
@@ -151,3 +153,105 @@ def test_stop_names_the_value_and_commits_nothing_of_it(spark: Any, mariadb: Mar
     with pytest.raises(SourceError, match=r"deadstop\.ev: column 'd'.*'2020-02-31' \(not a calendar date\)"):
         run(config, spark=spark, until_caught_up=True)
     assert {r["id"] for r in _rows(config, db, "ev")} == {1, 2, 3, 4}
+
+
+# Rows holding such values before the snapshot: (id, column, raw value, reason), and the INSERTs that made them.
+IN_SNAPSHOT = [r for r in REJECTED if r[0] in range(10, 17)]
+INSERTS = [s for s in CHANGES if s.startswith("INSERT") and "'valid'" not in s]
+
+
+class ChangeDuringChunks:
+    """A chunk hook (run on an executor): inside the watermark windows of two chunks, a valid row becomes a zero
+    date (id 3) and a rejected one becomes valid (id 10): the window decides, not the SELECT."""
+
+    def __init__(self, socket: str, db: str) -> None:
+        self.socket, self.db = socket, db
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        from tests.executor_sql import run_once
+
+        changes = {
+            3: "UPDATE ev SET d = '0000-00-00' WHERE id = 3",
+            10: "UPDATE ev SET d = '2024-05-06', note = 'ten fixed' WHERE id = 10",
+        }
+        for key, change in changes.items():
+            inside = (chunk.lower is None or chunk.lower[0] <= key) and (chunk.upper is None or key < chunk.upper[0])
+            if at == "before_high_watermark" and inside:
+                allow = ("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", None)
+                run_once(self.socket, self.db, f"marker{key}", [allow, (change, None)])
+
+
+def _snapshot_rejected(config: Any, db: str) -> list[tuple[int, str, str, str]]:
+    rejected = _rows(config, db, "ev__rejected")
+    assert len({(r["seq"], r["column_name"]) for r in rejected}) == len(rejected)  # none twice
+    assert all(
+        r["phase"] == "snapshot" and r["chunk_index"] is not None and r["binlog_position"] and r["commit_ts"] is None
+        for r in rejected
+    ), rejected
+    return sorted((json.loads(r["key_json"])["id"], r["column_name"], r["raw_value"], r["reason"]) for r in rejected)
+
+
+def test_dead_letter_in_the_snapshot_judges_each_row_as_its_chunk_holds_it(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "deadsnap"
+    _fresh_db(mariadb, db)
+    _write(mariadb, [s.format(t=f"{db}.ev") for s in INSERTS])
+    mariadb.execute(f"CREATE TABLE {db}.marker3 (x INT)", f"CREATE TABLE {db}.marker10 (x INT)")
+    config = parse_config(_pipeline(mariadb, db, tmp_path, "dead_letter") | {"tables": {"include": [rf"{db}\.ev"]}})
+    run(config, spark=spark, snapshot_only=True, hook=ChangeDuringChunks(mariadb.socket, db))
+
+    expected = sorted([r for r in IN_SNAPSHOT if r[0] != 10] + [(3, "d", "0000-00-00", "zero date")])
+    assert _snapshot_rejected(config, db) == expected
+    target = {r["id"]: r for r in _rows(config, db, "ev")}
+    source = {r["id"]: r for r in mysql_rows(mariadb, f"{db}.ev", "id")}
+    assert set(target) == {1, 2, 4, 10}  # the rows holding such values are left out of the target
+    for key in target:
+        assert (target[key]["note"], target[key]["d"]) == (source[key]["note"], source[key]["d"]), key
+
+
+def test_dead_letter_in_the_snapshot_survives_kill_9_after_the_rejected_commit(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "deadsnapkill"
+    _fresh_db(mariadb, db)
+    _write(mariadb, [s.format(t=f"{db}.ev") for s in INSERTS])
+    raw = _pipeline(mariadb, db, tmp_path, "dead_letter") | {"tables": {"include": [rf"{db}\.ev"]}}
+    raw["snapshot"] = {**raw["snapshot"], "chunks_per_commit": 2}  # ranges of 2 keys, 4 keys per commit
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    config = parse_config(raw)
+
+    crashed = run_ingest(
+        "run", "--config", str(config_file), "--snapshot-only", crash_at="snapshot.after_rejected_commit:1"
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    # The rejected values of the first commit that has some ([9,13): ids 10-12) are in; that commit is not.
+    assert [r[0] for r in _snapshot_rejected(config, db)] == [10, 11, 12]
+    chunks = {r["chunk_index"] for r in _rows(config, db, "ev__rejected")}
+    target = load_pyiceberg_catalog(config.sink).load_table((db, "ev"))
+    assert chunks and not chunks & chunks_done_in_target(target, config.name)
+
+    run(config, spark=spark, snapshot_only=True)
+    assert _snapshot_rejected(config, db) == sorted(IN_SNAPSHOT)
+    assert {r["id"] for r in _rows(config, db, "ev")} == {1, 2, 3, 4}
+    run(config, spark=spark, until_caught_up=True)  # the binlog phase after it rejects nothing again
+    assert len(_rows(config, db, "ev__rejected")) == len(IN_SNAPSHOT)
+
+
+@pytest.mark.parametrize("driver", ["mysqlclient", "pymysql"])
+def test_stop_in_the_snapshot_names_the_value_and_the_chunk(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, driver: str
+) -> None:
+    """Both chunk drivers find the value (the SELECT that finds it goes through the driver's own converters)."""
+    db = "deadsnapstop"
+    _fresh_db(mariadb, db)
+    _write(mariadb, [f"INSERT INTO {db}.ev (id, dt) VALUES (10, '2021-04-31 01:02:03.5')"])
+    raw = _pipeline(mariadb, db, tmp_path, "stop") | {"tables": {"include": [rf"{db}\.ev"]}}
+    config = parse_config(raw | {"snapshot": {**raw["snapshot"], "driver": driver}})
+    with pytest.raises(
+        SourceError,
+        match=r"deadsnapstop\.ev: column 'dt' .*\{\"id\": 10\}.*'2021-04-31 01:02:03.500' \(not a calendar date\), "
+        r"read by snapshot chunk \d+ at binlog position",
+    ):
+        run(config, spark=spark, snapshot_only=True)

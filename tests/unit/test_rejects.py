@@ -160,3 +160,39 @@ def test_config_option(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.options_for("shop", "u").on_unrepresentable == "null"
     with pytest.raises(ConfigError, match="on_unrepresentable"):
         parse_config({**base, "table_options": {"shop.t": {"on_unrepresentable": "drop"}}})
+
+
+def test_a_value_a_chunk_read_is_named_by_its_chunk_and_key_whatever_its_watermark() -> None:
+    """A chunk read again after a crash (at a later high watermark) gives the same `seq`, so the rejected table's
+    MERGE on (`seq`, `column_name`) adds its values once."""
+    from ingest.changes.rejects import Unrepresentable, chunk_rejected
+    from ingest.source.position import Watermark
+
+    found = [Unrepresentable("d", "0000-00-00", REASON_ZERO_DATE), Unrepresentable("ts", "2020-02-31", "x")]
+    first = chunk_rejected(["id"], (7,), found, 3, Watermark(AT, None))
+    again = chunk_rejected(["id"], (7,), found, 3, Watermark(BinlogPosition("mysql-bin.000004", 4), None))
+    assert [(r.seq, r.column) for r in first] == [(r.seq, r.column) for r in again]
+    assert first[0] == first[0].__class__(
+        '{"id": 7}', "d", "0000-00-00", REASON_ZERO_DATE, str(AT), 'snapshot:3:{"id": 7}', None, None, "snapshot", 3
+    )
+    assert chunk_rejected(["id"], (8,), found, 3, Watermark(AT, None))[0].seq != first[0].seq
+
+
+def test_the_window_of_a_chunk_decides_for_the_keys_it_changed() -> None:
+    """A row the SELECT found rejected but the binlog window fixed is kept; one the window broke is rejected; a
+    deleted one is neither (ingest/source/chunk_reader.py)."""
+    from ingest.changes.rejects import Unrepresentable
+    from ingest.sink.targets import target_columns
+    from ingest.source.chunk_reader import _judge_window
+    from ingest.source.mysql import TableSchema
+
+    schema = TableSchema("shop", "t", tuple(COLUMNS), ("id",), ("id",), (None,))
+    zero = Unrepresentable("d", "0000-00-00", REASON_ZERO_DATE)
+    found = {(1,): [zero], (2,): [zero], (3,): [zero]}
+    finals = {
+        (1,): (1, dt.date(2020, 1, 1), "fixed", None),
+        (2,): None,
+        (4,): (4, InvalidTemporal("2020-02-31"), "broken", None),
+    }
+    _judge_window(found, schema, target_columns(schema), finals)
+    assert found == {(3,): [zero], (4,): [Unrepresentable("d", "2020-02-31", REASON_NOT_A_DATE)]}
