@@ -1,6 +1,9 @@
 # Every target is a one-liner; `make help` lists them.
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
+# make test runs whole test modules on this many workers (pytest-xdist): each worker starts its own servers and
+# Spark sessions, and most of a module's time is spent waiting on them, so 3 workers fit 2 cores.
+TEST_WORKERS ?= 3
 
 .PHONY: help setup deps demo test test-unit test-integration lint bench chaos soak
 
@@ -16,14 +19,14 @@ demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and sh
 	.venv/bin/ingest demo
 
 test: lint  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
-	scripts/pytest-all.sh tests
+	scripts/pytest-all.sh tests -n $(TEST_WORKERS) --dist loadfile
 	scripts/test-spark-compat.sh
 
 test-unit:  ## the fast tests only (no servers)
 	scripts/pytest-all.sh tests -m "not integration"
 
 test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
-	scripts/pytest-all.sh tests -m integration
+	scripts/pytest-all.sh tests -m integration -n $(TEST_WORKERS) --dist loadfile
 
 soak:  ## the job for 60 minutes at 500 changes/s: memory, Iceberg files and lag over time (bench/README.md)
 	$(PY) -m bench.soak
