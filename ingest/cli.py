@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop once everything up to the binlog position current at start is committed",
     )
+    run.add_argument(
+        "--progress",
+        choices=["auto", "live", "plain", "off"],
+        default="auto",
+        help="progress per table (chunks, rows/s, ETA; binlog lag, changes/s): live at the bottom of a terminal, "
+        "plain as log lines every 30 s; auto: live when stderr is a terminal (default)",
+    )
 
     status = sub.add_parser("status", help="per-table phase, chunk progress, last commit and offsets; binlog lag")
     status.add_argument("--config", required=True, help="the pipeline YAML file")
@@ -116,8 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config)
         if args.command == "run":
             from ingest.pipeline import run
+            from ingest.progress import showing_progress
 
-            run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
+            with showing_progress(args.progress, sys.stderr):
+                run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
             return EXIT_OK
         if args.command == "status":
             from ingest.status import print_status, watch_status

@@ -76,6 +76,28 @@ def render(families: Sequence[MetricFamily]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the job has done so far, as the progress display reads it."""
+
+    at: float
+    """When it was read (monotonic seconds)."""
+    chunks: Mapping[str, tuple[int, int]]
+    """Per source table: snapshot chunks done (earlier runs included), planned."""
+    rows: Mapping[str, int]
+    """Per source table: rows the snapshot copied in this run."""
+    changes: Mapping[str, int]
+    """Per source table: binlog changes applied in this run."""
+    committed: str | None
+    """The binlog offset every table holds, once the binlog phase has one."""
+    lag: float | None
+    """Seconds since the source was at the committed offset (its last transaction's commit, or a heartbeat)."""
+    last_commit_age: float | None
+    """Seconds since the last binlog batch was committed."""
+    paused: bool
+    """The snapshot waits for a busy source (`snapshot.max_source_load`)."""
+
+
 BytesBehindProbe = Callable[["BinlogPosition"], "int | None"]
 """Binlog bytes from a committed position to the server's current end (None when they cannot be counted)."""
 
@@ -106,6 +128,7 @@ class JobMetrics:
         self._last_batch_seconds: float | None = None
         self._committed: BinlogPosition | None = None
         self._source_time: float | None = None
+        self._last_batch_at: float | None = None
         self.bytes_behind_probe: BytesBehindProbe | None = None
         """Set by the job: asked at scrape time (at most once per PROBE_CACHE_SECONDS) for the bytes behind."""
         self._probed: tuple[float, BinlogPosition, int | None] | None = None
@@ -140,6 +163,7 @@ class JobMetrics:
             self._batches += 1
             self._batch_seconds += seconds
             self._last_batch_seconds = seconds
+            self._last_batch_at = self._clock()
         self.offset_committed(position, source_time)
 
     def snapshot_paused(self, paused: bool) -> None:
@@ -161,7 +185,21 @@ class JobMetrics:
         with self._lock:
             self._retries[target] = self._retries.get(target, 0) + 1
 
-    # -- what a scrape reads
+    # -- what a scrape, or the progress display, reads
+
+    def progress(self) -> Progress:
+        """The counters now, for the progress display (ingest.progress); asks nothing of the source."""
+        with self._lock:
+            return Progress(
+                at=self._monotonic(),
+                chunks=dict(self._chunks),
+                rows=dict(self._snapshot_rows),
+                changes=dict(self._changes),
+                committed=None if self._committed is None else str(self._committed),
+                lag=None if self._source_time is None else max(0.0, self._clock() - self._source_time),
+                last_commit_age=None if self._last_batch_at is None else max(0.0, self._clock() - self._last_batch_at),
+                paused=self._paused > 0,
+            )
 
     def bytes_behind(self) -> int | None:
         """Binlog bytes from the committed offset to the server's end, asked of the source (cached briefly)."""
@@ -284,7 +322,9 @@ class JobMetrics:
         return render(self.families())
 
 
-_current = JobMetrics()
+_outside_runs = JobMetrics()
+_current = _outside_runs
+_last_run: JobMetrics | None = None
 
 
 def current() -> JobMetrics:
@@ -292,15 +332,20 @@ def current() -> JobMetrics:
     return _current
 
 
+def latest() -> JobMetrics:
+    """The metrics of the run in progress, else of the last run that ended (for a last look at its progress)."""
+    return _last_run if _current is _outside_runs and _last_run is not None else _current
+
+
 @contextmanager
 def recording(metrics: JobMetrics) -> Iterator[JobMetrics]:
     """Make `metrics` current for the block (a run of the job), then put the previous one back."""
-    global _current
+    global _current, _last_run
     previous, _current = _current, metrics
     try:
         yield metrics
     finally:
-        _current = previous
+        _current, _last_run = previous, metrics
 
 
 class _Handler(BaseHTTPRequestHandler):

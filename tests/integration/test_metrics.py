@@ -185,3 +185,52 @@ def test_status_watch_prints_the_status_again_until_ctrl_c(mariadb: MariaDBServe
     assert all("(every 1 s; Ctrl-C stops)" in lines[i - 1] and lines[i + 1].startswith("table ") for i in blocks)
     assert not any("\x1b" in line for line in lines)
     assert "binlog phase not started" in lines[blocks[0]]
+
+
+def test_on_a_terminal_the_job_draws_its_progress_below_its_log(mariadb: MariaDBServer, tmp_path: Path) -> None:
+    """`ingest run` with its stderr on a pseudo-terminal: the progress block is drawn again in place (erased with
+    ANSI sequences) with per-table chunk lines, then the binlog line; the job's log lines come through whole."""
+    import pty
+
+    db = "metrics_tty"
+    _fresh_db(mariadb, db)
+    pipeline = _pipeline(mariadb, db, tmp_path)
+    pipeline["snapshot"] = {**pipeline["snapshot"], "chunks_per_commit": 1}
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(pipeline))
+    controller, terminal = pty.openpty()
+    job = subprocess.Popen(
+        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file), "--until-caught-up"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env={**os.environ, "TERM": "xterm"},
+        start_new_session=True,
+    )
+    os.close(terminal)
+    screen = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the job closed the terminal (EIO)
+                break
+            if not chunk:
+                break
+            screen.extend(chunk)
+        assert job.wait(timeout=300) == 0, screen.decode(errors="replace")[-3000:]
+    finally:
+        os.close(controller)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    text = screen.decode(errors="replace")
+    assert "\x1b[J" in text, text[-3000:]  # drawn again in place
+    assert f"snapshot {db}.acct  chunks " in text and "rows/s, ETA " in text, text[-3000:]
+    assert f"snapshot {db}.acct  complete, 6 chunks, 300 rows copied" in text, text[-3000:]
+    assert "binlog   lag " in text and "changes/s" in text, text[-3000:]
+    # Log records are written whole, each on a line of its own after the block is erased.
+    assert any(
+        line.endswith(f"{db}.acct: planned 6 chunks of up to 50 rows") for line in text.replace("\r", "\n").split("\n")
+    )
+    assert verify(parse_config(pipeline))
