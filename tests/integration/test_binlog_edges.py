@@ -141,7 +141,7 @@ def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
     with pytest.raises(BinlogPurgedError, match=r"is no longer on the server .*`ingest resnapshot --config"):
         run(config, spark=spark, until_caught_up=True)
     # The way out the error names: snapshot every table again; the job starts over from their new chunks.
-    assert resnapshot(config, ["purged.t"]) == ["purged.t"]
+    assert resnapshot(config, ["purged.t"]).branched == ("purged.t",)
     assert StateTable.open(config).stream_offset() is None
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
@@ -316,7 +316,7 @@ def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_
     with pytest.raises(SinkError, match=r"records 4 chunks copied, but the target .* did not exist.*ingest resnapshot"):
         run(config, spark=spark, until_caught_up=True)
 
-    assert resnapshot(config, [f"{db}.t"]) == [f"{db}.t"]
+    assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
     assert StateTable.open(config).stream_offset() == offset  # `other` still holds what it says
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
