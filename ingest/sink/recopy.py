@@ -70,6 +70,9 @@ def start_branch_copy(catalog: Any, names: tuple[str, str], live: TableSchema, p
         table = catalog.load_table(names)
     except NoSuchTableError:
         return False
+    if table.current_snapshot() is None:  # readers see no rows: nothing to keep (and Iceberg wants main first)
+        log.info("%s: its target %s holds no snapshot; it is dropped and copied again", live.table_id, ".".join(names))
+        return False
     misfit = schema_misfit(stored_schema(table, live), live)
     if misfit is not None:
         log.warning(
