@@ -353,7 +353,7 @@ def plan_table(
     Returns the Spark name the table's chunks are written to: the target's copy branch while one exists."""
     table_id = schema.table_id
     target, created = ensure_target_created(spark, config, schema)
-    if _copy_started_over(config, state, schema):
+    if _copying_into_branch(config, state, schema):
         target = on_copy_branch(target)
     if created and state.done(table_id):
         raise SinkError(
@@ -373,10 +373,10 @@ def plan_table(
     return target
 
 
-def _copy_started_over(config: PipelineConfig, state: StateTable, schema: TableSchema) -> bool:
+def _copying_into_branch(config: PipelineConfig, state: StateTable, schema: TableSchema) -> bool:
     """Whether the target is being copied again into its branch. A branch that lacks chunks the state table
     records was started over (`ingest resnapshot` stopped between its two steps, see resnapshot.py): those
-    records describe the old copy, so they are forgotten now and the table is planned again."""
+    records describe the old copy, so they are forgotten here and the caller plans the table again."""
     table_id = schema.table_id
     table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
     if not copy_under_way(table):
