@@ -6,9 +6,14 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
+
+from ingest import streaming
 from ingest.sink.evolution import schema_from_json, schema_to_json
 from ingest.sink.recopy import schema_misfit
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
+from ingest.source.position import BinlogPosition, Watermark
+from ingest.streaming import TableStream
 from tests.unit.test_schema_evolution import col, table
 
 OLD = table(col("v", "varchar(20)"), col("n", "int(11)"))
@@ -57,3 +62,15 @@ def test_the_job_reads_the_branch_head_while_the_branch_exists() -> None:
 
     assert not copy_under_way(fake({"main": 1})) and job_head(fake({"main": 1})) is main
     assert copy_under_way(fake({"main": 1, COPY_BRANCH: 2})) and job_head(fake({"main": 1, COPY_BRANCH: 2})) is copy
+
+
+def test_the_binlog_phase_does_not_maintain_a_target_copied_into_its_branch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction and expiry would rewrite main, which readers see, and could expire the branch's chunk commits."""
+    maintained: list[str] = []
+    monkeypatch.setattr(streaming, "maintain", lambda spark, name, *rest: maintained.append(name))
+    config = SimpleNamespace(name="p", sink=SimpleNamespace(maintenance=SimpleNamespace(every_commits=1)))
+    end = Watermark(BinlogPosition.parse("bin.000001:400"))
+    main, copy = "`lake`.`db`.`t`", on_copy_branch("`lake`.`db`.`u`")
+    tables = [TableStream(OLD, name, [], [], end.position) for name in (main, copy)]
+    streaming._maintain_due(None, config, tables, end)  # type: ignore[arg-type]
+    assert maintained == [main]
