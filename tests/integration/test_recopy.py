@@ -254,7 +254,7 @@ def test_a_source_schema_that_no_longer_fits_the_target_drops_it_as_before_and_s
 
 
 def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_through_branches(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`stop` (the default) still stops with the way out: test_binlog_edges.py's purged-binlog test."""
     db = "recopy_purged"
@@ -267,6 +267,13 @@ def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_thro
     purge_binlogs(mariadb)
     old = _rows(_target(config, db))
     assert old != _mysql(mariadb, db)
+    # A failure right after the table's copy started over (the state still holds its old chunks and offset).
+    monkeypatch.setenv(FAIL_ENV, "purged.after_start_over")
+    reset_fault_counts()
+    with pytest.raises(InjectedFailure):
+        run(config, spark=spark, until_caught_up=True)
+    monkeypatch.delenv(FAIL_ENV)
+    assert copy_under_way(_target(config, db)) and _rows(_target(config, db)) == old
 
     with background_writes(mariadb, db, _bump):
         job, errors = _in_thread(lambda: run(config, spark=spark, until_caught_up=True))
