@@ -18,16 +18,18 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.adhoc import ask_snapshot
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.pipeline import run
+from ingest.pipeline import SUMMARY_BATCH, run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.merge import SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way
+from ingest.sink.recopy import SUMMARY_COPY
+from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way, lineage
 from ingest.state.table import StateTable
 from ingest.status import table_status
 from ingest.verify import verify
@@ -203,6 +205,29 @@ def test_a_resnapshot_stopped_between_its_two_steps_is_finished_by_the_next_run(
     assert copy_under_way(_target(config, db)) and len(StateTable.open(config).done(f"{db}.t")) == CHUNKS
     run(config, spark=spark, until_caught_up=True)
     _once_each(config, db)
+
+
+def test_a_copy_asked_again_while_its_branch_copy_is_under_way_starts_that_copy_over(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = "recopy_twice"
+    config, _ = _setup(mariadb, db, tmp_path)
+    run(config, spark=spark, until_caught_up=True)
+    assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
+    monkeypatch.setenv(FAIL_ENV, "snapshot.after_state:3")  # the run fails with 3 chunks in the branch
+    reset_fault_counts()
+    with pytest.raises(InjectedFailure):
+        run(config, spark=spark, until_caught_up=True)
+    monkeypatch.delenv(FAIL_ENV)
+    assert len(chunks_done_in_target(_target(config, db), db)) == 3
+    mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id % 3 = 0")
+    assert ask_snapshot(config, [f"{db}.t"], "again").tables == (f"{db}.t",)
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+    # Main holds the second start of the branch and its chunk commits only, not the first start's three.
+    history = [s.summary.additional_properties for s in lineage(_target(config, db))]
+    assert sum(SUMMARY_COPY in props for props in history) == 1
+    assert sum(SUMMARY_BATCH in props for props in history) == CHUNKS
 
 
 def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_readers_see_main_whole(
