@@ -233,12 +233,14 @@ def test_a_copy_asked_again_while_its_branch_copy_is_under_way_starts_that_copy_
 def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_readers_see_main_whole(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """Main stays at the snapshot it had when the request was taken (the job writes only the branch meanwhile):
-    every reading sees that one snapshot, with every key. Fails on the old behaviour (the target dropped)."""
+    """Main stays at the snapshot it had when the request was taken (the job writes only the branch meanwhile, and
+    neither compacts nor expires the table though it is due every 2 commits): every reading sees that one
+    snapshot, with every key. Fails on the old behaviour (the target dropped)."""
     db = "recopy_live"
     _setup(mariadb, db, tmp_path)
+    maintenance = {"maintenance": {"every_commits": 2, "expire_after_hours": 0}}
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.t", f"{db}_lake", SNAPSHOT, signal_poll_seconds=1
+        mariadb, db, tmp_path, rf"{db}\.t", f"{db}_lake", SNAPSHOT, sink=maintenance, signal_poll_seconds=1
     )
     log = _Log(job)
     try:
@@ -255,6 +257,8 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     assert f"chunks {CHUNKS}/{CHUNKS} read while streaming" in err, err[-3000:]
+    during = err.split("copying it again", 1)[1].split("the copy is complete", 1)[0]
+    assert "maintenance starts" in err and "maintenance starts" not in during, err[-3000:]
     _during_copy(seen)
     assert len({snapshot for snapshot, _, _ in seen}) == 1
     assert all(sorted(rows) == list(range(1, KEYS + 1)) for _, rows, _ in seen)
