@@ -3,7 +3,8 @@ started, or one to copy again, is copied while the binlog keeps flowing for ever
 
 The request is a row in the state table (Iceberg, like all the job's state: nothing is written to MySQL).
 The loop engine looks for requests between batches, at most every `stream.signal_poll_seconds`. On one it
-ends the binlog phase after the current commit, drops what it held of a table to copy again, splits the
+ends the binlog phase after the current commit, starts a table to copy again over (into a branch of its
+target that readers do not see until the copy is complete, or by dropping it, see sink/recopy.py), splits the
 new tables into chunks, and starts the binlog phase again from its committed offset, now with those tables.
 Their chunks are then read one commit at a time between binlog batches. Until a chunk is read, the phase
 drops every change to its keys: the chunk is read later and holds them. Once it is read, the phase applies
@@ -24,8 +25,10 @@ from ingest import metrics
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
-from ingest.pipeline import copy_chunks, discover, plan_table, unfinished
-from ingest.sink.targets import qualified
+from ingest.pipeline import copy_chunks, discover, finish_copy, plan_table, unfinished
+from ingest.sink.catalog import cached_pyiceberg_catalog
+from ingest.sink.recopy import start_branch_copy
+from ingest.sink.targets import qualified, table_of
 from ingest.source.binlog import TablesNamed
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import TableSchema, connect, list_tables, load_schema
@@ -172,10 +175,10 @@ def take_requests(
             )
             state.drop_signals(table_id)
         elif again and state.plan(table_id) is not None:
-            _drop_targets(spark, config, live[table_id])
-            crash_point("adhoc.after_drop")  # the request stays until forget: a restart drops (nothing) again
+            start_copy_again(spark, config, live[table_id])
+            crash_point("adhoc.after_drop")  # the request stays until forget: a restart starts (nothing) over
             state.forget(table_id)  # its requests go with its plan and chunks, in one commit
-            log.info("%s: dropped what the job held of it; copying it again", table_id)
+            log.info("%s: copying it again", table_id)
             by_id.pop(table_id, None)
         else:
             state.drop_signals(table_id)
@@ -187,10 +190,37 @@ def take_requests(
     return [by_id[t] for t in sorted(by_id)]
 
 
-def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema) -> None:
-    """Drop the target and changelog table with their files, through Spark so that its catalog cache forgets
-    them too (the same names are created again at once)."""
-    names = [config.target_for(schema.database, schema.table), config.changelog_for(schema.database, schema.table)]
+def start_copy_again(spark: Any, config: PipelineConfig, schema: TableSchema) -> None:
+    """Start copying a table again: into a branch of its target when its schema fits (readers keep the old rows,
+    see sink/recopy.py), else by dropping the target. The changelog table is dropped either way (its history
+    goes, as it always did); it starts again with the binlog phase."""
+    target = config.target_for(schema.database, schema.table)
+    branched = start_branch_copy(cached_pyiceberg_catalog(config.sink), target, schema, config.name)
+    if branched:
+        spark.sql(f"REFRESH TABLE {qualified(config, *target)}")
+    _drop_targets(spark, config, schema, target=not branched)
+
+
+def copy_all_again(
+    spark: Any, config: PipelineConfig, state: StateTable, schemas: Sequence[TableSchema]
+) -> list[TableSchema]:
+    """`stream.on_purged: resnapshot`: start the copy of every table over and forget the job's offset, as `ingest
+    resnapshot` of every table does (the caller then copies them); return `schemas`."""
+    for schema in schemas:
+        if state.plan(schema.table_id) is not None:
+            start_copy_again(spark, config, schema)
+            crash_point("purged.after_start_over")
+            state.forget(schema.table_id)
+    state.forget_offset()  # every table starts over from its new chunks: the purged offset describes none
+    return list(schemas)
+
+
+def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema, target: bool = True) -> None:
+    """Drop the target (unless `target` is False) and changelog table with their files, through Spark so that its
+    catalog cache forgets them too (the same names are created again at once)."""
+    names = [config.changelog_for(schema.database, schema.table)]
+    if target:
+        names.append(config.target_for(schema.database, schema.table))
     for name in names:
         if name is not None:
             spark.sql(f"DROP TABLE IF EXISTS {qualified(config, *name)} PURGE")
@@ -233,6 +263,9 @@ class LiveCopy:
             for record in records:
                 assert record.high_watermark is not None
                 table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
+            if not table.unread:  # the last chunk: readers see the copy now, and the phase writes main again
+                finish_copy(self.spark, self.config, schema, table.target)
+                table.target = table_of(table.target)
             read = len(table.chunks) - len(table.unread)
             metrics.current().snapshot_progress(schema.table_id, read, len(table.chunks))
             waited = self.throttle.seconds() if self.throttle is not None else 0.0

@@ -76,13 +76,19 @@ def _parser() -> argparse.ArgumentParser:
         "--table", action="append", default=[], metavar="DB.TABLE", help="a table to snapshot (repeatable)"
     )
     what = snap.add_mutually_exclusive_group()
-    what.add_argument("--again", action="store_true", help="drop what the job holds of the tables and copy them again")
+    what.add_argument(
+        "--again",
+        action="store_true",
+        help="copy the tables again (readers keep the old rows until the copy is complete, see docs/config.md)",
+    )
     what.add_argument("--pause", action="store_true", help="read no more chunks of the tables until --resume")
     what.add_argument("--resume", action="store_true", help="read their chunks again")
 
     again = sub.add_parser(
         "resnapshot",
-        help="drop the targets of some tables and their snapshot state: the next run copies them again",
+        help="forget the snapshot state of some tables: the next run copies them again (into a branch of the "
+        "target that readers do not see until the copy is complete, or after dropping a target whose schema no "
+        "longer fits)",
     )
     again.add_argument("--config", required=True, help="the pipeline YAML file")
     again.add_argument(
@@ -173,10 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "resnapshot":
             from ingest.resnapshot import resnapshot
 
-            dropped = resnapshot(config, args.table)
+            over = resnapshot(config, args.table)
+            branched = f"copied again into a branch (readers keep the old rows meanwhile): {', '.join(over.branched)}; "
             print(
-                f"dropped: {', '.join(dropped) or 'nothing (already gone)'}; the next `ingest run` snapshots "
-                f"{', '.join(args.table)} again"
+                f"{branched if over.branched else ''}dropped: {', '.join(over.dropped) or 'nothing'}; the next "
+                f"`ingest run` snapshots {', '.join(args.table)} again"
             )
             return EXIT_OK
     except ConfigError as e:

@@ -27,6 +27,7 @@ STARTUP_MODES: tuple[StartupMode, ...] = ("initial", "snapshot_only", "latest", 
 BINLOG_START_MODES: tuple[StartupMode, ...] = ("latest", "binlog_position", "gtid", "timestamp")
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
 StreamEngine = Literal["loop", "structured"]
+PurgedPolicy = Literal["stop", "resnapshot"]
 UnrepresentablePolicy = Literal["null", "stop", "dead_letter"]
 UNREPRESENTABLE_POLICIES: tuple[str, ...] = ("null", "stop", "dead_letter")
 
@@ -177,6 +178,8 @@ class StreamConfig:
     """With the `structured` engine: Spark's checkpoint directory (None: a fresh one per run)."""
     signal_poll_seconds: float = 10.0
     """How often the loop engine looks for snapshots asked with `ingest snapshot` (between batches)."""
+    on_purged: PurgedPolicy = "stop"
+    """The binlog to resume from is purged: stop with the way out, or copy every table again and go on."""
 
 
 @dataclass(frozen=True)
@@ -504,6 +507,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "engine",
             "checkpoint_location",
             "signal_poll_seconds",
+            "on_purged",
         ),
     )
     stream = StreamConfig(
@@ -517,6 +521,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         engine=cast(StreamEngine, stm.choice("engine", ("loop", "structured"), "loop")),
         checkpoint_location=stm.get("checkpoint_location", str),
         signal_poll_seconds=_positive_float(stm, "signal_poll_seconds", 10.0),
+        on_purged=cast(PurgedPolicy, stm.choice("on_purged", ("stop", "resnapshot"), "stop")),
     )
     if stream.checkpoint_location is not None and stream.engine != "structured":
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")

@@ -22,18 +22,23 @@ from typing import Any
 from ingest import errors, metrics
 from ingest.changes.rejects import RejectedValue
 from ingest.config import BINLOG_START_MODES, PipelineConfig
-from ingest.errors import ConfigError, IngestError, SinkError
+from ingest.errors import BinlogPurgedError, ConfigError, IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.metrics import JobMetrics, MetricsServer, recording
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
+from ingest.sink.recopy import finish_branch_copy
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.targets import (
     SUMMARY_CHUNKS_DONE,
     SUMMARY_PIPELINE,
     chunks_done_in_target,
+    copy_under_way,
     encode_ranges,
     ensure_target_created,
+    job_head,
+    lineage,
+    on_copy_branch,
     target_columns,
 )
 from ingest.source.chunk_reader import ChunkHook, ChunkTask
@@ -151,10 +156,9 @@ def _run(
     hook: ChunkHook | None,
     spark: Any,
 ) -> None:
-    from ingest.adhoc import stream_taking_requests, take_requests
+    from ingest.adhoc import copy_all_again, take_requests
     from ingest.runtime.spark import attach_catalog, spark_session
     from ingest.streaming import StopSignal
-    from ingest.structured import stream_structured
 
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)
@@ -177,29 +181,56 @@ def _run(
         requests = state.requests()
         if requests.snapshot:  # `ingest snapshot` asked while no job ran: those tables are copied below
             schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
-        # A table paused (`ingest snapshot --pause`) keeps its chunks unread, and the loop engine's binlog phase
-        # holds back its keys' changes; the structured engine cannot read chunks between batches, so reads all.
-        loop = config.stream.engine == "loop"
-        if not _snapshot(
-            spark, config, state, info.flavor, _not_paused(requests.paused, schemas) if loop else schemas, stop, hook
-        ):
-            return
-        if snapshot_only or config.startup_mode == "snapshot_only":
-            return
-        if config.stream.engine == "structured":
-            end = stream_structured(spark, config, state, schemas, info.flavor, until_caught_up, stop)
-            log.info("binlog phase stopped at %s", end)
-            return
-        schemas = stream_taking_requests(spark, config, state, info.flavor, schemas, until_caught_up, stop, hook)
-        if not stop.event.is_set():
-            # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up
-            # to when they are read, later than the offset just committed).
-            unread = [s for s in _not_paused(state.requests().paused, schemas) if unfinished(state, s.table_id)]
-            _snapshot(spark, config, state, info.flavor, unread, stop, hook)
+        paused = requests.paused
+        while True:
+            # A table paused (`ingest snapshot --pause`) keeps its chunks unread, and the loop engine's binlog phase
+            # holds back its keys' changes; the structured engine cannot read chunks between batches, so reads all.
+            loop = config.stream.engine == "loop"
+            if not _snapshot(
+                spark, config, state, info.flavor, _not_paused(paused, schemas) if loop else schemas, stop, hook
+            ):
+                return
+            if snapshot_only or config.startup_mode == "snapshot_only":
+                return
+            try:
+                _stream(spark, config, state, info.flavor, schemas, until_caught_up, stop, hook)
+                return
+            except BinlogPurgedError as e:
+                if config.stream.on_purged != "resnapshot":
+                    raise
+                log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", e)
+                schemas = copy_all_again(spark, config, state, discover(config).schemas)
+                paused = state.requests().paused
     finally:
         stop.uninstall()
         if warm_up is not None:
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop()
+
+
+def _stream(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schemas: list[TableSchema],
+    until_caught_up: bool,
+    stop: Any,
+    hook: ChunkHook | None,
+) -> None:
+    """The binlog phase of either engine (the loop engine's takes `ingest snapshot` requests as it goes)."""
+    from ingest.adhoc import stream_taking_requests
+    from ingest.structured import stream_structured
+
+    if config.stream.engine == "structured":
+        end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop)
+        log.info("binlog phase stopped at %s", end)
+        return
+    schemas = stream_taking_requests(spark, config, state, flavor, schemas, until_caught_up, stop, hook)
+    if not stop.event.is_set():
+        # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up to
+        # when they are read, later than the offset just committed).
+        unread = [s for s in _not_paused(state.requests().paused, schemas) if unfinished(state, s.table_id)]
+        _snapshot(spark, config, state, flavor, unread, stop, hook)
 
 
 def _snapshot(
@@ -278,6 +309,7 @@ def snapshot_table(
     metrics.current().snapshot_progress(table_id, len(done), len(plan))
     if not todo:
         log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
+        finish_copy(spark, config, schema, target)  # a run that stopped between the last chunk and the swap
         return
     started = time.monotonic()
     rows_done = 0
@@ -303,6 +335,7 @@ def snapshot_table(
             rows_done / elapsed,
             paused,
         )
+    finish_copy(spark, config, schema, target)
 
 
 def plan_table(
@@ -317,9 +350,13 @@ def plan_table(
 
     The plan records a binlog position earlier than every chunk: `schema_read_after`, a position read before
     `schema` was loaded, when given, else the position now. With it, a DDL statement before that position is
-    known to be in the target already (see streaming.TableStream.contained_until)."""
+    known to be in the target already (see streaming.TableStream.contained_until).
+
+    Returns the Spark name the table's chunks are written to: the target's copy branch while one exists."""
     table_id = schema.table_id
     target, created = ensure_target_created(spark, config, schema)
+    if _copying_into_branch(config, state, schema):
+        target = on_copy_branch(target)
     if created and state.done(table_id):
         raise SinkError(
             f"{table_id}: the state table records {len(state.done(table_id))} chunks copied, but the target {target} "
@@ -336,6 +373,27 @@ def plan_table(
         crash_point("snapshot.after_plan")
         log.info("%s: planned %d chunks of up to %d rows", table_id, len(plan), chunk_size)
     return target
+
+
+def _copying_into_branch(config: PipelineConfig, state: StateTable, schema: TableSchema) -> bool:
+    """Whether the target is being copied again into its branch. A branch that lacks chunks the state table
+    records was started over (`ingest resnapshot` stopped between its two steps, see resnapshot.py): those
+    records describe the old copy, so they are forgotten here and the caller plans the table again."""
+    table_id = schema.table_id
+    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    if not copy_under_way(table):
+        return False
+    stale = set(state.done(table_id)) - chunks_done_in_target(table, config.name)
+    if stale:
+        log.info("%s: the copy branch was started over; forgetting %d chunks of the old copy", table_id, len(stale))
+        state.forget(table_id)
+    return True
+
+
+def finish_copy(spark: Any, config: PipelineConfig, schema: TableSchema, target: str) -> None:
+    """Every chunk is in the target: if it was copied into its branch, let readers see the copy (the swap)."""
+    names = config.target_for(schema.database, schema.table)
+    finish_branch_copy(cached_pyiceberg_catalog(config.sink), names, spark, target)
 
 
 def copy_chunks(
@@ -416,7 +474,8 @@ def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) ->
 
 def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord]:
     out: dict[int, ChunkRecord] = {}
-    for snapshot in table.snapshots():
+    # While a copy branch exists only its lineage counts: main's snapshots hold the old copy's chunks.
+    for snapshot in reversed(list(lineage(table))) if copy_under_way(table) else table.snapshots():
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) != pipeline or SUMMARY_BATCH not in props:
             continue
@@ -517,7 +576,8 @@ def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, da
 
 
 def _current_snapshot_id(config: PipelineConfig, schema: TableSchema) -> int | None:
-    """The target's current snapshot, read with pyiceberg (a Spark query of `.snapshots` costs a Spark job)."""
+    """The target's head the job writes (its copy branch's while one exists), read with pyiceberg (a Spark query of
+    `.snapshots` costs a Spark job)."""
     namespace, name = config.target_for(schema.database, schema.table)
-    snapshot = cached_pyiceberg_catalog(config.sink).load_table((namespace, name)).current_snapshot()
+    snapshot = job_head(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)))
     return None if snapshot is None else int(snapshot.snapshot_id)

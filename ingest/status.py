@@ -25,6 +25,7 @@ import pymysql
 from ingest.config import PipelineConfig
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import committed_offset
+from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head
 from ingest.source.binlog import binlog_sizes
 from ingest.source.mysql import connect, server_flavor
 from ingest.source.position import BinlogPosition, MariadbGtidPos
@@ -103,7 +104,7 @@ def _table_commits(config: PipelineConfig, catalog: Any, table_id: str) -> dict[
     from pyiceberg.exceptions import NoSuchTableError
 
     database, _, table = table_id.partition(".")
-    out: dict[str, Any] = {"last_commit": None, "stream_offset": None}
+    out: dict[str, Any] = {"last_commit": None, "stream_offset": None, "copy_branch": None}
     names = {"": config.target_for(database, table)}
     changelog = config.changelog_for(database, table)
     if changelog is not None:
@@ -115,8 +116,10 @@ def _table_commits(config: PipelineConfig, catalog: Any, table_id: str) -> dict[
         except NoSuchTableError:
             out[f"{prefix}last_commit"] = out[f"{prefix}stream_offset"] = None
             continue
-        current = iceberg_table.current_snapshot()
+        current = job_head(iceberg_table)  # the job's last commit: to the copy branch while one exists
         out[f"{prefix}last_commit"] = None if current is None else _iso(current.timestamp_ms / 1000)
+        if not prefix and copy_under_way(iceberg_table):
+            out["copy_branch"] = COPY_BRANCH
         offset = committed_offset(iceberg_table, config.name)
         out[f"{prefix}stream_offset"] = None if offset is None else str(offset.position)
     return out
@@ -277,6 +280,9 @@ def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | No
             f"{r['stream_offset'] or '-':<28} {r['low_high_watermark']} .. {r['high_high_watermark']}",
             file=out,
         )
+        if r["copy_branch"] is not None:
+            branch = r["copy_branch"]
+            print(f"  copied again into branch {branch}; readers see the old rows until it is complete", file=out)
         if "changelog" in r:
             print(
                 f"{'  changelog ' + r['changelog']:<71} {r['changelog_last_commit'] or '-':<25} "

@@ -53,7 +53,7 @@ from ingest.sink.merge import (
     stream_offset_properties,
 )
 from ingest.sink.rejected import ensure_rejected, merge_rejected
-from ingest.sink.targets import qualified
+from ingest.sink.targets import copy_under_way, on_copy_branch, qualified, table_of
 from ingest.source.binlog import (
     BinlogReader,
     DdlStatement,
@@ -83,6 +83,7 @@ class TableStream:
 
     schema: TableSchema
     target: str
+    """The Spark name the phase writes the table to: its copy branch while it is copied again (sink/recopy.py)."""
     chunks: list[Chunk]
     chunk_highs: list[BinlogPosition | None]
     """Per chunk, the high watermark it was read at; None while a snapshot asked of the running job has not
@@ -217,7 +218,10 @@ def _table_streams(
         log_table = None if changelog is None else catalog.load_table(changelog)
         logged = None if log_table is None else committed_offset(log_table, config.name)
         history = stream_history(table, config.name)
-        stream = TableStream(schema, qualified(config, namespace, name), plan, [], None, changelog)
+        target = qualified(config, namespace, name)
+        if copy_under_way(table):  # copied again: written to its branch, main left to readers until the swap
+            target = on_copy_branch(target)
+        stream = TableStream(schema, target, plan, [], None, changelog)
         stream.committed_known = history.complete
         every = config.sink.maintenance.every_commits
         stream.since_compaction[stream.target] = commits_since_compaction(table, every)
@@ -538,7 +542,7 @@ def evolve_table(
             f"`ingest resnapshot --config ... --table {old.table_id}`, then `ingest run`"
         )
     values = _old_row_values(conn, flavor, live, plan, ddl)
-    done = apply_plan(spark, table.target, old.table_id, plan)
+    done = apply_plan(spark, table_of(table.target), old.table_id, plan)  # the schema is table-wide
     crash_point("stream.after_schema_change")
     if values:
         mark = Watermark(ddl.end, ddl.gtid_after, here)
@@ -549,7 +553,7 @@ def evolve_table(
             done.append(f"backfill of {sorted(values)}")
             table.committed = ddl.end
     crash_point("stream.after_backfill")
-    store_source_schema(spark, table.target, live)
+    store_source_schema(spark, table_of(table.target), live)
     table.schema = live
     if reader is not None:
         reader.set_schema(live)
@@ -770,6 +774,8 @@ def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream],
         for name, held in ((table.target, table.committed), (changelog, table.changelog_committed)):
             if name is None or held != end.position:
                 continue  # no changelog, or nothing of this batch committed to it
+            if name != table_of(name):
+                continue  # copied into its branch: main is what readers see, and expiry must keep the branch
             table.since_compaction[name] = table.since_compaction.get(name, 0) + 1
             if table.since_compaction[name] >= every:
                 maintain(spark, name, config.name, end, config.sink.maintenance)

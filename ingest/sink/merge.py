@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ingest import metrics
 from ingest.errors import CommitConflictError
-from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, target_columns
+from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, lineage, table_of, target_columns
 from ingest.sink.types import quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, Watermark, parse_gtid_set
@@ -68,7 +68,8 @@ class StreamHistory:
 
 
 def stream_history(iceberg_table: Any, pipeline: str) -> StreamHistory:
-    """What the table says about this pipeline's stream commits, walking back from its current snapshot.
+    """What the table says about this pipeline's stream commits, walking back from the job's head of it (the
+    copy branch's while the table is copied again, see targets.job_head).
 
     Walks parent ids and stops at the first snapshot of this pipeline carrying an offset: our MERGEs commit
     strictly increasing offsets (a batch not newer than the table's offset is skipped), so the newest ancestor
@@ -89,19 +90,6 @@ def stream_history(iceberg_table: Any, pipeline: str) -> StreamHistory:
                 return StreamHistory(None, True)  # the snapshot phase's commit: the stream came after it
     # Complete when the walk reached the table's first snapshot (or the table has none), not an expired parent.
     return StreamHistory(None, last is None or last.parent_snapshot_id is None)
-
-
-def lineage(iceberg_table: Any) -> Iterator[Any]:
-    """The table's current snapshot, then its parent, and so on while they are kept (stops at a cycle in
-    broken metadata)."""
-    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
-    snapshot = iceberg_table.current_snapshot()
-    seen: set[int] = set()
-    while snapshot is not None and snapshot.snapshot_id not in seen:
-        seen.add(snapshot.snapshot_id)
-        yield snapshot
-        parent = snapshot.parent_snapshot_id
-        snapshot = by_id.get(parent) if parent is not None else None
 
 
 @contextmanager
@@ -195,7 +183,7 @@ def merge_into(
                     attempt,
                     text.splitlines()[0][:200],
                 )
-                spark.sql(f"REFRESH TABLE {target}")
+                spark.sql(f"REFRESH TABLE {table_of(target)}")
                 time.sleep(0.2 * attempt)
         raise CommitConflictError(f"{target}: MERGE kept conflicting with other writers after {MAX_ATTEMPTS} tries")
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ingest.config import PipelineConfig
@@ -17,6 +17,11 @@ log = logging.getLogger(__name__)
 # Snapshot summary keys: Iceberg snapshots are the checkpoint boundary (MISSION.md).
 SUMMARY_PIPELINE = "ingest.pipeline"
 SUMMARY_CHUNKS_DONE = "ingest.snapshot.chunks-done"
+
+COPY_BRANCH = "ingest_copy"
+"""The Iceberg branch a target is copied into again (ingest/sink/recopy.py) while readers keep its main. While it
+exists, the job writes the table there and reads what the table holds from there."""
+_BRANCH_SUFFIX = "." + quote_identifier(f"branch_{COPY_BRANCH}")
 
 MERGE_ON_READ = {
     "write.delete.mode": "merge-on-read",
@@ -74,6 +79,41 @@ def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchem
     return table, created
 
 
+def copy_under_way(iceberg_table: Any) -> bool:
+    """The target is being copied again into its branch (the branch is the durable signal of that)."""
+    return COPY_BRANCH in iceberg_table.metadata.refs
+
+
+def job_head(iceberg_table: Any) -> Any:
+    """The newest snapshot of what the job holds of the table: the copy branch's head while it exists, else main's."""
+    if copy_under_way(iceberg_table):
+        return iceberg_table.snapshot_by_name(COPY_BRANCH)
+    return iceberg_table.current_snapshot()
+
+
+def on_copy_branch(target: str) -> str:
+    """The Spark name that writes to (and reads) the copy branch of a qualified target name."""
+    return target if target.endswith(_BRANCH_SUFFIX) else target + _BRANCH_SUFFIX
+
+
+def table_of(target: str) -> str:
+    """The qualified table name of a Spark name that may point at the copy branch (for DDL and REFRESH)."""
+    return target.removesuffix(_BRANCH_SUFFIX)
+
+
+def lineage(iceberg_table: Any) -> Iterator[Any]:
+    """The job's head of the table (`job_head`), then its parent, and so on while they are kept (stops at a cycle
+    in broken metadata)."""
+    by_id = {s.snapshot_id: s for s in iceberg_table.snapshots()}
+    snapshot = job_head(iceberg_table)
+    seen: set[int] = set()
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        seen.add(snapshot.snapshot_id)
+        yield snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
+
+
 def encode_ranges(indexes: Iterable[int]) -> str:
     """Chunk indexes as compact ranges: {0,1,2,5} -> '0-2,5'."""
     parts: list[str] = []
@@ -101,8 +141,10 @@ def chunks_done_in_target(iceberg_table: Any, pipeline: str) -> set[int]:
 
     Each snapshot-phase commit carries the cumulative set, so the newest one suffices, and a crash between
     the data commit and the state-table commit cannot make a committed chunk be read (and appended) again.
+    While a copy branch exists, only its lineage counts: main's snapshots hold the old copy's chunks.
     """
-    snapshots = sorted(iceberg_table.snapshots(), key=lambda s: s.sequence_number, reverse=True)
+    kept = list(lineage(iceberg_table)) if copy_under_way(iceberg_table) else iceberg_table.snapshots()
+    snapshots = sorted(kept, key=lambda s: s.sequence_number, reverse=True)
     for snapshot in snapshots:
         summary = snapshot.summary
         props = summary.additional_properties if summary is not None else {}

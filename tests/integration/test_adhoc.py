@@ -174,14 +174,16 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
     unmatched = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.acct")
     assert unmatched.returncode == 2 and "not a table" in unmatched.stderr, unmatched.stderr
 
-    # Asked while no job runs: the next run copies it again, into a new Iceberg table.
+    # Asked while no job runs: the next run copies it again, into a branch of the same Iceberg table (readers keep
+    # the old rows until the copy is complete, tests/integration/test_recopy.py).
     before = load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid
     again = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--again")
     assert again.returncode == 0, again.stderr[-2000:]
     status = run_ingest("status", "--config", config_file, "--json")
     assert json.loads(status.stdout)["snapshot_requests"] == [{"table": f"{db}.fresh", "again": True}]
     run(config, spark=spark, until_caught_up=True)
-    assert load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid != before
+    fresh_table = load_pyiceberg_catalog(config.sink).load_table((db, "fresh"))
+    assert fresh_table.metadata.table_uuid == before and set(fresh_table.metadata.refs) == {"main"}
     assert StateTable.open(config).requests().snapshot == {}
     assert verify(config)
 
@@ -240,8 +242,9 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
 def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
 ) -> None:
-    """A target damaged by hand is copied again while the job runs; the job is killed while dropping it or
-    between two chunk commits of the copy, and the next run ends with the table equal to MySQL."""
+    """A target damaged by hand is copied again (into its branch) while the job runs; the job is killed right after
+    the copy started over or between two chunk commits of the copy, and the next run ends with the table equal to
+    MySQL."""
     db = f"adhoc_again_{crash_at.split('.')[1].split(':')[0]}"
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",

@@ -116,15 +116,9 @@ def test_a_writer_session_overriding_the_binlog_settings_stops_the_job_instead_o
     assert not verify(config)  # nothing was written: the update is missing, and the job says so
 
 
-def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    config = _setup(mariadb, "purged", tmp_path, "purged_lake")
-    run(config, spark=spark, snapshot_only=True)
-    mariadb.execute("UPDATE purged.t SET n = -1 WHERE id = 2")
-    run(config, spark=spark, until_caught_up=True)
-    assert StateTable.open(config).stream_offset() is not None  # the job's offset, soon purged
-    mariadb.execute("UPDATE purged.t SET n = 0 WHERE id = 1", "FLUSH BINARY LOGS")
+def purge_binlogs(mariadb: MariaDBServer) -> None:
+    """Start a new binlog file and purge every older one (the job's offset with them)."""
+    mariadb.execute("FLUSH BINARY LOGS")
     with mariadb.admin() as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         current = cur.fetchone()[0]
@@ -138,10 +132,22 @@ def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
             time.sleep(0.25)
         else:
             pytest.fail("the server did not purge its old binlogs")
+
+
+def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    config = _setup(mariadb, "purged", tmp_path, "purged_lake")
+    run(config, spark=spark, snapshot_only=True)
+    mariadb.execute("UPDATE purged.t SET n = -1 WHERE id = 2")
+    run(config, spark=spark, until_caught_up=True)
+    assert StateTable.open(config).stream_offset() is not None  # the job's offset, soon purged
+    mariadb.execute("UPDATE purged.t SET n = 0 WHERE id = 1")
+    purge_binlogs(mariadb)
     with pytest.raises(BinlogPurgedError, match=r"is no longer on the server .*`ingest resnapshot --config"):
         run(config, spark=spark, until_caught_up=True)
     # The way out the error names: snapshot every table again; the job starts over from their new chunks.
-    assert resnapshot(config, ["purged.t"]) == ["purged.t"]
+    assert resnapshot(config, ["purged.t"]).branched == ("purged.t",)
     assert StateTable.open(config).stream_offset() is None
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
@@ -316,7 +322,8 @@ def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_
     with pytest.raises(SinkError, match=r"records 4 chunks copied, but the target .* did not exist.*ingest resnapshot"):
         run(config, spark=spark, until_caught_up=True)
 
-    assert resnapshot(config, [f"{db}.t"]) == [f"{db}.t"]
+    # The failed run created the target again, empty: readers have nothing to keep, so it is dropped.
+    assert resnapshot(config, [f"{db}.t"]).dropped == (f"{db}.t",)
     assert StateTable.open(config).stream_offset() == offset  # `other` still holds what it says
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)

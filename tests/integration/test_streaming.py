@@ -519,9 +519,11 @@ def _start_streaming_job(
     catalog: str,
     snapshot: dict[str, Any] | None = None,
     crash_at: str | None = None,
+    sink: dict[str, Any] | None = None,
     **stream: Any,
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
-    """`ingest run` of `tables` in `db` as a separate process (to be signalled), batches due every second."""
+    """`ingest run` of `tables` in `db` as a separate process (to be signalled), batches due every second; `sink`:
+    more keys of the `sink` section."""
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(
         yaml.safe_dump(
@@ -529,7 +531,7 @@ def _start_streaming_job(
                 "name": db,
                 "source": source_section(mariadb),
                 "tables": {"include": [tables]},
-                "sink": {**embedded_sink(tmp_path), "catalog_name": catalog},
+                "sink": {**embedded_sink(tmp_path), "catalog_name": catalog, **(sink or {})},
                 "snapshot": {"chunk_size": 100, **(snapshot or {})},
                 "stream": {"batch_interval_seconds": 1, **stream},
             }

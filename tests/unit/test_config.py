@@ -721,6 +721,14 @@ def test_schema_change_policy_defaults_to_evolve_and_names_its_choices() -> None
     )
 
 
+def test_a_purged_binlog_stops_the_job_unless_told_to_copy_every_table_again() -> None:
+    assert parse_config(cfg()).stream.on_purged == "stop"
+    assert parse_config(cfg(stream={"on_purged": "resnapshot"})).stream.on_purged == "resnapshot"
+    assert (
+        error_of(cfg(stream={"on_purged": "skip"})) == "`stream.on_purged` must be one of stop, resnapshot; got 'skip'"
+    )
+
+
 def test_the_stream_engine_defaults_to_the_loop_and_a_checkpoint_needs_the_structured_engine() -> None:
     assert parse_config(cfg()).stream.engine == "loop"
     assert parse_config(cfg()).stream.checkpoint_location is None

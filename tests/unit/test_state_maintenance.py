@@ -14,7 +14,7 @@ from ingest.sink.merge import (
     offset_summary,
     stream_history,
 )
-from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
+from ingest.sink.targets import COPY_BRANCH, SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, chunks_done_in_target
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.state.table import _quote, snapshots_to_expire
 
@@ -67,17 +67,36 @@ class FakeSnapshot:
     parent_snapshot_id: int | None
     summary: FakeSummary
 
+    @property
+    def sequence_number(self) -> int:
+        return self.snapshot_id  # the fakes are numbered in commit order
+
+
+@dataclass
+class FakeMetadata:
+    refs: dict[str, int]
+
 
 class FakeTable:
-    def __init__(self, snapshots: list[FakeSnapshot], current: int | None) -> None:
+    def __init__(self, snapshots: list[FakeSnapshot], current: int | None, branch: int | None = None) -> None:
+        """`branch`: the head of the copy branch (ingest_copy), when there is one."""
         self._snapshots = snapshots
         self._current = current
+        self.metadata = FakeMetadata({} if current is None else {"main": current})
+        if branch is not None:
+            self.metadata.refs[COPY_BRANCH] = branch
 
     def snapshots(self) -> list[FakeSnapshot]:
         return self._snapshots
 
     def current_snapshot(self) -> FakeSnapshot | None:
-        return next((s for s in self._snapshots if s.snapshot_id == self._current), None)
+        return self._by_id(self._current)
+
+    def snapshot_by_name(self, name: str) -> FakeSnapshot | None:
+        return self._by_id(self.metadata.refs.get(name))
+
+    def _by_id(self, snapshot_id: int | None) -> FakeSnapshot | None:
+        return next((s for s in self._snapshots if s.snapshot_id == snapshot_id), None)
 
 
 def ours(sid: int, parent: int | None, pos: int, pipeline: str = "p") -> FakeSnapshot:
@@ -149,3 +168,22 @@ def test_a_commit_summary_keeps_the_gtid_position_and_server_of_its_offset() -> 
     assert committed_offset(FakeTable([FakeSnapshot(1, None, FakeSummary(props))], 1), "p") == end
     # A summary written before GTIDs and server ids were recorded reads as a bare position.
     assert offset_from_summary(json.dumps({"position": "mysql-bin.000004:77"})) == Watermark(end.position)
+
+
+def test_while_a_copy_branch_exists_the_walk_and_the_chunks_done_come_from_the_branch() -> None:
+    """Main holds the old copy (chunks 0-3, offset 200); the branch starts at an empty snapshot without a parent
+    (chunks done: none), then gets one chunk commit and one stream commit."""
+
+    def chunks(sid: int, parent: int | None, done: str) -> FakeSnapshot:
+        return FakeSnapshot(sid, parent, FakeSummary({SUMMARY_PIPELINE: "p", SUMMARY_CHUNKS_DONE: done}))
+
+    old = [chunks(1, None, "0-3"), ours(2, 1, 200)]
+    started = FakeTable([*old, chunks(3, None, "")], 2, branch=3)
+    assert offset(started) is None and stream_history(started, "p").complete
+    assert chunks_done_in_target(started, "p") == set()
+    copying = FakeTable([*old, chunks(3, None, ""), chunks(4, 3, "0"), ours(5, 4, 300)], 2, branch=5)
+    assert offset(copying) == BinlogPosition.parse("bin.000001:300")
+    assert chunks_done_in_target(copying, "p") == {0}
+    assert commits_since_compaction(copying, 50) == 3
+    swapped = FakeTable(copying.snapshots(), 5)  # main moved to the branch head, the branch removed
+    assert offset(swapped) == BinlogPosition.parse("bin.000001:300") and chunks_done_in_target(swapped, "p") == {0}

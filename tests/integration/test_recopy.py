@@ -1,0 +1,316 @@
+"""Copying a target again through an Iceberg branch (issue 24): readers of main see the old rows, whole, until the
+copy is complete, whichever way it was asked for (`ingest resnapshot`, `ingest snapshot --again`, a purged binlog
+with `stream.on_purged: resnapshot`) and wherever the job is killed; a source whose schema no longer fits the
+target is dropped and copied as before."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ingest.adhoc import ask_snapshot
+from ingest.config import PipelineConfig, parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.faults import FAIL_ENV, InjectedFailure
+from ingest.faults import reset as reset_fault_counts
+from ingest.pipeline import SUMMARY_BATCH, run
+from ingest.resnapshot import resnapshot
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.maintenance import SUMMARY_MAINTENANCE
+from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.recopy import SUMMARY_COPY
+from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way, lineage
+from ingest.state.table import StateTable
+from ingest.status import table_status
+from ingest.verify import verify
+from tests.conftest import embedded_sink, run_ingest, source_section
+from tests.integration.test_adhoc import _Log, _stop, _wait
+from tests.integration.test_binlog_edges import purge_binlogs
+from tests.integration.test_streaming import _start_streaming_job, _wait_until_streaming, background_writes
+
+pytestmark = pytest.mark.integration
+
+KEYS = 300
+CHUNKS = 8  # KEYS / chunk_size 40, rounded up
+SNAPSHOT = {"chunk_size": 40, "chunks_per_commit": 1, "parallelism": 2}
+
+
+def _setup(
+    mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str = "lake", **stream: Any
+) -> tuple[PipelineConfig, Path]:
+    """`db.t` with KEYS rows, and its pipeline (also as a file, for runs in a subprocess). The module's Spark
+    session keeps the first catalog of a name: each test names its own."""
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_{KEYS}",
+    )
+    data = {
+        "name": db,
+        "source": source_section(mariadb),
+        "tables": {"include": [rf"{db}\.t"]},
+        "sink": {**embedded_sink(tmp_path), "catalog_name": f"{db}_{catalog}"},
+        "snapshot": SNAPSHOT,
+        "stream": {"batch_interval_seconds": 1, **stream},
+    }
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    return parse_config(data, tmp_path), config_file
+
+
+def _target(config: PipelineConfig, db: str) -> Any:
+    return load_pyiceberg_catalog(config.sink).load_table((db, "t"))
+
+
+def _rows(table: Any) -> dict[int, int]:
+    """What a reader of the table's main sees."""
+    return {r["id"]: r["v"] for r in table.scan().to_arrow().to_pylist()}
+
+
+def _mysql(mariadb: MariaDBServer, db: str) -> dict[int, int]:
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v FROM t")
+        return {int(k): int(v) for k, v in cur.fetchall()}
+
+
+def _watch_main(config: PipelineConfig, db: str, done: Callable[[], bool]) -> list[tuple[int, dict[int, int], int]]:
+    """Until `done`, read the target's main about three times a second while its copy branch exists: per reading,
+    main's snapshot id, its rows, and how many chunks the branch holds then."""
+    seen = []
+    while not done():
+        table = _target(config, db)
+        if copy_under_way(table):
+            seen.append((table.current_snapshot().snapshot_id, _rows(table), len(chunks_done_in_target(table, db))))
+        time.sleep(0.3)
+    return seen
+
+
+def _during_copy(seen: list[tuple[int, dict[int, int], int]]) -> None:
+    """Main was read while the branch held some chunks but not all of them (the copy was under way)."""
+    assert any(0 < chunks < CHUNKS for _, _, chunks in seen), [chunks for _, _, chunks in seen]
+
+
+def _in_thread(job: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            job()
+        except BaseException as e:  # noqa: BLE001 - raised again by the test
+            errors.append(e)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def _once_each(config: PipelineConfig, db: str) -> None:
+    """The copy is complete, read once: the branch is gone, main equals MySQL, no chunk was recorded twice and no
+    binlog batch was committed twice."""
+    table = _target(config, db)
+    assert not copy_under_way(table) and set(table.metadata.refs) == {"main"}
+    assert verify(config)
+    assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
+    offsets = [
+        json.loads(props[SUMMARY_STREAM_OFFSET])["position"]
+        for s in table.snapshots()
+        if SUMMARY_STREAM_OFFSET in (props := s.summary.additional_properties) and SUMMARY_MAINTENANCE not in props
+    ]
+    assert len(offsets) == len(set(offsets)), "a binlog batch was committed twice"
+
+
+def _bump(cur: Any, n: int) -> None:
+    cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (1 + n * 7 % KEYS,))
+
+
+def test_readers_of_main_see_the_old_rows_while_resnapshot_copies_into_the_branch(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Fails on the old behaviour: a dropped target is missing, then empty, then partial while it is copied."""
+    db = "recopy_offline"
+    config, _ = _setup(mariadb, db, tmp_path)
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 100")  # the old rows differ from the new copy
+    old = _rows(_target(config, db))
+    assert len(old) == KEYS and old != _mysql(mariadb, db)
+    uuid = _target(config, db).metadata.table_uuid
+
+    assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
+    assert _rows(_target(config, db)) == old
+    with background_writes(mariadb, db, _bump):
+        job, errors = _in_thread(lambda: run(config, spark=spark, until_caught_up=True))
+        seen = _watch_main(config, db, lambda: not job.is_alive())
+        job.join()
+    assert not errors, errors
+    _during_copy(seen)
+    assert all(rows == old for _, rows, _ in seen)
+    run(config, spark=spark, until_caught_up=True)  # the writes after the first run's goal
+    _once_each(config, db)
+    assert _target(config, db).metadata.table_uuid == uuid  # the same table: never dropped
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    ["snapshot.after_commit:3", "recopy.before_swap", "recopy.after_swap"],
+    ids=["between-chunk-commits", "before-swap", "after-swap"],
+)
+def test_a_job_killed_during_the_branch_copy_ends_equal_with_the_branch_gone(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+) -> None:
+    db = "recopy_kill"
+    config, config_file = _setup(mariadb, db, tmp_path, crash_at.split(":")[0].replace(".", "_"))
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id > 200")
+    old = _rows(_target(config, db))
+    assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
+
+    killed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    table = _target(config, db)
+    if crash_at == "recopy.after_swap":
+        assert not copy_under_way(table) and _rows(table) == _mysql(mariadb, db)
+    else:
+        assert copy_under_way(table) and _rows(table) == old
+        assert table_status(config)[0]["copy_branch"] == COPY_BRANCH
+    mariadb.execute(f"UPDATE {db}.t SET v = 0 WHERE id % 10 = 0", f"DELETE FROM {db}.t WHERE id = 5")
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+
+
+def test_a_resnapshot_stopped_between_its_two_steps_is_finished_by_the_next_run(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The branch is started over but the state table still records the old copy's chunks: the run must not take
+    them for chunks of the new copy (the branch would stay empty, then replace main)."""
+    db = "recopy_half"
+    config, _ = _setup(mariadb, db, tmp_path)
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id > 100")
+    monkeypatch.setenv(FAIL_ENV, "resnapshot.before_forget")
+    reset_fault_counts()
+    with pytest.raises(InjectedFailure):
+        resnapshot(config, [f"{db}.t"])
+    monkeypatch.delenv(FAIL_ENV)
+    assert copy_under_way(_target(config, db)) and len(StateTable.open(config).done(f"{db}.t")) == CHUNKS
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+
+
+def test_a_copy_asked_again_while_its_branch_copy_is_under_way_starts_that_copy_over(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = "recopy_twice"
+    config, _ = _setup(mariadb, db, tmp_path)
+    run(config, spark=spark, until_caught_up=True)
+    assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
+    monkeypatch.setenv(FAIL_ENV, "snapshot.after_state:3")  # the run fails with 3 chunks in the branch
+    reset_fault_counts()
+    with pytest.raises(InjectedFailure):
+        run(config, spark=spark, until_caught_up=True)
+    monkeypatch.delenv(FAIL_ENV)
+    assert len(chunks_done_in_target(_target(config, db), db)) == 3
+    mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id % 3 = 0")
+    assert ask_snapshot(config, [f"{db}.t"], "again").tables == (f"{db}.t",)
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+    # Main holds the second start of the branch and its chunk commits only, not the first start's three.
+    history = [s.summary.additional_properties for s in lineage(_target(config, db))]
+    assert sum(SUMMARY_COPY in props for props in history) == 1
+    assert sum(SUMMARY_BATCH in props for props in history) == CHUNKS
+
+
+def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_readers_see_main_whole(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Main stays at the snapshot it had when the request was taken (the job writes only the branch meanwhile, and
+    neither compacts nor expires the table though it is due every 2 commits): every reading sees that one
+    snapshot, with every key. Fails on the old behaviour (the target dropped)."""
+    db = "recopy_live"
+    _setup(mariadb, db, tmp_path)
+    maintenance = {"maintenance": {"every_commits": 2, "expire_after_hours": 0}}
+    config, job = _start_streaming_job(
+        mariadb, db, tmp_path, rf"{db}\.t", f"{db}_lake", SNAPSHOT, sink=maintenance, signal_poll_seconds=1
+    )
+    log = _Log(job)
+    try:
+        with background_writes(mariadb, db, _bump):
+            _wait_until_streaming(config, job)
+            uuid = _target(config, db).metadata.table_uuid
+            asked = run_ingest("snapshot", "--config", str(tmp_path / "pipeline.yaml"), "--table", f"{db}.t", "--again")
+            assert asked.returncode == 0, asked.stderr[-2000:]
+            _wait("the job took the request", lambda: copy_under_way(_target(config, db)), job, log)
+            seen = _watch_main(config, db, lambda: job.poll() is not None or not copy_under_way(_target(config, db)))
+            time.sleep(3)  # the binlog phase goes on into main after the swap
+        err = _stop(job, log)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert f"chunks {CHUNKS}/{CHUNKS} read while streaming" in err, err[-3000:]
+    during = err.split("copying it again", 1)[1].split("the copy is complete", 1)[0]
+    assert "maintenance starts" in err and "maintenance starts" not in during, err[-3000:]
+    _during_copy(seen)
+    assert len({snapshot for snapshot, _, _ in seen}) == 1
+    assert all(sorted(rows) == list(range(1, KEYS + 1)) for _, rows, _ in seen)
+    _once_each(config, db)
+    assert _target(config, db).metadata.table_uuid == uuid
+
+
+def test_a_source_schema_that_no_longer_fits_the_target_drops_it_as_before_and_says_why(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = "recopy_misfit"
+    config, _ = _setup(mariadb, db, tmp_path)
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN x INT DEFAULT 7")  # with the job stopped: not followed
+    with caplog.at_level(logging.WARNING, logger="ingest.sink.recopy"):
+        over = resnapshot(config, [f"{db}.t"])
+    assert over.branched == () and over.dropped == (f"{db}.t",)
+    assert "its columns changed (+x)" in caplog.text and "readers see it empty" in caplog.text
+    run(config, spark=spark, until_caught_up=True)
+    assert [f.name for f in _target(config, db).schema().fields] == ["id", "v", "x"]
+    assert verify(config)
+
+
+def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_through_branches(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stop` (the default) still stops with the way out: test_binlog_edges.py's purged-binlog test."""
+    db = "recopy_purged"
+    config, _ = _setup(mariadb, db, tmp_path, on_purged="resnapshot")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 50")
+    run(config, spark=spark, until_caught_up=True)
+    assert StateTable.open(config).stream_offset() is not None
+    mariadb.execute(f"UPDATE {db}.t SET v = 0 WHERE id > 250")  # in the binlog about to be purged
+    purge_binlogs(mariadb)
+    old = _rows(_target(config, db))
+    assert old != _mysql(mariadb, db)
+    # A failure right after the table's copy started over (the state still holds its old chunks and offset).
+    monkeypatch.setenv(FAIL_ENV, "purged.after_start_over")
+    reset_fault_counts()
+    with pytest.raises(InjectedFailure):
+        run(config, spark=spark, until_caught_up=True)
+    monkeypatch.delenv(FAIL_ENV)
+    assert copy_under_way(_target(config, db)) and _rows(_target(config, db)) == old
+
+    with background_writes(mariadb, db, _bump):
+        job, errors = _in_thread(lambda: run(config, spark=spark, until_caught_up=True))
+        seen = _watch_main(config, db, lambda: not job.is_alive())
+        job.join()
+    assert not errors, errors
+    _during_copy(seen)
+    assert all(rows == old for _, rows, _ in seen)
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+    assert StateTable.open(config).stream_offset() is not None  # streaming from the new snapshot

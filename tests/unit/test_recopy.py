@@ -1,0 +1,76 @@
+"""Unit tests of the pure side of copying a target again into its branch: when the source schema still fits the
+target (else the target is dropped), and the Spark names of the branch."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from ingest import streaming
+from ingest.sink.evolution import schema_from_json, schema_to_json
+from ingest.sink.recopy import schema_misfit
+from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
+from ingest.source.position import BinlogPosition, Watermark
+from ingest.streaming import TableStream
+from tests.unit.test_schema_evolution import col, table
+
+OLD = table(col("v", "varchar(20)"), col("n", "int(11)"))
+
+
+def test_the_same_schema_fits_also_after_the_round_trip_through_the_table_property() -> None:
+    stored = schema_from_json("db", "t", schema_to_json(OLD))
+    assert schema_misfit(stored, OLD) is None
+
+
+def test_a_changed_column_set_type_or_key_does_not_fit_and_says_what_changed() -> None:
+    added = table(col("v", "varchar(20)"), col("n", "int(11)"), col("x", "int(11)"))
+    assert schema_misfit(OLD, added) == "its columns changed (+x)"
+    dropped = table(col("v", "varchar(20)"))
+    assert schema_misfit(OLD, dropped) == "its columns changed (-n)"
+    widened = table(col("v", "varchar(40)"), col("n", "int(11)"))
+    assert schema_misfit(OLD, widened) == "its columns changed (~v)"
+    swapped = table(col("n", "int(11)"), col("v", "varchar(20)"))
+    assert schema_misfit(OLD, swapped) == "its columns changed (order)"
+    rekeyed = dataclasses.replace(OLD, primary_key=("id", "n"))
+    assert schema_misfit(OLD, rekeyed) == "the primary key changed from ['id'] to ['id', 'n']"
+
+
+def test_a_target_that_does_not_record_its_source_schema_does_not_fit() -> None:
+    assert schema_misfit(None, OLD) == "the target does not record the source schema it mirrors"
+
+
+def test_the_branch_name_is_added_once_and_taken_off_for_the_table() -> None:
+    target = "`lake`.`db`.`t`"
+    branch = on_copy_branch(target)
+    assert branch == f"`lake`.`db`.`t`.`branch_{COPY_BRANCH}`"
+    assert on_copy_branch(branch) == branch
+    assert table_of(branch) == target
+    assert table_of(target) == target
+
+
+def test_the_job_reads_the_branch_head_while_the_branch_exists() -> None:
+    main, copy = SimpleNamespace(snapshot_id=1), SimpleNamespace(snapshot_id=2)
+
+    def fake(refs: dict[str, object]) -> SimpleNamespace:
+        return SimpleNamespace(
+            metadata=SimpleNamespace(refs=refs),
+            current_snapshot=lambda: main,
+            snapshot_by_name=lambda name: copy if name == COPY_BRANCH else None,
+        )
+
+    assert not copy_under_way(fake({"main": 1})) and job_head(fake({"main": 1})) is main
+    assert copy_under_way(fake({"main": 1, COPY_BRANCH: 2})) and job_head(fake({"main": 1, COPY_BRANCH: 2})) is copy
+
+
+def test_the_binlog_phase_does_not_maintain_a_target_copied_into_its_branch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction and expiry would rewrite main, which readers see, and could expire the branch's chunk commits."""
+    maintained: list[str] = []
+    monkeypatch.setattr(streaming, "maintain", lambda spark, name, *rest: maintained.append(name))
+    config = SimpleNamespace(name="p", sink=SimpleNamespace(maintenance=SimpleNamespace(every_commits=1)))
+    end = Watermark(BinlogPosition.parse("bin.000001:400"))
+    main, copy = "`lake`.`db`.`t`", on_copy_branch("`lake`.`db`.`u`")
+    tables = [TableStream(OLD, name, [], [], end.position) for name in (main, copy)]
+    streaming._maintain_due(None, config, tables, end)  # type: ignore[arg-type]
+    assert maintained == [main]
