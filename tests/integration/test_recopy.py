@@ -115,6 +115,23 @@ def _in_thread(job: Callable[[], None]) -> tuple[threading.Thread, list[BaseExce
     return thread, errors
 
 
+def _copy_while_readers_watch(
+    spark: Any, mariadb: MariaDBServer, config: PipelineConfig, db: str, old: dict[int, int]
+) -> None:
+    """Run the job until caught up, with writes to the source, reading main all along: main shows exactly the old
+    rows while the branch fills; then a second run takes the writes after the first one's goal, and the copy is
+    complete, each chunk and batch once."""
+    with background_writes(mariadb, db, _bump):
+        job, errors = _in_thread(lambda: run(config, spark=spark, until_caught_up=True))
+        seen = _watch_main(config, db, lambda: not job.is_alive())
+        job.join()
+    assert not errors, errors
+    _during_copy(seen)
+    assert all(rows == old for _, rows, _ in seen)
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+
+
 def _once_each(config: PipelineConfig, db: str) -> None:
     """The copy is complete, read once: the branch is gone, main equals MySQL, no chunk was recorded twice and no
     binlog batch was committed twice."""
@@ -148,15 +165,7 @@ def test_readers_of_main_see_the_old_rows_while_resnapshot_copies_into_the_branc
 
     assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
     assert _rows(_target(config, db)) == old
-    with background_writes(mariadb, db, _bump):
-        job, errors = _in_thread(lambda: run(config, spark=spark, until_caught_up=True))
-        seen = _watch_main(config, db, lambda: not job.is_alive())
-        job.join()
-    assert not errors, errors
-    _during_copy(seen)
-    assert all(rows == old for _, rows, _ in seen)
-    run(config, spark=spark, until_caught_up=True)  # the writes after the first run's goal
-    _once_each(config, db)
+    _copy_while_readers_watch(spark, mariadb, config, db, old)
     assert _target(config, db).metadata.table_uuid == uuid  # the same table: never dropped
 
 
@@ -304,13 +313,5 @@ def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_thro
     monkeypatch.delenv(FAIL_ENV)
     assert copy_under_way(_target(config, db)) and _rows(_target(config, db)) == old
 
-    with background_writes(mariadb, db, _bump):
-        job, errors = _in_thread(lambda: run(config, spark=spark, until_caught_up=True))
-        seen = _watch_main(config, db, lambda: not job.is_alive())
-        job.join()
-    assert not errors, errors
-    _during_copy(seen)
-    assert all(rows == old for _, rows, _ in seen)
-    run(config, spark=spark, until_caught_up=True)
-    _once_each(config, db)
+    _copy_while_readers_watch(spark, mariadb, config, db, old)
     assert StateTable.open(config).stream_offset() is not None  # streaming from the new snapshot
