@@ -1072,8 +1072,7 @@ def measure_lag(
 def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
     """Snapshots of each target that carry this pipeline's stream offset, and all snapshots of the state table."""
     from ingest.sink.catalog import load_pyiceberg_catalog
-    from ingest.sink.merge import SUMMARY_STREAM_OFFSET
-    from ingest.sink.targets import SUMMARY_PIPELINE
+    from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 
     catalog = load_pyiceberg_catalog(config.sink)
     out: dict[str, int] = {}

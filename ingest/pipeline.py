@@ -29,9 +29,8 @@ from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.recopy import finish_branch_copy
 from ingest.sink.rejected import ensure_rejected, merge_rejected
+from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.targets import (
-    SUMMARY_CHUNKS_DONE,
-    SUMMARY_PIPELINE,
     chunks_done_in_target,
     copy_under_way,
     encode_ranges,

@@ -45,14 +45,9 @@ from ingest.sink.evolution import (
     store_source_schema,
 )
 from ingest.sink.maintenance import commits_since_compaction, maintain
-from ingest.sink.merge import (
-    committed_offset,
-    merge_into,
-    snapshot_properties,
-    stream_history,
-    stream_offset_properties,
-)
+from ingest.sink.merge import committed_offset, merge_into, stream_history, stream_offset_properties
 from ingest.sink.rejected import ensure_rejected, merge_rejected
+from ingest.sink.summary import snapshot_properties
 from ingest.sink.targets import copy_under_way, on_copy_branch, qualified, table_of
 from ingest.source.binlog import (
     BinlogReader,

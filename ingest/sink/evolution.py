@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ingest.errors import SchemaChangeError, UnsupportedTableError
+from ingest.sink.summary import snapshot_properties as tagged
 from ingest.sink.types import SourceColumn, TargetColumn, map_column, quote_identifier, rows_to_record_batch
 
 log = logging.getLogger(__name__)
@@ -309,8 +310,6 @@ def backfill(
     Called only while the target holds nothing newer than the DDL (checked by the caller through the
     committed offset), so it touches old rows only, and once: its commit records the DDL's position.
     """
-    from ingest.sink.merge import snapshot_properties as tagged
-
     targets = [dataclasses.replace(map_column(table_id, c), nullable=True) for c in columns if c.name in values]
     frame = spark.createDataFrame(
         pa.Table.from_batches([rows_to_record_batch(targets, [tuple(values[t.name] for t in targets)])])

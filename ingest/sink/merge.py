@@ -11,24 +11,22 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from ingest import metrics
 from ingest.errors import CommitConflictError
-from ingest.sink.targets import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, lineage, table_of, target_columns
+from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
+from ingest.sink.targets import lineage, table_of, target_columns
 from ingest.sink.types import quote_identifier, rows_to_record_batch
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, Watermark, parse_gtid_set
 
 log = logging.getLogger(__name__)
 
-SUMMARY_STREAM_OFFSET = "ingest.stream.offset"
 OP_COLUMN = "__ingest_op"
-_SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 MAX_ATTEMPTS = 4
 
 
@@ -90,18 +88,6 @@ def stream_history(iceberg_table: Any, pipeline: str) -> StreamHistory:
                 return StreamHistory(None, True)  # the snapshot phase's commit: the stream came after it
     # Complete when the walk reached the table's first snapshot (or the table has none), not an expired parent.
     return StreamHistory(None, last is None or last.parent_snapshot_id is None)
-
-
-@contextmanager
-def snapshot_properties(spark: Any, props: Mapping[str, str]) -> Iterator[None]:
-    """Iceberg commits made by Spark inside this block carry `props` in their snapshot summary."""
-    for k, v in props.items():
-        spark.conf.set(_SNAPSHOT_PROPERTY + k, v)
-    try:
-        yield
-    finally:
-        for k in props:
-            spark.conf.unset(_SNAPSHOT_PROPERTY + k)
 
 
 def stream_offset_properties(pipeline: str, end: Watermark) -> dict[str, str]:

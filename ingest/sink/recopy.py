@@ -24,13 +24,8 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from ingest.faults import crash_point
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json
-from ingest.sink.targets import (
-    COPY_BRANCH,
-    SUMMARY_CHUNKS_DONE,
-    SUMMARY_PIPELINE,
-    copy_under_way,
-    table_of,
-)
+from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
+from ingest.sink.targets import COPY_BRANCH, copy_under_way, table_of
 from ingest.source.mysql import TableSchema
 
 log = logging.getLogger(__name__)

@@ -9,14 +9,12 @@ from typing import Any
 
 from ingest.config import PipelineConfig
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
+from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.types import TargetColumn, map_columns, quote_identifier
 from ingest.source.mysql import TableSchema
 
 log = logging.getLogger(__name__)
 
-# Snapshot summary keys: Iceberg snapshots are the checkpoint boundary (MISSION.md).
-SUMMARY_PIPELINE = "ingest.pipeline"
-SUMMARY_CHUNKS_DONE = "ingest.snapshot.chunks-done"
 
 COPY_BRANCH = "ingest_copy"
 """The Iceberg branch a target is copied into again (ingest/sink/recopy.py) while readers keep its main. While it

@@ -18,7 +18,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import run_ingest

@@ -19,8 +19,7 @@ from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import RETAIN_LAST, SUMMARY_MAINTENANCE
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import SUMMARY_PIPELINE
+from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source import table_maps
 from ingest.source.binlog import SchemaChangeError, open_stream
 from ingest.source.mysql import connect

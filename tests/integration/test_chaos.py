@@ -36,7 +36,7 @@ from ingest.faults import ENV as CRASH_ENV
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import ROW_METADATA, minio_sink, source_section

@@ -26,7 +26,7 @@ from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.pipeline import discover, run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.source.chunk_reader import ChunkTask, window_changes
 from ingest.source.chunks import range_predicate
 from ingest.source.mysql import connect

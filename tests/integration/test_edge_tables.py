@@ -26,8 +26,8 @@ from ingest.faults import ENV as CRASH_ENV
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET, offset_from_summary
-from ingest.sink.targets import SUMMARY_PIPELINE
+from ingest.sink.merge import offset_from_summary
+from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.position import BinlogPosition
 from ingest.source.watermark import read_watermark
 from ingest.verify import verify

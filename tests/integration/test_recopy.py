@@ -27,8 +27,8 @@ from ingest.pipeline import SUMMARY_BATCH, run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
 from ingest.sink.recopy import SUMMARY_COPY
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way, lineage
 from ingest.state.table import StateTable
 from ingest.status import table_status

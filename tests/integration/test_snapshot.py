@@ -22,7 +22,7 @@ from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.pipeline import run, table_status
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.targets import SUMMARY_CHUNKS_DONE
+from ingest.sink.summary import SUMMARY_CHUNKS_DONE
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, run_ingest, source_section

@@ -22,7 +22,7 @@ from ingest.faults import reset as reset_fault_counts
 from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from ingest.verify import verify
 from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section

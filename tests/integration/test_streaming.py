@@ -27,8 +27,7 @@ from ingest.faults import reset as reset_fault_counts
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import SUMMARY_PIPELINE
+from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.verify import verify

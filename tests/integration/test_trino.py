@@ -22,7 +22,7 @@ from ingest.devservers.trino import TrinoServer
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
-from ingest.sink.merge import SUMMARY_STREAM_OFFSET
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
 from tests.conftest import minio_sink, mysql_rows, rest_sink, run_ingest, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
