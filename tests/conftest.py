@@ -167,7 +167,8 @@ def spark_for_module(master: str) -> Any:
     from pyspark.sql import SparkSession
 
     from ingest.runtime.jars import installed_spark
-    from ingest.runtime.spark import _BASE_CONF, jar_conf, launch_conf
+    from ingest.runtime.session_conf import BASE_CONF, jar_conf
+    from ingest.runtime.spark import launch_conf
 
     _repo_on_worker_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -176,7 +177,7 @@ def spark_for_module(master: str) -> Any:
         active.stop()
     builder = SparkSession.builder.master(master).appName("ingest-tests")
     for key, value in {
-        **_BASE_CONF,
+        **BASE_CONF,
         **launch_conf(),
         **jar_conf(installed_spark()),
         "spark.driver.memory": "1g",

@@ -108,14 +108,14 @@ def _run_workload(java_options: str) -> str:
     from pyspark.sql import SparkSession
 
     from ingest.runtime.jars import installed_spark
-    from ingest.runtime.spark import _BASE_CONF, jar_conf
+    from ingest.runtime.session_conf import BASE_CONF, jar_conf
     from ingest.source.snapshot_source import start_warm_up
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="ingest-class-archive-") as base:
         builder = SparkSession.builder.master("local[2]").appName("ingest-class-archive")
         conf = {
-            **_BASE_CONF,
+            **BASE_CONF,
             **jar_conf(installed_spark()),
             "spark.driver.memory": "1g",
             "spark.driver.extraJavaOptions": java_options,
@@ -178,7 +178,7 @@ def _batch(pa: Any, offset: int, rows: int) -> Any:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from ingest.runtime.spark import JIT
+    from ingest.runtime.session_conf import JIT
 
     trained = train(JIT)
     print(f"class archive: {trained if trained is not None else 'none (Spark starts without one)'}")

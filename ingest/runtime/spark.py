@@ -10,31 +10,11 @@ from typing import Any
 
 from ingest.config import PipelineConfig
 from ingest.runtime.class_archive import driver_options
-from ingest.runtime.jars import UnsupportedSpark, check_spark, installed_spark, local_jars, maven_packages, spark_minor
+from ingest.runtime.jars import UnsupportedSpark, check_spark, installed_spark, maven_packages, spark_minor
+from ingest.runtime.session_conf import BASE_CONF, JIT, jar_conf
 from ingest.sink.catalog import spark_catalog_conf
 
 log = logging.getLogger(__name__)
-
-_BASE_CONF = {
-    "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-    # All timestamps are handled in UTC; the source's TIMESTAMP columns are read with time_zone '+00:00'.
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    # A streaming job runs thousands of small SQL executions; Spark's status store would keep them all.
-    "spark.sql.ui.retainedExecutions": "20",
-    "spark.ui.retainedJobs": "50",
-    "spark.ui.retainedStages": "50",
-    "spark.ui.retainedTasks": "2000",
-    "spark.sql.ui.retainedQueryExecutions": "20",
-    # Snapshot sources declare every column nullable (marker rows carry no data); keys are checked
-    # NOT NULL when the rows are converted, before they reach Spark.
-    "spark.sql.iceberg.check-nullability": "false",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-}
-
-JIT = "-XX:TieredStopAtLevel=1"
 
 
 def launch_conf() -> dict[str, str]:
@@ -49,15 +29,6 @@ def launch_conf() -> dict[str, str]:
         "spark.driver.extraJavaOptions": " ".join([JIT, *driver_options()]),
         "spark.executor.extraJavaOptions": JIT,
     }
-
-
-def jar_conf(spark_version: str) -> dict[str, str]:
-    """Local jars when setup fetched them, else Maven coordinates that Spark resolves itself."""
-    jars = local_jars(spark_version)
-    if jars is not None:
-        return {"spark.jars": ",".join(str(p) for p in jars)}
-    log.info("Iceberg jars not in the local cache; Spark will resolve them from Maven")
-    return {"spark.jars.packages": maven_packages(spark_version)}
 
 
 _RUNTIME_JAR = re.compile(r"iceberg-spark-runtime-(\d+\.\d+)_")
@@ -92,7 +63,7 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
             spark_version, f"{submitted.get('spark.jars.packages', '')},{submitted.get('spark.jars', '')}"
         )
     builder = SparkSession.builder.appName(app_name or f"ingest-{config.name}")
-    conf: dict[str, str] = dict(_BASE_CONF)
+    conf: dict[str, str] = dict(BASE_CONF)
     if not under_submit:
         # Python workers must run the interpreter that has this package and its dependencies.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ingest.runtime import class_archive
-from ingest.runtime.spark import JIT, launch_conf
+from ingest.runtime.session_conf import JIT
+from ingest.runtime.spark import launch_conf
 
 
 @pytest.fixture

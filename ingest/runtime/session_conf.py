@@ -1,0 +1,42 @@
+"""The Spark settings every session of the job starts from, whoever builds it: the job (ingest.runtime.spark),
+the class-archive trainer (ingest.runtime.class_archive) and the tests. Below both, so neither imports the other
+for them."""
+
+from __future__ import annotations
+
+import logging
+
+from ingest.runtime.jars import local_jars, maven_packages
+
+log = logging.getLogger(__name__)
+
+BASE_CONF = {
+    "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+    # All timestamps are handled in UTC; the source's TIMESTAMP columns are read with time_zone '+00:00'.
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # A streaming job runs thousands of small SQL executions; Spark's status store would keep them all.
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "2000",
+    "spark.sql.ui.retainedQueryExecutions": "20",
+    # Snapshot sources declare every column nullable (marker rows carry no data); keys are checked
+    # NOT NULL when the rows are converted, before they reach Spark.
+    "spark.sql.iceberg.check-nullability": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+JIT = "-XX:TieredStopAtLevel=1"
+"""C1 only (see ingest.runtime.spark.launch_conf)."""
+
+
+def jar_conf(spark_version: str) -> dict[str, str]:
+    """Local jars when setup fetched them, else Maven coordinates that Spark resolves itself."""
+    jars = local_jars(spark_version)
+    if jars is not None:
+        return {"spark.jars": ",".join(str(p) for p in jars)}
+    log.info("Iceberg jars not in the local cache; Spark will resolve them from Maven")
+    return {"spark.jars.packages": maven_packages(spark_version)}
