@@ -32,12 +32,13 @@ from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.targets import (
     chunks_done_in_target,
+    copy_snapshots,
     copy_under_way,
     encode_ranges,
     ensure_target_created,
     job_head,
-    lineage,
     on_copy_branch,
+    table_of,
     target_columns,
 )
 from ingest.source.chunk_reader import ChunkHook, ChunkTask
@@ -390,7 +391,12 @@ def _copying_into_branch(config: PipelineConfig, state: StateTable, schema: Tabl
 
 
 def finish_copy(spark: Any, config: PipelineConfig, schema: TableSchema, target: str) -> None:
-    """Every chunk is in the target: if it was copied into its branch, let readers see the copy (the swap)."""
+    """Every chunk is in the target: if it was copied into its branch, let readers see the copy (the swap).
+
+    `target` is the name the chunks were written to (`plan_table`'s): only a branch name can need the swap, so
+    a table copied into main costs no look at the catalog."""
+    if target == table_of(target):
+        return
     names = config.target_for(schema.database, schema.table)
     finish_branch_copy(cached_pyiceberg_catalog(config.sink), names, spark, target)
 
@@ -473,8 +479,7 @@ def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) ->
 
 def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord]:
     out: dict[int, ChunkRecord] = {}
-    # While a copy branch exists only its lineage counts: main's snapshots hold the old copy's chunks.
-    for snapshot in reversed(list(lineage(table))) if copy_under_way(table) else table.snapshots():
+    for snapshot in copy_snapshots(table):
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) != pipeline or SUMMARY_BATCH not in props:
             continue

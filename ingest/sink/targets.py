@@ -112,6 +112,14 @@ def lineage(iceberg_table: Any) -> Iterator[Any]:
         snapshot = by_id.get(parent) if parent is not None else None
 
 
+def copy_snapshots(iceberg_table: Any) -> list[Any]:
+    """The snapshots that can hold the job's copy of the table: all of them, or while a copy branch exists only
+    the branch's lineage (main's snapshots hold the old copy's chunks), oldest first."""
+    if copy_under_way(iceberg_table):
+        return list(reversed(list(lineage(iceberg_table))))
+    return list(iceberg_table.snapshots())
+
+
 def encode_ranges(indexes: Iterable[int]) -> str:
     """Chunk indexes as compact ranges: {0,1,2,5} -> '0-2,5'."""
     parts: list[str] = []
@@ -141,8 +149,7 @@ def chunks_done_in_target(iceberg_table: Any, pipeline: str) -> set[int]:
     the data commit and the state-table commit cannot make a committed chunk be read (and appended) again.
     While a copy branch exists, only its lineage counts: main's snapshots hold the old copy's chunks.
     """
-    kept = list(lineage(iceberg_table)) if copy_under_way(iceberg_table) else iceberg_table.snapshots()
-    snapshots = sorted(kept, key=lambda s: s.sequence_number, reverse=True)
+    snapshots = sorted(copy_snapshots(iceberg_table), key=lambda s: s.sequence_number, reverse=True)
     for snapshot in snapshots:
         summary = snapshot.summary
         props = summary.additional_properties if summary is not None else {}

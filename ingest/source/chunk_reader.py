@@ -161,7 +161,8 @@ def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkRes
     columns = ", ".join(quote(c) for c in schema.column_names)
     try:
         table = select.select(f"SELECT {columns} FROM {schema.quoted} WHERE {where}", params, targets)
-        unrepresentable = {} if task.on_unrepresentable == "null" else _unrepresentable(select, schema, where, params)
+        looks = task.on_unrepresentable != "null"
+        unrepresentable = _unrepresentable(select, schema, targets, where, params) if looks else {}
     except Exception as e:
         if _error_code(e) == 1054:  # ER_BAD_FIELD_ERROR
             raise SchemaChangeError(
@@ -181,9 +182,10 @@ def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkRes
     events = 0
     if high.position > low.position:
         finals, events = window_changes(task, conn, low, high)
-        table = _apply_finals(table, targets, schema.key_positions(), finals)
-        if task.on_unrepresentable != "null":
-            _judge_window(unrepresentable, schema, targets, finals)
+        keys = _iceberg_keys(targets, schema.key_positions(), finals)
+        table = _apply_finals(table, targets, schema.key_positions(), finals, keys)
+        if looks:
+            _judge_window(unrepresentable, schema, keys, finals)
     if task.on_unrepresentable == "stop" and unrepresentable:
         raise _stop_at(task, unrepresentable, high)
     result = ChunkResult(table, low, high, events, unrepresentable=unrepresentable)
@@ -201,14 +203,16 @@ def _invalid_date(column: str) -> str:
     )
 
 
-def _unrepresentable(select: Any, schema: TableSchema, where: str, params: Sequence[Any]) -> dict[Key, list[Any]]:
+def _unrepresentable(
+    select: Any, schema: TableSchema, targets: Sequence[TargetColumn], where: str, params: Sequence[Any]
+) -> dict[Key, list[Any]]:
     """The chunk's rows holding dates no Iceberg value holds, read in the chunk SELECT's read view (the same
     rows): key -> the values, as MySQL prints them. The server finds them; only those rows come back."""
     temporal = [c for c in schema.columns if c.data_type in TEMPORAL_TYPES]
     if not temporal:
         return {}
     positions = schema.key_positions()
-    key_targets = [target_columns(schema)[i] for i in positions]
+    key_targets = [targets[i] for i in positions]
     raw = [TargetColumn(f"raw_{i}", "STRING", pa.string(), True, text_form="string") for i in range(len(temporal))]
     picks = [f"IF({_invalid_date(quote(c.name))}, CAST({quote(c.name)} AS CHAR), NULL)" for c in temporal]
     keys = ", ".join(quote(schema.column_names[i]) for i in positions)
@@ -224,19 +228,23 @@ def _unrepresentable(select: Any, schema: TableSchema, where: str, params: Seque
     return found
 
 
-def _judge_window(
-    found: dict[Key, list[Any]],
-    schema: TableSchema,
-    targets: Sequence[TargetColumn],
-    finals: dict[Key, tuple[Any, ...] | None],
-) -> None:
-    """Keys the binlog window changed are judged by their final image, as the chunk now holds it."""
+def _iceberg_keys(
+    targets: Sequence[TargetColumn], positions: Sequence[int], finals: dict[Key, tuple[Any, ...] | None]
+) -> list[Key]:
+    """The keys of `finals` (driver values) as Iceberg-side values, in the same order: the SELECT's converters
+    give the chunk's rows those, so a key matches exactly, byte for byte, as in the binlog."""
     if not finals:
-        return
-    positions = schema.key_positions()
+        return []
     key_targets = [targets[i] for i in positions]
-    as_iceberg = rows_to_record_batch(key_targets, [tuple(k) for k in finals]).to_pylist()
-    for key, row in zip((tuple(r.values()) for r in as_iceberg), finals.values(), strict=True):
+    return [tuple(r.values()) for r in rows_to_record_batch(key_targets, [tuple(k) for k in finals]).to_pylist()]
+
+
+def _judge_window(
+    found: dict[Key, list[Any]], schema: TableSchema, keys: Sequence[Key], finals: dict[Key, tuple[Any, ...] | None]
+) -> None:
+    """Keys the binlog window changed (`keys`: those of `finals` as Iceberg values) are judged by their final
+    image, as the chunk now holds it."""
+    for key, row in zip(keys, finals.values(), strict=True):
         found.pop(key, None)
         values = [] if row is None else find_unrepresentable(schema.columns, row)
         if values:
@@ -257,17 +265,17 @@ def _stop_at(task: ChunkTask, found: dict[Key, list[Any]], high: Watermark) -> S
 
 
 def _apply_finals(
-    table: Any, targets: Sequence[TargetColumn], positions: Sequence[int], finals: dict[Key, tuple[Any, ...] | None]
+    table: Any,
+    targets: Sequence[TargetColumn],
+    positions: Sequence[int],
+    finals: dict[Key, tuple[Any, ...] | None],
+    keys: Sequence[Key],
 ) -> Any:
-    """Replace the rows of every key the window touched by its final image (or nothing, if deleted).
-
-    Keys are compared as Iceberg-side values on both sides (the window's driver values go through the
-    same converters as the SELECT's), so a key matches exactly, byte for byte, as in the binlog.
-    """
+    """Replace the rows of every key the window touched by its final image (or nothing, if deleted). Keys are
+    compared as Iceberg-side values on both sides (`keys`: those of `finals`, see `_iceberg_keys`)."""
     if not finals:
         return table
-    key_targets = [targets[i] for i in positions]
-    touched = {tuple(r.values()) for r in rows_to_record_batch(key_targets, [tuple(k) for k in finals]).to_pylist()}
+    touched = set(keys)
     key_columns = [table.column(i).to_pylist() for i in positions]
     keep = [key not in touched for key in zip(*key_columns, strict=True)]
     kept = table.filter(pa.array(keep, type=pa.bool_())) if keep else table

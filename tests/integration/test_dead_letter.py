@@ -181,6 +181,13 @@ class ChangeDuringChunks:
                 run_once(self.socket, self.db, f"marker{key}", [allow, (change, None)])
 
 
+def _snapshot_of_ev(mariadb: MariaDBServer, db: str, tmp_path: Path, policy: str, inserts: list[str]) -> dict[str, Any]:
+    """A fresh database whose table `ev` holds the rows of `inserts` before the snapshot; a pipeline of `ev` alone."""
+    _fresh_db(mariadb, db)
+    _write(mariadb, inserts)
+    return _pipeline(mariadb, db, tmp_path, policy) | {"tables": {"include": [rf"{db}\.ev"]}}
+
+
 def _snapshot_rejected(config: Any, db: str) -> list[tuple[int, str, str, str]]:
     rejected = _rows(config, db, "ev__rejected")
     assert len({(r["seq"], r["column_name"]) for r in rejected}) == len(rejected)  # none twice
@@ -195,10 +202,9 @@ def test_dead_letter_in_the_snapshot_judges_each_row_as_its_chunk_holds_it(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     db = "deadsnap"
-    _fresh_db(mariadb, db)
-    _write(mariadb, [s.format(t=f"{db}.ev") for s in INSERTS])
+    raw = _snapshot_of_ev(mariadb, db, tmp_path, "dead_letter", [s.format(t=f"{db}.ev") for s in INSERTS])
     mariadb.execute(f"CREATE TABLE {db}.marker3 (x INT)", f"CREATE TABLE {db}.marker10 (x INT)")
-    config = parse_config(_pipeline(mariadb, db, tmp_path, "dead_letter") | {"tables": {"include": [rf"{db}\.ev"]}})
+    config = parse_config(raw)
     run(config, spark=spark, snapshot_only=True, hook=ChangeDuringChunks(mariadb.socket, db))
 
     expected = sorted([r for r in IN_SNAPSHOT if r[0] != 10] + [(3, "d", "0000-00-00", "zero date")])
@@ -214,9 +220,7 @@ def test_dead_letter_in_the_snapshot_survives_kill_9_after_the_rejected_commit(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     db = "deadsnapkill"
-    _fresh_db(mariadb, db)
-    _write(mariadb, [s.format(t=f"{db}.ev") for s in INSERTS])
-    raw = _pipeline(mariadb, db, tmp_path, "dead_letter") | {"tables": {"include": [rf"{db}\.ev"]}}
+    raw = _snapshot_of_ev(mariadb, db, tmp_path, "dead_letter", [s.format(t=f"{db}.ev") for s in INSERTS])
     raw["snapshot"] = {**raw["snapshot"], "chunks_per_commit": 2}  # ranges of 2 keys, 4 keys per commit
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(raw))
@@ -245,9 +249,8 @@ def test_stop_in_the_snapshot_names_the_value_and_the_chunk(
 ) -> None:
     """Both chunk drivers find the value (the SELECT that finds it goes through the driver's own converters)."""
     db = "deadsnapstop"
-    _fresh_db(mariadb, db)
-    _write(mariadb, [f"INSERT INTO {db}.ev (id, dt) VALUES (10, '2021-04-31 01:02:03.5')"])
-    raw = _pipeline(mariadb, db, tmp_path, "stop") | {"tables": {"include": [rf"{db}\.ev"]}}
+    inserts = [f"INSERT INTO {db}.ev (id, dt) VALUES (10, '2021-04-31 01:02:03.5')"]
+    raw = _snapshot_of_ev(mariadb, db, tmp_path, "stop", inserts)
     raw["sink"]["catalog_name"] += f"_{driver}"  # the module's Spark session keeps catalogs by name
     config = parse_config(raw | {"snapshot": {**raw["snapshot"], "driver": driver}})
     with pytest.raises(

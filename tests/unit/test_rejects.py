@@ -183,7 +183,7 @@ def test_the_window_of_a_chunk_decides_for_the_keys_it_changed() -> None:
     deleted one is neither (ingest/source/chunk_reader.py)."""
     from ingest.changes.rejects import Unrepresentable
     from ingest.sink.targets import target_columns
-    from ingest.source.chunk_reader import _judge_window
+    from ingest.source.chunk_reader import _iceberg_keys, _judge_window
     from ingest.source.mysql import TableSchema
 
     schema = TableSchema("shop", "t", tuple(COLUMNS), ("id",), ("id",), (None,))
@@ -194,5 +194,5 @@ def test_the_window_of_a_chunk_decides_for_the_keys_it_changed() -> None:
         (2,): None,
         (4,): (4, InvalidTemporal("2020-02-31"), "broken", None),
     }
-    _judge_window(found, schema, target_columns(schema), finals)
+    _judge_window(found, schema, _iceberg_keys(target_columns(schema), schema.key_positions(), finals), finals)
     assert found == {(3,): [zero], (4,): [Unrepresentable("d", "2020-02-31", REASON_NOT_A_DATE)]}
