@@ -118,7 +118,13 @@ def stream_structured(
         if begin.goal is not None and begin.start >= begin.goal:
             return begin.start
         spec = BinlogSourceSpec(
-            config, flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until, begin.planned_at
+            config,
+            flavor,
+            tuple(t.schema for t in begin.tables),
+            begin.mark,
+            begin.contained_until,
+            begin.planned_at,
+            begin.goal,
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
@@ -138,7 +144,9 @@ def stream_structured(
                 spark.readStream.format(name)
                 .load()
                 .writeStream.foreachBatch(sink)
-                .trigger(processingTime=f"{config.stream.batch_interval_seconds} seconds")
+                # The source says when a batch is due (batch_max_changes, batch_interval_seconds), as the loop
+                # does; a trigger interval would hold a ready batch back until its next tick.
+                .trigger(processingTime="0 seconds")
                 .option("checkpointLocation", checkpoint)
                 .start()
             )
@@ -231,12 +239,13 @@ def _run_until_done(
     failure: BaseException | None = None
     stop_point: StopPoint | None = None
     try:
-        while not sink.done.is_set():
+        # Woken by the sink as soon as the goal is committed; the query's own end is looked at between waits.
+        while not sink.done.wait(0.25):
             if stop is not None and stop.event.is_set():
                 stop_point = stop_point or StopPoint(source_position)
                 if stop_point.reached(sink.committed):
                     break
-            if query.awaitTermination(0.5):
+            if query.awaitTermination(0.01):
                 break
     except Exception as e:  # noqa: BLE001 - the query's own failure, raised below as what it was
         failure = e

@@ -2,16 +2,21 @@
 
 Offsets are watermarks in JSON (`Watermark.to_json`: binlog file and position, MariaDB GTID position, server
 id), always at a transaction boundary. Spark runs the reader in a Python process of its own on the driver,
-for the whole query: a thread there parses the binlog ahead (`Prefetch`), and `read(start)` hands over the
-whole transactions parsed since `start`, up to `stream.batch_max_changes` row changes, and says where they
-end. A DDL statement on a captured table always begins a batch: the rows before it are decoded with the
-schema the target mirrors when the batch starts, the rows after it with the schema right after it.
+for the whole query: a thread there parses the binlog ahead (`Prefetch`), and `read(start)` decides
+the batches as the loop engine does: it hands over the whole transactions parsed since `start` once they hold
+`stream.batch_max_changes` row changes, or once `stream.batch_interval_seconds` have passed since the last
+batch was handed over and nothing more is parsed yet, and says where they end. Until then it keeps what it
+took and returns no new offset (after at most `READ_WAIT_SECONDS`, so that a query being stopped is not kept
+waiting); the query runs with a zero trigger interval, so a batch starts as soon as the source has one and
+a backlog is read batch after batch without waiting for a trigger. A DDL statement on a captured table always
+begins a batch: the rows before it are decoded with the schema the target mirrors when the batch starts, the
+rows after it with the schema right after it.
 
 `readBetweenOffsets(start, end)`, which Spark calls to run a batch of its checkpoint again after a crash,
 reads the same range from the server again: the same transactions, the same rows, the same end.
 
-A batch is rows of (seq, kind, payload): kind "items" (a list of up to ITEMS_PER_ROW `Transaction`s and
-`DdlStatement`s, pickled), in binlog order, then one "end" row: the batch's end offset and the source time
+A batch is rows of (seq, kind, payload): kind "items" (up to ITEMS_PER_ROW `Transaction`s and `DdlStatement`s,
+each pickled on its own by the parsing thread, one after the other), in binlog order, then one "end" row: the batch's end offset and the source time
 it is current to. Events before the point every target holds (the start the job computed from Iceberg)
 are never read: Iceberg, not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind
 (the job refuses one that is ahead, see `ingest.structured`).
@@ -20,8 +25,10 @@ are never read: Iceberg, not Spark's checkpoint, says what is done, so a checkpo
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import pickle
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +57,9 @@ class BinlogSourceSpec:
     contained_until: dict[tuple[str, str], BinlogPosition]
     planned_at: dict[tuple[str, str], BinlogPosition] = field(default_factory=dict)
     """Per table, a position before its snapshot's schema was loaded (see BinlogReader)."""
+    goal: BinlogPosition | None = None
+    """With "stop when caught up": the binlog end when the phase started; a batch reaching it is handed over at
+    once."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,15 @@ class BatchEnd:
 ITEMS_PER_ROW = 1000
 """Transactions pickled together into one row: Spark moves a few large rows much faster than many small."""
 
+READ_WAIT_SECONDS = 0.5
+"""The longest one `read` waits for the batch to fill or fall due; Spark asks again right after."""
+
+
+def encode(item: Transaction | DdlStatement) -> bytes:
+    """One item as it travels in a batch row: pickled on its own, by the parsing thread as soon as it is read (so
+    a due batch is ready to hand over)."""
+    return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+
 
 def decode_batch(rows: list[Any]) -> tuple[list[Transaction | DdlStatement], BatchEnd]:
     """The items and the end of one micro-batch, from the rows of its DataFrame (in any order)."""
@@ -71,13 +90,20 @@ def decode_batch(rows: list[Any]) -> tuple[list[Transaction | DdlStatement], Bat
     if not ordered or ordered[-1][1] != "end":
         raise RuntimeError(f"a binlog batch without its end row ({len(ordered)} rows)")
     end = pickle.loads(bytes(ordered[-1][2]))
-    return [item for r in ordered[:-1] for item in pickle.loads(bytes(r[2]))], end
+    return [item for r in ordered[:-1] for item in _decode_items(bytes(r[2]))], end
 
 
-def _rows(items: list[Transaction | DdlStatement], end: BatchEnd) -> list[tuple[int, str, bytes]]:
+def _decode_items(payload: bytes) -> Iterator[Transaction | DdlStatement]:
+    stream = io.BytesIO(payload)
+    while stream.tell() < len(payload):
+        yield pickle.load(stream)  # each item was pickled on its own, with a memo of its own
+
+
+def _rows(payloads: list[bytes], end: BatchEnd) -> list[tuple[int, str, bytes]]:
+    """The rows of a batch: the encoded items, ITEMS_PER_ROW to a row, then the end row."""
     rows = [
-        (i, "items", pickle.dumps(items[start : start + ITEMS_PER_ROW], protocol=pickle.HIGHEST_PROTOCOL))
-        for i, start in enumerate(range(0, len(items), ITEMS_PER_ROW))
+        (i, "items", b"".join(payloads[start : start + ITEMS_PER_ROW]))
+        for i, start in enumerate(range(0, len(payloads), ITEMS_PER_ROW))
     ]
     rows.append((len(rows), "end", pickle.dumps(end)))
     return rows
@@ -92,14 +118,17 @@ class BinlogStreamReader:
         self._schemas = {(s.database, s.table): s for s in spec.schemas}
         self._reader: BinlogReader | None = None
         self._prefetch: Prefetch | None = None
-        self._next: Any = None
+        self._next: _Read | None = None
         """An item taken from the prefetch but left for the next batch (a DDL after other items)."""
-        self._at: Watermark | None = None
-        """Where the prefetch's next item starts."""
         self._failure: Exception | None = None
         """The reader's error, raised once what it read before is handed over."""
         self._positioned = False
         """Whether the schemas are those at the start of the next read (see `_open`)."""
+        self._batch = _Batch(None)
+        """What the prefetch handed over since the last batch's end, kept until the batch is due."""
+        self._last_batch = time.monotonic()
+        """When the last batch was handed over (the interval counts from there, as the loop's from a commit's
+        start)."""
 
     # -- the Spark interface
 
@@ -108,12 +137,14 @@ class BinlogStreamReader:
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[int, str, bytes]], dict[str, Any]]:
         begin = self._begin(start)
-        if self._prefetch is None or self._at != begin:
+        if self._prefetch is None or self._batch.begin != begin:
             self._open(begin)
-        items, end, at = self._take(begin)
-        if end.to_json() == start:
+        batch = self._take(time.monotonic() + READ_WAIT_SECONDS)
+        if batch is None or batch.end is None or batch.end == begin:
             return iter(()), start
-        return iter(_rows(items, BatchEnd(end.to_json(), at))), end.to_json()
+        self._batch = _Batch(batch.end)
+        self._last_batch = time.monotonic()
+        return iter(_rows(batch.payloads, BatchEnd(batch.end.to_json(), batch.at))), batch.end.to_json()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
         begin, stop = self._begin(start), Watermark.from_json(end)
@@ -137,7 +168,7 @@ class BinlogStreamReader:
             finally:
                 reader.close()
         log.info("binlog source: replayed %d transactions from %s to %s", len(items), begin.position, stop.position)
-        return iter(_rows(items, BatchEnd(end)))
+        return iter(_rows([encode(item) for item in items], BatchEnd(end)))
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -183,59 +214,71 @@ class BinlogStreamReader:
         self._prefetch = Prefetch(
             self._reader,
             self.spec.config.stream.batch_max_changes,
-            changes_in,
-            pause_after=lambda item: isinstance(item, DdlStatement),
+            lambda read: changes_in(read.item),
+            pause_after=lambda read: isinstance(read.item, DdlStatement),
+            prepare=lambda item: _Read(item, encode(item)),
         )
-        self._at = begin
+        self._batch = _Batch(begin)
 
     def _close(self) -> None:
         if self._prefetch is not None:
             self._prefetch.close()
         if self._reader is not None:
             self._reader.close()
-        self._prefetch = self._reader = self._next = self._at = self._failure = None
+        self._prefetch = self._reader = self._next = self._failure = None
+        self._batch = _Batch(None)
 
-    def _take(self, begin: Watermark) -> tuple[list[Transaction | DdlStatement], Watermark, float | None]:
-        """What the prefetch has ready, whole transactions up to the batch size; a DDL only first."""
+    def _take(self, deadline: float) -> _Batch | None:
+        """The batch, once it is due; None when it is not due by `deadline` (what was taken is kept).
+
+        Due, as in the loop engine: `batch_max_changes` changes taken, or the interval passed since the last
+        batch and nothing more is ready; at once for a DDL (it ends the batch before it, or begins its own), at
+        the goal of a catch-up, and when the reader failed after items were taken (they are handed over first).
+        """
         assert self._prefetch is not None and self._reader is not None
         if self._failure is not None:
             raise self._failure
-        here = self.spec.resume.server_id
-        items: list[Transaction | DdlStatement] = []
-        changes = 0
-        end, at = begin, None
-        while changes < self.spec.config.stream.batch_max_changes:
+        stream = self.spec.config.stream
+        batch, here, goal = self._batch, self.spec.resume.server_id, self.spec.goal
+        due_at = self._last_batch + stream.batch_interval_seconds
+        while batch.changes < stream.batch_max_changes:
+            if goal is not None and batch.end is not None and batch.end.position >= goal:
+                return batch
+            due = time.monotonic() >= due_at
+            if due and batch.moved:
+                wait = 0.0  # what is ready right now joins the batch
+            else:  # until the batch falls due, or until something comes to hand over
+                wait = (deadline if due else min(deadline, due_at)) - time.monotonic()
             item, self._next = self._next, None
             try:
                 if item is None:
-                    item = self._prefetch.poll()
+                    item = self._prefetch.poll(max(0.0, wait))
             except Exception as e:
-                if end == begin:
+                if not batch.moved:
                     raise
                 # What was read before the failure is handed over first (the job commits it, as the loop does).
                 self._failure = e
-                break
+                return batch
             if item is None:
-                break
+                if due and batch.moved:
+                    return batch
+                if time.monotonic() >= deadline:
+                    return None
+                continue
             if isinstance(item, Idle):
-                end, at = Watermark(item.position, item.gtid, here), item.at
+                batch.end, batch.at = Watermark(item.position, item.gtid, here), item.at
                 continue
             if isinstance(item, End):
-                break  # only when the reader was closed
-            if isinstance(item, DdlStatement):
-                if items or end != begin:
-                    self._next = item
-                    break
-                self._follow(self._reader, item)
+                return batch  # only when the reader was closed
+            read: _Read = item
+            if isinstance(read.item, DdlStatement):
+                if batch.moved:
+                    self._next = read
+                    return batch
+                self._follow(self._reader, read.item)
                 self._prefetch.resume()
-                items.append(item)
-                end, at = Watermark(item.end, item.gtid_after, here), None
-                continue
-            items.append(item)
-            changes += len(item.changes)
-            end, at = Watermark(item.end, item.gtid_after, here), None
-        self._at = end
-        return items, end, at
+            batch.add(read, Watermark(read.item.end, read.item.gtid_after, here))
+        return batch
 
     def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
         """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets)."""
@@ -248,6 +291,38 @@ class BinlogStreamReader:
                 live = schema_after(config, conn, self.spec.flavor, self._schemas[key], ddl)
                 self._schemas[key] = live
                 reader.set_schema(live)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """An item of the binlog as the parsing thread hands it over: with its encoding."""
+
+    item: Transaction | DdlStatement
+    payload: bytes
+
+
+@dataclass
+class _Batch:
+    """The items taken for the next batch: they start at `begin` and end at `end`."""
+
+    begin: Watermark | None
+    payloads: list[bytes] = field(default_factory=list)
+    changes: int = 0
+    end: Watermark | None = None
+    at: float | None = None
+    """The source time `end` is current to, when it was moved by an idle report."""
+
+    def __post_init__(self) -> None:
+        self.end = self.begin
+
+    @property
+    def moved(self) -> bool:
+        return self.end != self.begin
+
+    def add(self, read: _Read, end: Watermark) -> None:
+        self.payloads.append(read.payload)
+        self.changes += changes_in(read.item)
+        self.end, self.at = end, None
 
 
 def make_binlog_source(name: str, spec: BinlogSourceSpec) -> Any:

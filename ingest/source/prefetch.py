@@ -57,7 +57,9 @@ class Prefetch:
     """Items of `reader.transactions(idle=...)`, produced on a thread, in order.
 
     `pause_after(item)` makes the reader wait after handing `item` over until `resume()` (a DDL: rows after
-    it must be decoded with the schema the consumer installs). `close()` stops the thread.
+    it must be decoded with the schema the consumer installs). `prepare(item)`, when given, is what is handed
+    over instead of each transaction or statement, made on the thread (`size_of` and `pause_after` are asked of
+    it). `close()` stops the thread.
     """
 
     def __init__(
@@ -66,8 +68,10 @@ class Prefetch:
         max_changes: int,
         size_of: Callable[[Any], int],
         pause_after: Callable[[Any], bool] = lambda item: False,
+        prepare: Callable[[Any], Any] | None = None,
     ) -> None:
         self._reader = reader
+        self._prepare = prepare
         self._max = max(1, max_changes)
         self._size_of = size_of
         self._pause_after = pause_after
@@ -91,10 +95,11 @@ class Prefetch:
             if isinstance(item, End):
                 return
 
-    def poll(self) -> Any | None:
-        """The next item if one is waiting, else None at once (a Spark source hands over what is ready)."""
+    def poll(self, timeout: float = 0.0) -> Any | None:
+        """The next item, waiting for one at most `timeout` seconds; None when none came (a Spark source hands
+        over what is ready)."""
         try:
-            item = self._queue.get_nowait()
+            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
         except queue.Empty:
             return None
         return self._taken(item)
@@ -136,7 +141,8 @@ class Prefetch:
 
     def _run(self) -> None:
         try:
-            for item in self._reader.transactions(idle=self._idle):
+            for read in self._reader.transactions(idle=self._idle):
+                item = read if self._prepare is None else self._prepare(read)
                 if not self._wait_for_room():
                     return  # the consumer is gone: hand nothing more over
                 with self._room:

@@ -88,7 +88,7 @@ def test_a_replayed_batch_reads_the_same_events_as_the_first_read(
         begin = prepare(config, StateTable.open(config), info.schemas, conn, info.flavor, True)
     assert begin.goal is not None
     spec = BinlogSourceSpec(
-        config, info.flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until
+        config, info.flavor, tuple(t.schema for t in begin.tables), begin.mark, begin.contained_until, goal=begin.goal
     )
     live = BinlogStreamReader(spec)
     batches = []

@@ -8,7 +8,7 @@ import pytest
 
 from ingest.errors import BinlogPurgedError, SchemaChangeError
 from ingest.source.binlog import DdlStatement, RowChange, Transaction
-from ingest.source.binlog_source import ITEMS_PER_ROW, BatchEnd, _rows, decode_batch
+from ingest.source.binlog_source import ITEMS_PER_ROW, BatchEnd, _rows, decode_batch, encode
 from ingest.source.position import BinlogPosition, Watermark
 from ingest.structured import _as_ingest_error, checkpoint_problem
 
@@ -27,17 +27,17 @@ def test_a_batch_decodes_to_its_items_in_binlog_order_whatever_order_spark_retur
     )
     items = [ddl, _tx(200), _tx(300)]
     end = BatchEnd({"file": "mysql-bin.000002", "pos": 300}, None)
-    rows = _rows(items, end)
+    rows = _rows([encode(i) for i in items], end)
     assert [r[1] for r in rows] == ["items", "end"]
     assert decode_batch(list(reversed(rows))) == (items, end)
     many = [_tx(100 + i) for i in range(2 * ITEMS_PER_ROW + 1)]
-    rows = _rows(many, end)
+    rows = _rows([encode(i) for i in many], end)
     assert [r[1] for r in rows] == ["items", "items", "items", "end"]
     assert decode_batch(rows[::-1]) == (many, end)
 
 
 def test_a_batch_without_its_end_row_is_refused() -> None:
-    rows = _rows([_tx(200)], BatchEnd({"file": "f", "pos": 1}))[:-1]
+    rows = _rows([encode(_tx(200))], BatchEnd({"file": "f", "pos": 1}))[:-1]
     with pytest.raises(RuntimeError, match="without its end row"):
         decode_batch(rows)
     assert pickle.loads(_rows([], BatchEnd({"pos": 1}))[0][2]) == BatchEnd({"pos": 1})
