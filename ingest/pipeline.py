@@ -25,6 +25,7 @@ from ingest.config import BINLOG_START_MODES, PipelineConfig
 from ingest.errors import BinlogPurgedError, ConfigError, IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.metrics import JobMetrics, MetricsServer, recording
+from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.recopy import finish_branch_copy
@@ -117,6 +118,7 @@ def run(
     """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
     from ingest.runtime.jars import check_spark, installed_spark
 
+    raise_gc_threshold()
     if spark is None:  # before anything connects: a Spark the job cannot run on is one line, not a JVM trace
         check_spark(installed_spark())
     info = discover(config)

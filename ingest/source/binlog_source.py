@@ -16,10 +16,10 @@ rows after it with the schema right after it.
 reads the same range from the server again: the same transactions, the same rows, the same end.
 
 A batch is rows of (seq, kind, payload): kind "items" (up to ITEMS_PER_ROW `Transaction`s and `DdlStatement`s,
-each pickled on its own by the parsing thread, one after the other), in binlog order, then one "end" row: the batch's end offset and the source time
-it is current to. Events before the point every target holds (the start the job computed from Iceberg)
-are never read: Iceberg, not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind
-(the job refuses one that is ahead, see `ingest.structured`).
+each pickled on its own by the parsing thread, one after the other), in binlog order, then one "end" row: the
+batch's end offset and the source time it is current to. Events before the point every target holds (the start
+the job computed from Iceberg) are never read: Iceberg, not Spark's checkpoint, says what is done, so a
+checkpoint may be lost or behind (the job refuses one that is ahead, see `ingest.structured`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.config import PipelineConfig
+from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.source.binlog import BinlogReader, DdlStatement, TablesNamed, Transaction, changes_in, dump_server_id
 from ingest.source.mysql import TableSchema
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
@@ -114,6 +115,7 @@ class BinlogStreamReader:
     imports without pyspark's data source machinery)."""
 
     def __init__(self, spec: BinlogSourceSpec) -> None:
+        raise_gc_threshold()  # in Spark's Python process that runs the source
         self.spec = spec
         self._schemas = {(s.database, s.table): s for s in spec.schemas}
         self._reader: BinlogReader | None = None
@@ -139,7 +141,11 @@ class BinlogStreamReader:
         begin = self._begin(start)
         if self._prefetch is None or self._batch.begin != begin:
             self._open(begin)
-        batch = self._take(time.monotonic() + READ_WAIT_SECONDS)
+        # The first read waits for a due batch: an offset that did not move would make Spark run an empty first
+        # batch (from no offset to the initial one), a whole micro-batch for nothing.
+        first = self._batch.begin == self.spec.resume and not self._batch.moved
+        wait = self.spec.config.stream.batch_interval_seconds if first else READ_WAIT_SECONDS
+        batch = self._take(time.monotonic() + wait)
         if batch is None or batch.end is None or batch.end == begin:
             return iter(()), start
         self._batch = _Batch(batch.end)

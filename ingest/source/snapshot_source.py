@@ -21,6 +21,7 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from ingest.changes.rejects import chunk_rejected
+from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.sink.types import TargetColumn, quote_identifier
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, read_chunk
 from ingest.source.position import Watermark
@@ -146,6 +147,7 @@ def make_chunk_source(
             tasks = partition.value
             if not tasks:
                 return
+            raise_gc_threshold()  # in the Python worker
             # The chunks of one partition come from one batch: one source, one driver, one pair of sessions.
             with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
                 for task in tasks:
