@@ -15,8 +15,9 @@ rows after it with the schema right after it.
 `readBetweenOffsets(start, end)`, which Spark calls to run a batch of its checkpoint again after a crash,
 reads the same range from the server again: the same transactions, the same rows, the same end.
 
-A batch is rows of (seq, kind, payload): kind "items" (up to ITEMS_PER_ROW `Transaction`s and `DdlStatement`s,
-each pickled on its own by the parsing thread, one after the other), in binlog order, then one "end" row: the
+A batch is rows of (seq, kind, payload): kind "items" (up to ITEMS_PER_ROW `Transaction`s and `DdlStatement`s in
+pickles one after the other: a large transaction pickled on its own by the parsing thread as soon as it is read,
+runs of small ones pickled together as a list when the batch is handed over), in binlog order, then one "end" row: the
 batch's end offset and the source time it is current to. Events before the point every target holds (the start
 the job computed from Iceberg) are never read: Iceberg, not Spark's checkpoint, says what is done, so a
 checkpoint may be lost or behind (the job refuses one that is ahead, see `ingest.structured`).
@@ -79,9 +80,14 @@ READ_WAIT_SECONDS = 0.5
 """The longest one `read` waits for the batch to fill or fall due; Spark asks again right after."""
 
 
+ENCODE_AHEAD_CHANGES = 100
+"""A transaction of at least this many row changes is pickled by the parsing thread, while the previous batch
+commits; smaller items are pickled together when their batch is handed over (one pickle per item would cost
+more in the job's process to load than the list does)."""
+
+
 def encode(item: Transaction | DdlStatement) -> bytes:
-    """One item as it travels in a batch row: pickled on its own, by the parsing thread as soon as it is read (so
-    a due batch is ready to hand over)."""
+    """One item pickled on its own."""
     return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -91,21 +97,37 @@ def decode_batch(rows: list[Any]) -> tuple[list[Transaction | DdlStatement], Bat
     if not ordered or ordered[-1][1] != "end":
         raise RuntimeError(f"a binlog batch without its end row ({len(ordered)} rows)")
     end = pickle.loads(bytes(ordered[-1][2]))
-    return [item for r in ordered[:-1] for item in _decode_items(bytes(r[2]))], end
+    items: list[Transaction | DdlStatement] = []
+    for row in ordered[:-1]:
+        payload = bytes(row[2])
+        stream = io.BytesIO(payload)
+        while stream.tell() < len(payload):
+            part = pickle.load(stream)  # each pickle has a memo of its own
+            if isinstance(part, list):
+                items.extend(part)
+            else:
+                items.append(part)
+    return items, end
 
 
-def _decode_items(payload: bytes) -> Iterator[Transaction | DdlStatement]:
-    stream = io.BytesIO(payload)
-    while stream.tell() < len(payload):
-        yield pickle.load(stream)  # each item was pickled on its own, with a memo of its own
-
-
-def _rows(payloads: list[bytes], end: BatchEnd) -> list[tuple[int, str, bytes]]:
-    """The rows of a batch: the encoded items, ITEMS_PER_ROW to a row, then the end row."""
-    rows = [
-        (i, "items", b"".join(payloads[start : start + ITEMS_PER_ROW]))
-        for i, start in enumerate(range(0, len(payloads), ITEMS_PER_ROW))
-    ]
+def _rows(parts: list[bytes | Transaction | DdlStatement], end: BatchEnd) -> list[tuple[int, str, bytes]]:
+    """The rows of a batch: ITEMS_PER_ROW items to a row, each item already pickled or pickled here with the
+    items next to it, then the end row."""
+    rows = []
+    for i, start in enumerate(range(0, len(parts), ITEMS_PER_ROW)):
+        pickles: list[bytes] = []
+        run: list[Transaction | DdlStatement] = []
+        for part in parts[start : start + ITEMS_PER_ROW]:
+            if isinstance(part, bytes):
+                if run:
+                    pickles.append(pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
+                    run = []
+                pickles.append(part)
+            else:
+                run.append(part)
+        if run:
+            pickles.append(pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
+        rows.append((i, "items", b"".join(pickles)))
     rows.append((len(rows), "end", pickle.dumps(end)))
     return rows
 
@@ -150,7 +172,7 @@ class BinlogStreamReader:
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
-        return iter(_rows(batch.payloads, BatchEnd(batch.end.to_json(), batch.at))), batch.end.to_json()
+        return iter(_rows(batch.parts, BatchEnd(batch.end.to_json(), batch.at))), batch.end.to_json()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
         begin, stop = self._begin(start), Watermark.from_json(end)
@@ -174,7 +196,7 @@ class BinlogStreamReader:
             finally:
                 reader.close()
         log.info("binlog source: replayed %d transactions from %s to %s", len(items), begin.position, stop.position)
-        return iter(_rows([encode(item) for item in items], BatchEnd(end)))
+        return iter(_rows(list(items), BatchEnd(end)))
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -222,7 +244,7 @@ class BinlogStreamReader:
             self.spec.config.stream.batch_max_changes,
             lambda read: changes_in(read.item),
             pause_after=lambda read: isinstance(read.item, DdlStatement),
-            prepare=lambda item: _Read(item, encode(item)),
+            prepare=lambda item: _Read(item, encode(item) if changes_in(item) >= ENCODE_AHEAD_CHANGES else None),
         )
         self._batch = _Batch(begin)
 
@@ -304,7 +326,8 @@ class _Read:
     """An item of the binlog as the parsing thread hands it over: with its encoding."""
 
     item: Transaction | DdlStatement
-    payload: bytes
+    payload: bytes | None
+    """The item pickled, for a large transaction (ENCODE_AHEAD_CHANGES)."""
 
 
 @dataclass
@@ -312,7 +335,8 @@ class _Batch:
     """The items taken for the next batch: they start at `begin` and end at `end`."""
 
     begin: Watermark | None
-    payloads: list[bytes] = field(default_factory=list)
+    parts: list[bytes | Transaction | DdlStatement] = field(default_factory=list)
+    """Each item, pickled already or as it is (see `_rows`)."""
     changes: int = 0
     end: Watermark | None = None
     at: float | None = None
@@ -326,7 +350,7 @@ class _Batch:
         return self.end != self.begin
 
     def add(self, read: _Read, end: Watermark) -> None:
-        self.payloads.append(read.payload)
+        self.parts.append(read.item if read.payload is None else read.payload)
         self.changes += changes_in(read.item)
         self.end, self.at = end, None
 

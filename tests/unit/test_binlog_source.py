@@ -27,11 +27,11 @@ def test_a_batch_decodes_to_its_items_in_binlog_order_whatever_order_spark_retur
     )
     items = [ddl, _tx(200), _tx(300)]
     end = BatchEnd({"file": "mysql-bin.000002", "pos": 300}, None)
-    rows = _rows([encode(i) for i in items], end)
+    rows = _rows([items[0], encode(items[1]), items[2]], end)  # pickled ahead or not, in binlog order
     assert [r[1] for r in rows] == ["items", "end"]
     assert decode_batch(list(reversed(rows))) == (items, end)
     many = [_tx(100 + i) for i in range(2 * ITEMS_PER_ROW + 1)]
-    rows = _rows([encode(i) for i in many], end)
+    rows = _rows([encode(t) if i % 3 else t for i, t in enumerate(many)], end)
     assert [r[1] for r in rows] == ["items", "items", "items", "end"]
     assert decode_batch(rows[::-1]) == (many, end)
 
