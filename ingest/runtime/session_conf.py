@@ -27,6 +27,11 @@ BASE_CONF = {
     # NOT NULL when the rows are converted, before they reach Spark.
     "spark.sql.iceberg.check-nullability": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Every batch the job MERGEs or appends is a DataFrame made on the driver from Arrow (a local relation). This
+    # optimizer rule evaluates the projections over such a relation row by row, interpreted, while the statement
+    # is planned (more than once for a MERGE); left to execution they run as generated code. Measured on 2 cores:
+    # MERGE of 50,000 changes 1.01-1.06 s -> 0.64-0.73 s, catch-up of 204,000 changes 9.1 s -> 7.8 s.
+    "spark.sql.optimizer.excludedRules": "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation",
 }
 
 JIT = "-XX:TieredStopAtLevel=1"
