@@ -79,6 +79,9 @@ ITEMS_PER_ROW = 1000
 READ_WAIT_SECONDS = 0.5
 """The longest one `read` waits for the batch to fill or fall due; Spark asks again right after."""
 
+FIRST_READ_WAIT_SECONDS = 5.0
+"""The longest the query's first `read` waits (see `BinlogStreamReader.read`)."""
+
 
 ENCODE_AHEAD_CHANGES = 100
 """A transaction of at least this many row changes is pickled by the parsing thread, while the previous batch
@@ -163,10 +166,12 @@ class BinlogStreamReader:
         begin = self._begin(start)
         if self._prefetch is None or self._batch.begin != begin:
             self._open(begin)
-        # The first read waits for a due batch: an offset that did not move would make Spark run an empty first
-        # batch (from no offset to the initial one), a whole micro-batch for nothing.
+        # The first read waits for a due batch (up to FIRST_READ_WAIT_SECONDS, so that a stop is not held up
+        # long): an offset that did not move would make Spark run an empty first batch (from no offset to the
+        # initial one), a whole micro-batch for nothing.
         first = self._batch.begin == self.spec.resume and not self._batch.moved
-        wait = self.spec.config.stream.batch_interval_seconds if first else READ_WAIT_SECONDS
+        interval = self.spec.config.stream.batch_interval_seconds
+        wait = min(interval, FIRST_READ_WAIT_SECONDS) if first else READ_WAIT_SECONDS
         batch = self._take(time.monotonic() + wait)
         if batch is None or batch.end is None or batch.end == begin:
             return iter(()), start
