@@ -30,7 +30,7 @@ import io
 import logging
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +113,7 @@ def decode_batch(rows: list[Any]) -> tuple[list[Transaction | DdlStatement], Bat
     return items, end
 
 
-def _rows(parts: list[bytes | Transaction | DdlStatement], end: BatchEnd) -> list[tuple[int, str, bytes]]:
+def _rows(parts: Sequence[bytes | Transaction | DdlStatement], end: BatchEnd) -> list[tuple[int, str, bytes]]:
     """The rows of a batch: ITEMS_PER_ROW items to a row, each item already pickled or pickled here with the
     items next to it, then the end row."""
     rows = []
@@ -151,7 +151,7 @@ class BinlogStreamReader:
         """The reader's error, raised once what it read before is handed over."""
         self._positioned = False
         """Whether the schemas are those at the start of the next read (see `_open`)."""
-        self._batch = _Batch(None)
+        self._batch: _Batch | None = None
         """What the prefetch handed over since the last batch's end, kept until the batch is due."""
         self._last_batch = time.monotonic()
         """When the last batch was handed over (the interval counts from there, as the loop's from a commit's
@@ -164,8 +164,9 @@ class BinlogStreamReader:
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[int, str, bytes]], dict[str, Any]]:
         begin = self._begin(start)
-        if self._prefetch is None or self._batch.begin != begin:
+        if self._prefetch is None or self._batch is None or self._batch.begin != begin:
             self._open(begin)
+        assert self._batch is not None
         # The first read waits for a due batch (up to FIRST_READ_WAIT_SECONDS, so that a stop is not held up
         # long): an offset that did not move would make Spark run an empty first batch (from no offset to the
         # initial one), a whole micro-batch for nothing.
@@ -173,7 +174,7 @@ class BinlogStreamReader:
         interval = self.spec.config.stream.batch_interval_seconds
         wait = min(interval, FIRST_READ_WAIT_SECONDS) if first else READ_WAIT_SECONDS
         batch = self._take(time.monotonic() + wait)
-        if batch is None or batch.end is None or batch.end == begin:
+        if batch is None or not batch.moved:
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
@@ -201,7 +202,7 @@ class BinlogStreamReader:
             finally:
                 reader.close()
         log.info("binlog source: replayed %d transactions from %s to %s", len(items), begin.position, stop.position)
-        return iter(_rows(list(items), BatchEnd(end)))
+        return iter(_rows(items, BatchEnd(end)))
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -258,8 +259,7 @@ class BinlogStreamReader:
             self._prefetch.close()
         if self._reader is not None:
             self._reader.close()
-        self._prefetch = self._reader = self._next = self._failure = None
-        self._batch = _Batch(None)
+        self._prefetch = self._reader = self._next = self._batch = self._failure = None
 
     def _take(self, deadline: float) -> _Batch | None:
         """The batch, once it is due; None when it is not due by `deadline` (what was taken is kept).
@@ -268,14 +268,14 @@ class BinlogStreamReader:
         batch and nothing more is ready; at once for a DDL (it ends the batch before it, or begins its own), at
         the goal of a catch-up, and when the reader failed after items were taken (they are handed over first).
         """
-        assert self._prefetch is not None and self._reader is not None
+        assert self._prefetch is not None and self._reader is not None and self._batch is not None
         if self._failure is not None:
             raise self._failure
         stream = self.spec.config.stream
         batch, here, goal = self._batch, self.spec.resume.server_id, self.spec.goal
         due_at = self._last_batch + stream.batch_interval_seconds
         while batch.changes < stream.batch_max_changes:
-            if goal is not None and batch.end is not None and batch.end.position >= goal:
+            if goal is not None and batch.end.position >= goal:
                 return batch
             due = time.monotonic() >= due_at
             if due and batch.moved:
@@ -339,11 +339,11 @@ class _Read:
 class _Batch:
     """The items taken for the next batch: they start at `begin` and end at `end`."""
 
-    begin: Watermark | None
+    begin: Watermark
     parts: list[bytes | Transaction | DdlStatement] = field(default_factory=list)
     """Each item, pickled already or as it is (see `_rows`)."""
     changes: int = 0
-    end: Watermark | None = None
+    end: Watermark = field(init=False)
     at: float | None = None
     """The source time `end` is current to, when it was moved by an idle report."""
 
