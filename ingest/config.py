@@ -90,6 +90,51 @@ class TableSelection:
         return any(p.fullmatch(name) for p in self.include) and not any(p.fullmatch(name) for p in self.exclude)
 
 
+PartitionTransform = Literal["identity", "years", "months", "days", "hours", "bucket", "truncate"]
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One field of a target's partition spec: an Iceberg transform of a source column."""
+
+    transform: PartitionTransform
+    column: str
+    width: int | None = None
+    """The number of buckets (`bucket`) or the width (`truncate`); None for the others."""
+
+    def __str__(self) -> str:
+        if self.transform == "identity":
+            return self.column
+        if self.width is not None:
+            return f"{self.transform}({self.width}, {self.column})"
+        return f"{self.transform}({self.column})"
+
+
+_PARTITION_FIELD = re.compile(
+    r"\s*(?:(?P<fn>years|months|days|hours)\((?P<col>[^,()]+)\)"
+    r"|(?P<wfn>bucket|truncate)\(\s*(?P<width>\d+)\s*,(?P<wcol>[^,()]+)\)"
+    r"|(?P<plain>[^,()]+))\s*"
+)
+
+
+def parse_partition_field(text: str, key: str) -> PartitionField:
+    """`days(created_at)`, `bucket(16, id)`, `truncate(1000, id)` or a bare column (identity)."""
+    match = _PARTITION_FIELD.fullmatch(text)
+    if match is None:
+        raise ConfigError(
+            f"`{key}`: {text!r} is not a partition field; write `column`, `years(column)`, `months(column)`, "
+            "`days(column)`, `hours(column)`, `bucket(N, column)` or `truncate(W, column)`"
+        )
+    if match["fn"]:
+        return PartitionField(cast(PartitionTransform, match["fn"]), match["col"].strip())
+    if match["wfn"]:
+        width = int(match["width"])
+        if width < 1:
+            raise ConfigError(f"`{key}`: the width of {text!r} must be at least 1")
+        return PartitionField(cast(PartitionTransform, match["wfn"]), match["wcol"].strip(), width)
+    return PartitionField("identity", match["plain"].strip())
+
+
 @dataclass(frozen=True)
 class TableOptions:
     """Per-table overrides, keyed by `database.table` in the file."""
@@ -102,6 +147,8 @@ class TableOptions:
     on_unrepresentable: UnrepresentablePolicy = "null"
     """A binlog row with a value Iceberg cannot hold exactly (a zero or invalid date): NULL it, stop, or
     write the row to `<target>__rejected` instead of the target (docs/config.md, `table_options`)."""
+    partition_by: tuple[PartitionField, ...] = ()
+    """The partition spec the job creates the target with; empty: unpartitioned (docs/config.md, "Big tables")."""
 
 
 @dataclass(frozen=True)
@@ -537,7 +584,9 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         if not re.fullmatch(r"[^.]+\.[^.]+", str(table_name)):
             raise ConfigError(f"`table_options` keys are `database.table`, got {table_name!r}")
         o = _Section(
-            raw, f"table_options.{table_name}", ("chunk_key", "chunk_size", "target", "changelog", "on_unrepresentable")
+            raw,
+            f"table_options.{table_name}",
+            ("chunk_key", "chunk_size", "target", "changelog", "on_unrepresentable", "partition_by"),
         )
         chunk_key = o.get("chunk_key", (list, str))
         if isinstance(chunk_key, str):
@@ -553,6 +602,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             on_unrepresentable=cast(
                 UnrepresentablePolicy, o.choice("on_unrepresentable", UNREPRESENTABLE_POLICIES, "null")
             ),
+            partition_by=_partition_by(o),
         )
         o.done()
     metrics = _metrics(top.section("metrics", ("port", "host")))
@@ -560,6 +610,25 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     return PipelineConfig(
         name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup, metrics
     )
+
+
+def _partition_by(options: _Section) -> tuple[PartitionField, ...]:
+    fields = options.get("partition_by", (list, str), [])
+    if isinstance(fields, str):
+        fields = [fields]
+    key = options.key("partition_by")
+    parsed = []
+    for item in fields:
+        if not isinstance(item, str):
+            raise ConfigError(f"`{key}` must be a list of partition fields such as 'days(created_at)', got {item!r}")
+        parsed.append(parse_partition_field(item, key))
+    columns = [f.column for f in parsed]
+    for field_ in parsed:
+        if columns.count(field_.column) > 1 and field_.transform == "identity":
+            raise ConfigError(f"`{key}`: column {field_.column!r} is partitioned by identity and by a transform")
+    if len(set(map(str, parsed))) < len(parsed):
+        raise ConfigError(f"`{key}` names a partition field twice")
+    return tuple(parsed)
 
 
 def _source_load_limit(snapshot: _Section) -> SourceLoadLimit:

@@ -39,6 +39,7 @@ from ingest.sink.targets import (
     ensure_target_created,
     job_head,
     on_copy_branch,
+    partition_clause,
     table_of,
     target_columns,
 )
@@ -90,6 +91,8 @@ def discover(config: PipelineConfig) -> SourceInfo:
             )
         schemas = tuple(load_schema(conn, db, t, config.options_for(db, t)) for db, t in tables)
     _check_target_names(config, tables)
+    for schema in schemas:  # a partition spec naming no column of its table is refused before anything is written
+        partition_clause(schema, config.options_for(schema.database, schema.table).partition_by)
     return SourceInfo(flavor, schemas)
 
 

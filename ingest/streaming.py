@@ -48,7 +48,7 @@ from ingest.sink.maintenance import commits_since_compaction, maintain
 from ingest.sink.merge import committed_offset, merge_into, stream_history, stream_offset_properties
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import snapshot_properties
-from ingest.sink.targets import copy_under_way, on_copy_branch, qualified, table_of
+from ingest.sink.targets import copy_under_way, on_copy_branch, partition_source_columns, qualified, table_of
 from ingest.source.binlog import (
     BinlogReader,
     DdlStatement,
@@ -93,6 +93,9 @@ class TableStream:
     """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
     planned_at: BinlogPosition | None = None
     """A position before the table's schema was loaded and split (earlier than every chunk)."""
+    partition_columns: tuple[str, ...] = ()
+    """Columns other than the key that a partition spec of the target takes values from: a MERGE reads only the
+    partitions its rows' old and new values fall in (ingest/sink/pruning.py)."""
     since_compaction: dict[str, int] = field(default_factory=dict)
     """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
     `sink.maintenance.every_commits`."""
@@ -218,6 +221,7 @@ def _table_streams(
             target = on_copy_branch(target)
         stream = TableStream(schema, target, plan, [], None, changelog)
         stream.committed_known = history.complete
+        stream.partition_columns = partition_source_columns(table, schema)
         every = config.sink.maintenance.every_commits
         stream.since_compaction[stream.target] = commits_since_compaction(table, every)
         if changelog is not None and log_table is not None:
@@ -808,9 +812,29 @@ def _merge_table(
             return table.committed
         return _committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    done = merge_into(spark, table.target, table.schema, finals, end, read_offset, append)
+    done = merge_into(
+        spark, table.target, table.schema, finals, end, read_offset, append, _partition_values(config, table, folded)
+    )
     table.committed, table.committed_known = end.position, True
     return done
+
+
+def _partition_values(config: PipelineConfig, table: TableStream, changes: list[Change]) -> dict[str, set[Any]] | None:
+    """Every value each partition column of the target may hold in the rows the batch changes: those of the rows'
+    images before and after each change. The target holds the source's rows as of the batch's start (or, when a
+    commit's outcome was unknown, its end), so the rows it matches hold one of them. Not under the `ignore` DDL
+    policy nor with `dead_letter`: then the target may keep rows the source no longer has, as they were."""
+    schema = table.schema
+    if (
+        not table.partition_columns
+        or config.stream.on_schema_change == "ignore"
+        or config.options_for(schema.database, schema.table).on_unrepresentable == "dead_letter"
+    ):
+        return None
+    names = schema.column_names
+    positions = {c: names.index(c) for c in table.partition_columns if c in names}
+    images = [image for c in changes for image in (c.before, c.after) if image is not None]
+    return {column: {image[p] for image in images} for column, p in positions.items()}
 
 
 def _append_changelog(

@@ -32,6 +32,14 @@ BASE_CONF = {
     # is planned (more than once for a MERGE); left to execution they run as generated code. Measured on 2 cores:
     # MERGE of 50,000 changes 1.01-1.06 s -> 0.64-0.73 s, catch-up of 204,000 changes 9.1 s -> 7.8 s.
     "spark.sql.optimizer.excludedRules": "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation",
+    # A MERGE reads only the target's rows of the batch's keys (ingest/sink/pruning.py): for a batch of many keys
+    # Spark builds a Bloom filter of them at run time and drops the target's other rows right after its scan, before
+    # the join's shuffle (InjectRuntimeFilter). Spark does that only for a join it expects to shuffle, and it
+    # expects to broadcast any side smaller than autoBroadcastJoinThreshold, although a MERGE's right outer join
+    # cannot broadcast its batch; the job's sessions run no other joins. Measured (bench/apply.py): <numbers>.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "64MB",
+    "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "1GB",
 }
 
 JIT = "-XX:TieredStopAtLevel=1"

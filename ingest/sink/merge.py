@@ -11,13 +11,14 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from ingest import metrics
 from ingest.errors import CommitConflictError
+from ingest.sink.pruning import target_predicate
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import lineage, table_of, target_columns
 from ingest.sink.types import quote_identifier, rows_to_record_batch
@@ -115,6 +116,32 @@ def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...
     return spark.createDataFrame(table)
 
 
+def merge_statement(
+    target: str,
+    view: str,
+    schema: TableSchema,
+    keys: Collection[tuple[Any, ...]],
+    located: Mapping[str, Collection[Any]] | None = None,
+) -> str:
+    """The MERGE of the batch in `view` (`_batch_frame`, whose keys are `keys`) into `target`, reading of the target
+    only what the batch can change (ingest/sink/pruning.py)."""
+    columns = [quote_identifier(c) for c in schema.column_names]
+    on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
+    where = target_predicate(target_columns(schema), schema.primary_key, keys, located)
+    if where is not None:
+        on = f"{on} AND {where}"
+    # A filter that keeps every row: Spark builds a Bloom filter of the batch's keys for the target's scan only
+    # from a filtered side (InjectRuntimeFilter; ingest/sink/pruning.py, session_conf.py).
+    source = f"(SELECT * FROM {view} WHERE {OP_COLUMN} IN ('U', 'D'))"
+    return (
+        f"MERGE INTO {target} t USING {source} s ON {on} "
+        f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
+        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
+        f"VALUES ({', '.join(f's.{c}' for c in columns)})"
+    )
+
+
 def merge_into(
     spark: Any,
     target: str,
@@ -123,8 +150,12 @@ def merge_into(
     end: Watermark,
     read_offset: Any,
     append: bool = False,
+    located: Mapping[str, Collection[Any]] | None = None,
 ) -> bool:
     """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state.
+
+    The target is read only where the batch's keys can be (ingest/sink/pruning.py), and where `located` says the
+    rows live: every value each of these target columns may hold in the rows the batch changes.
 
     With `append`, every row of `finals` has a key the target cannot hold (the batch created it, see
     `created_keys`): the rows are appended, with no scan of the target and no conflict with its rewrites.
@@ -133,19 +164,12 @@ def merge_into(
     """
     view = f"ingest_batch_{abs(hash((target, str(end.position))))}"
     _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
-    columns = [quote_identifier(c) for c in schema.column_names]
     if append:
         assert all(row is not None for row in finals.values()), "only new rows are appended"
-        sql = f"INSERT INTO {target} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM {view}"
+        columns = ", ".join(quote_identifier(c) for c in schema.column_names)
+        sql = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {view}"
     else:
-        on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
-        sql = (
-            f"MERGE INTO {target} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
-            f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'U' THEN INSERT ({', '.join(columns)}) "
-            f"VALUES ({', '.join(f's.{c}' for c in columns)})"
-        )
+        sql = merge_statement(target, view, schema, finals.keys(), located)
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = read_offset()

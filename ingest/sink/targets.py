@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ingest.config import PipelineConfig
+from ingest.config import PartitionField, PipelineConfig
+from ingest.errors import ConfigError
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.types import TargetColumn, map_columns, quote_identifier
@@ -70,11 +71,64 @@ def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchem
             SOURCE_SCHEMA_PROPERTY: schema_to_json(schema),
         }
         tblprops = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg TBLPROPERTIES ({tblprops})")
+        fields = config.options_for(schema.database, schema.table).partition_by
+        partitioned = f" PARTITIONED BY ({partition_clause(schema, fields)})" if fields else ""
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg{partitioned} TBLPROPERTIES ({tblprops})"
+        )
         keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
         spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")
         log.info("created %s for %s", table, schema.table_id)
     return table, created
+
+
+# The Iceberg types each transform takes, as the Spark types the job maps columns to (ingest/sink/types.py).
+_TRANSFORM_TYPES = {
+    "years": ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ"),
+    "months": ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ"),
+    "days": ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ"),
+    "hours": ("TIMESTAMP", "TIMESTAMP_NTZ"),
+    "bucket": ("INT", "BIGINT", "DECIMAL", "STRING", "BINARY", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ"),
+    "truncate": ("INT", "BIGINT", "DECIMAL", "STRING", "BINARY"),
+    "identity": ("INT", "BIGINT", "DECIMAL", "STRING", "BINARY", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "BOOLEAN"),
+}
+
+
+def partition_clause(schema: TableSchema, fields: Sequence[PartitionField]) -> str:
+    """The PARTITIONED BY list of `table_options.<table>.partition_by`, checked against the table's columns."""
+    types = {t.name: t.spark_type for t in target_columns(schema)}
+    key = f"table_options.{schema.table_id}.partition_by"
+    parts = []
+    for f in fields:
+        if f.column not in types:
+            raise ConfigError(f"`{key}`: {schema.table_id} has no column {f.column!r} (columns: {', '.join(types)})")
+        base = types[f.column].split("(")[0]
+        if base not in _TRANSFORM_TYPES[f.transform]:
+            raise ConfigError(
+                f"`{key}`: {f} cannot partition {schema.table_id}: column {f.column!r} is {types[f.column]} in "
+                f"Iceberg; {f.transform} takes {', '.join(_TRANSFORM_TYPES[f.transform])}"
+            )
+        column = quote_identifier(f.column)
+        if f.transform == "identity":
+            parts.append(column)
+        elif f.width is not None:
+            parts.append(f"{f.transform}({f.width}, {column})")
+        else:
+            parts.append(f"{f.transform}({column})")
+    return ", ".join(parts)
+
+
+def partition_source_columns(iceberg_table: Any, schema: TableSchema) -> tuple[str, ...]:
+    """The source columns, other than the primary key, that a partition spec of the target (any of its specs: old
+    files keep theirs) takes values from; a pyiceberg table."""
+    columns = iceberg_table.schema()
+    found: list[str] = []
+    for spec in iceberg_table.specs().values():
+        for f in spec.fields:
+            name = columns.find_column_name(f.source_id)
+            if name in schema.column_names and name not in schema.primary_key and name not in found:
+                found.append(name)
+    return tuple(found)
 
 
 def copy_under_way(iceberg_table: Any) -> bool:

@@ -52,6 +52,8 @@ def _config(mariadb: MariaDBServer, db: str, base: Path, format_version: int = 2
             "sink": {**embedded_sink(base), "catalog_name": f"lake_{db}", "format_version": format_version},
             "snapshot": {"chunk_size": 100, "parallelism": 2, "chunks_per_commit": 4},
             "stream": {"batch_interval_seconds": 60},
+            # Partitioned by a time transform and by a column the updates change (rows move between partitions).
+            "table_options": {f"{db}.acct": {"partition_by": ["months(opened)", "truncate(10, balance)"]}},
         }
     )
 

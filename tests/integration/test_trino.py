@@ -166,7 +166,15 @@ def test_binlog_merges_compaction_and_expiry_in_format_v2_read_equal_to_mysql_an
     )
     # Compaction after every second commit, expiry of everything but the newest 10 snapshots.
     maintenance = {"every_commits": 2, "expire_after_hours": 0}
-    config = _config(mariadb, minio, postgres, db, sink={"format_version": 2, "maintenance": maintenance})
+    config = _config(
+        mariadb,
+        minio,
+        postgres,
+        db,
+        sink={"format_version": 2, "maintenance": maintenance},
+        # As users partition big tables: by time, and by the key
+        table_options={f"{db}.acct": {"partition_by": ["days(opened)", "bucket(4, id)"]}},
+    )
     run(config, spark=spark, snapshot_only=True)
     rounds = [
         [

@@ -13,6 +13,7 @@ import yaml
 
 from ingest.config import (
     MaintenanceConfig,
+    PartitionField,
     PipelineConfig,
     Secret,
     SnapshotConfig,
@@ -838,3 +839,38 @@ def test_a_mysql_gtid_set_is_refused_with_a_hint() -> None:
 
 def test_unknown_startup_key() -> None:
     assert error_of(cfg(startup_mode="latest", startup={"offset": 1})).startswith("unknown key `startup.offset`")
+
+
+def test_partition_by_takes_iceberg_transforms_of_columns() -> None:
+    data = cfg(
+        table_options={
+            "db.t": {"partition_by": ["days(created_at)", "bucket(16, id)", "truncate( 10 ,name)", "region"]}
+        }
+    )
+    fields = parse_config(data).options_for("db", "t").partition_by
+    assert fields == (
+        PartitionField("days", "created_at"),
+        PartitionField("bucket", "id", 16),
+        PartitionField("truncate", "name", 10),
+        PartitionField("identity", "region"),
+    )
+    assert [str(f) for f in fields] == ["days(created_at)", "bucket(16, id)", "truncate(10, name)", "region"]
+    assert parse_config(cfg(table_options={"db.t": {"partition_by": "hours(at)"}})).options_for(
+        "db", "t"
+    ).partition_by == (PartitionField("hours", "at"),)
+    assert parse_config(cfg()).options_for("db", "t").partition_by == ()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["weeks(at)"], "`table_options.db.t.partition_by`: 'weeks(at)' is not a partition field; write `column`"),
+        (["bucket(id)"], "'bucket(id)' is not a partition field"),
+        (["bucket(0, id)"], "the width of 'bucket(0, id)' must be at least 1"),
+        (["days(at)", "days(at)"], "`table_options.db.t.partition_by` names a partition field twice"),
+        (["at", "days(at)"], "column 'at' is partitioned by identity and by a transform"),
+        ([7], "`table_options.db.t.partition_by` must be a list of partition fields such as 'days(created_at)', got 7"),
+    ],
+)
+def test_partition_by_errors_name_the_key(given: list[Any], message: str) -> None:
+    assert message in error_of(cfg(table_options={"db.t": {"partition_by": given}}))

@@ -1,0 +1,484 @@
+"""What one binlog batch costs to apply as its target grows (issue 31), against an append of the same rows and
+against the MERGE the job ran before it pruned its target, in one run.
+
+    .venv/bin/python -m bench.apply [--sizes 200000,2000000,20000000] [--changes 20000] [--rounds 3]
+                                    [--formats 2,3] [--rows-per-file 1000000] [--partition-by SPEC ...]
+                                    [--read-rows 2000000] [--read-batches 50] [--spark-conf KEY=VALUE ...]
+
+No MySQL: each target is created by the job's own `ensure_target` (its table properties, and the partition spec
+`--partition-by` gives, as `table_options.<table>.partition_by` would) and filled in the JVM from `range()` in
+files of `--rows-per-file` contiguous keys, as a snapshot's chunks are. Then batches of `--changes` final changes
+(50 % updates, 10 % deletes of existing keys, 40 % inserts of new keys) are applied with the job's `merge_into`,
+with keys drawn from the newest 1 % of the table (on a small table: the newest three times as many keys as a
+batch updates and deletes) or uniformly from all of it:
+
+- **apply**: the job's MERGE, its target read only where the batch's keys can be (ingest/sink/pruning.py);
+- **unpruned**: the same statement without those predicates, what the job ran before issue 31 (baseline);
+- **append**: the same rows appended to a table of the same format (a delete as its before image): what writing
+  the batch costs with no read of the target at all.
+
+Each round applies a fresh batch per distribution and mode to the same table (the two MERGEs leave the same rows,
+so the table stays alike for both; the order alternates per round). Then the read cost: `--read-batches` batches
+applied to a table of `--read-rows` rows, `SELECT count(*)` and point lookups timed, the table compacted by the
+job's maintenance, and timed again. Nothing asserts on timing; results go to bench/results/apply-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from bench.snapshot import (
+    _int_list,
+    _positive,
+    add_spark_conf_option,
+    host_info,
+    share_spark_conf,
+    spark_conf_note,
+    spark_section,
+    write_results,
+)
+from ingest.config import MaintenanceConfig, PipelineConfig, parse_config
+from ingest.sink.types import SourceColumn
+from ingest.source.mysql import TableSchema
+from ingest.source.position import BinlogPosition, Watermark
+
+log = logging.getLogger("bench.apply")
+
+PIPELINE = "bench_apply"
+PASSWORD_ENV = "INGEST_BENCH_APPLY_UNUSED_PASSWORD"
+MIX = (0.5, 0.1, 0.4)
+"""Updates of existing keys, deletes of existing keys, inserts of new keys, as shares of a batch."""
+NEWEST_SHARE = 0.01
+DISTRIBUTIONS = ("newest-1%", "uniform")
+MODES = ("apply", "unpruned")
+STATUSES = ("new", "paid", "shipped", "done")
+EPOCH_2024 = 1_704_067_200
+LOOKUPS = 5
+
+SCHEMA = TableSchema(
+    "bench",
+    "items",
+    (
+        SourceColumn("id", "bigint", "bigint(20)", False),
+        SourceColumn("customer_id", "bigint", "bigint(20)", False),
+        SourceColumn("status", "varchar", "varchar(16)", False),
+        SourceColumn("amount", "decimal", "decimal(12,2)", True, 12, 2),
+        SourceColumn("created_at", "datetime", "datetime(6)", False, datetime_precision=6),
+        SourceColumn("updated_us", "bigint", "bigint(20)", False),
+        SourceColumn("note", "varchar", "varchar(64)", True),
+    ),
+    ("id",),
+    ("id",),
+    (None,),
+)
+
+FILL_SQL = """INSERT INTO {table}
+SELECT id, id % 5000, element_at(array('new', 'paid', 'shipped', 'done'), CAST(id % 4 AS INT) + 1),
+       CASE WHEN id % 11 = 0 THEN NULL ELSE CAST((id % 100000) / 100 AS DECIMAL(12,2)) END,
+       CAST(timestamp_seconds({epoch} + id) AS TIMESTAMP_NTZ), 1700000000000000, concat('order ', id, ' v0')
+FROM range(1, {rows} + 1, 1, {parts})"""
+
+
+def row(i: int, version: int) -> tuple[Any, ...]:
+    """Row i of version `version` in the driver's form (what PyMySQL returns); version 0 is FILL_SQL's."""
+    return (
+        i,
+        i % 5000,
+        STATUSES[(i + version) % 4] if version else STATUSES[i % 4],
+        None if i % 11 == 0 else Decimal(i % 100000 + version).scaleb(-2),
+        dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i),
+        1_700_000_000_000_000 + version,
+        f"order {i} v{version}",
+    )
+
+
+Batch = dict[tuple[Any, ...], tuple[Any, ...] | None]
+
+
+class Keys:
+    """The keys a table holds, to draw existing keys from and to give new ones."""
+
+    def __init__(self, rows: int, seed: int) -> None:
+        self.top = rows
+        self.deleted: set[int] = set()
+        self.random = random.Random(seed)
+        self.version = 0
+
+    def draw(self, count: int, distribution: str) -> list[int]:
+        # The newest 1 % of the keys, or on a small table the newest three times as many as the batch needs.
+        window = max(int(self.top * NEWEST_SHARE), 3 * count)
+        low = max(1, self.top - window) if distribution == "newest-1%" else 1
+        picked: set[int] = set()
+        while len(picked) < count:
+            k = self.random.randint(low, self.top)
+            if k not in self.deleted:
+                picked.add(k)
+        return list(picked)
+
+    def batch(self, changes: int, distribution: str) -> tuple[Batch, Batch]:
+        """A batch for MERGE (a delete is None) and the same changes as full rows for the append."""
+        self.version += 1
+        updates, deletes = int(changes * MIX[0]), int(changes * MIX[1])
+        inserts = changes - updates - deletes
+        existing = self.draw(updates + deletes, distribution)
+        merge: Batch = {}
+        append: Batch = {}
+        for k in existing[:updates]:
+            merge[(k,)] = append[(k,)] = row(k, self.version)
+        for k in existing[updates:]:
+            merge[(k,)] = None
+            append[(k,)] = row(k, self.version)
+            self.deleted.add(k)
+        for k in range(self.top + 1, self.top + inserts + 1):
+            merge[(k,)] = append[(k,)] = row(k, self.version)
+        self.top += inserts
+        return merge, append
+
+
+def make_config(base: Path, format_version: int, partition_by: Sequence[str]) -> PipelineConfig:
+    os.environ.setdefault(PASSWORD_ENV, "unused")
+    return parse_config(
+        {
+            "name": PIPELINE,
+            "source": {"host": "127.0.0.1", "user": "unused", "password": {"env": PASSWORD_ENV}},
+            "tables": {"include": [r"bench\.items"]},
+            "sink": {
+                "catalog_name": "lake",
+                "catalog": {
+                    "type": "jdbc",
+                    "uri": f"jdbc:sqlite:{base}/catalog.db",
+                    "warehouse": f"file://{base}/warehouse",
+                },
+                "format_version": format_version,
+            },
+            "spark": spark_section("local[2]"),
+            "table_options": {"bench.items": {"partition_by": list(partition_by)}},
+        }
+    )
+
+
+BEFORE_CONF = {
+    # Spark's defaults, which the job's sessions changed for issue 31 (ingest/runtime/session_conf.py)
+    "spark.sql.autoBroadcastJoinThreshold": "10MB",
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
+}
+
+
+@contextlib.contextmanager
+def unpruned(spark: Any) -> Iterator[None]:
+    """The job's MERGE as it was before issue 31: no target-only predicates, no Bloom filter of the batch."""
+    from ingest.sink import merge
+
+    kept = merge.target_predicate
+    conf = {k: spark.conf.get(k) for k in BEFORE_CONF}
+    merge.target_predicate = lambda *args, **kwargs: None  # type: ignore[assignment]
+    for key, value in BEFORE_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        merge.target_predicate = kept
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, base: Path) -> None:
+        from ingest.runtime.spark import spark_session
+        from ingest.sink.catalog import load_pyiceberg_catalog
+
+        self.args = args
+        self.base = base
+        self.configs = {v: make_config(base, v, args.partition_by) for v in args.formats}
+        first = self.configs[args.formats[0]]
+        # As in run(): pyiceberg creates the SQLite catalog's tables before Spark first uses the catalog.
+        load_pyiceberg_catalog(first.sink).list_namespaces()
+        started = time.perf_counter()
+        self.spark = spark_session(first, app_name="bench-apply")
+        self.spark_start_s = time.perf_counter() - started
+        self.position = 4
+
+    def target(self, version: int, name: str) -> str:
+        from ingest.sink.targets import ensure_target
+
+        config = self.configs[version]
+        options = dict(config.table_options)
+        options["bench.items"] = dataclass_replace(options["bench.items"], target=f"applybench.{name}")
+        return ensure_target(self.spark, dataclass_replace(config, table_options=options), SCHEMA)
+
+    def fill(self, table: str, rows: int) -> float:
+        parts = max(1, -(-rows // self.args.rows_per_file))
+        started = time.perf_counter()
+        self.spark.sql(FILL_SQL.format(table=table, epoch=EPOCH_2024, rows=rows, parts=parts))
+        return time.perf_counter() - started
+
+    def merge(self, table: str, batch: Batch, pruned: bool) -> float:
+        from ingest.sink.merge import merge_into
+
+        self.position += 1
+        end = Watermark(BinlogPosition("mysql-bin.000001", self.position))
+        started = time.perf_counter()
+        with contextlib.nullcontext() if pruned else unpruned(self.spark):
+            merge_into(self.spark, table, SCHEMA, batch, end, lambda: None)
+        return time.perf_counter() - started
+
+    def append(self, table: str, rows: Batch) -> float:
+        from ingest.sink.merge import OP_COLUMN, _batch_frame
+
+        started = time.perf_counter()
+        _batch_frame(self.spark, SCHEMA, rows).drop(OP_COLUMN).writeTo(table).append()
+        return time.perf_counter() - started
+
+    def scaling(self, version: int, rows: int, append_table: str) -> dict[str, Any]:
+        table = self.target(version, f"items_v{version}_{rows}")
+        fill_s = self.fill(table, rows)
+        keys = Keys(rows, seed=rows + version)
+        _progress(f"v{version}, {rows:,} rows: filled in {fill_s:.1f} s")
+        for distribution in DISTRIBUTIONS:  # warm-up: plans, JIT, the first read of the table's metadata
+            for mode in MODES:
+                self.merge(table, keys.batch(min(self.args.changes, 1000), distribution)[0], mode == "apply")
+        times: dict[str, dict[str, list[float]]] = {d: {m: [] for m in (*MODES, "append")} for d in DISTRIBUTIONS}
+        for r in range(self.args.rounds):
+            for distribution in DISTRIBUTIONS:
+                for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                    merge, rows_of = keys.batch(self.args.changes, distribution)
+                    times[distribution][mode].append(self.merge(table, merge, mode == "apply"))
+                    if mode == "apply":
+                        times[distribution]["append"].append(self.append(append_table, rows_of))
+            _progress(f"v{version}, {rows:,} rows: round {r + 1} {_medians(times)}")
+        return {
+            "format_version": version,
+            "rows": rows,
+            "fill_s": round(fill_s, 2),
+            "seconds": {d: {m: [round(t, 3) for t in ts] for m, ts in by.items()} for d, by in times.items()},
+            "median_s": _medians(times),
+        }
+
+    def read_cost(self, version: int) -> dict[str, Any]:
+        from ingest.sink.maintenance import maintain
+
+        rows = self.args.read_rows
+        table = self.target(version, f"items_v{version}_read")
+        self.fill(table, rows)
+        keys = Keys(rows, seed=7 + version)
+        probe = [k for k in keys.draw(LOOKUPS, "uniform")]
+        fresh = self.reads(table, probe)
+        applied = []
+        for b in range(self.args.read_batches):
+            applied.append(self.merge(table, keys.batch(self.args.changes, DISTRIBUTIONS[b % 2])[0], True))
+        after = self.reads(table, probe)
+        end = Watermark(BinlogPosition("mysql-bin.000001", self.position))
+        started = time.perf_counter()
+        maintain(self.spark, table, PIPELINE, end, MaintenanceConfig(every_commits=50, expire_after_hours=None))
+        maintain_s = time.perf_counter() - started
+        compacted = self.reads(table, probe)
+        _progress(f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}")
+        return {
+            "format_version": version,
+            "rows": rows,
+            "batches": len(applied),
+            "apply_s_median": round(statistics.median(applied), 3) if applied else None,
+            "fresh": fresh,
+            "after_batches": after,
+            "maintenance_s": round(maintain_s, 2),
+            "compacted": compacted,
+            "files": self.files(table),
+        }
+
+    def reads(self, table: str, probe: Sequence[int]) -> dict[str, float]:
+        self.spark.sql(f"REFRESH TABLE {table}")
+        counts, lookups = [], []
+        for _ in range(3):
+            started = time.perf_counter()
+            self.spark.sql(f"SELECT count(*) FROM {table}").collect()
+            counts.append(time.perf_counter() - started)
+        for k in probe:
+            started = time.perf_counter()
+            self.spark.sql(f"SELECT * FROM {table} WHERE id = {int(k)}").collect()
+            lookups.append(time.perf_counter() - started)
+        return {"count_s": round(statistics.median(counts), 3), "lookup_s": round(statistics.median(lookups), 3)}
+
+    def files(self, table: str) -> dict[str, int]:
+        data = self.spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0]
+        deletes = self.spark.sql(f"SELECT count(*) FROM {table}.delete_files").collect()[0][0]
+        return {"data_files": int(data), "delete_files": int(deletes)}
+
+
+def dataclass_replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def _medians(times: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float | None]]:
+    return {d: {m: round(statistics.median(ts), 3) if ts else None for m, ts in by.items()} for d, by in times.items()}
+
+
+def _progress(message: str) -> None:
+    print(f"[bench.apply {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def slope_200m(points: Sequence[tuple[int, float]]) -> float | None:
+    """Apply time at 200 M rows on a least-squares line through (rows, seconds)."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my + slope * (200_000_000 - mx)
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for version in results["formats"]:
+        runs = [s for s in results["scaling"] if s["format_version"] == version]
+        if not runs:
+            continue
+        smallest, largest = runs[0], runs[-1]
+        per: dict[str, Any] = {}
+        for d in DISTRIBUTIONS:
+            m_small, m_large = smallest["median_s"][d], largest["median_s"][d]
+            per[d] = {
+                "apply_largest_over_smallest": _ratio(m_large["apply"], m_small["apply"]),
+                "unpruned_largest_over_smallest": _ratio(m_large["unpruned"], m_small["unpruned"]),
+                "apply_over_append_largest": _ratio(m_large["apply"], m_large["append"]),
+                "apply_over_unpruned_smallest": _ratio(m_small["apply"], m_small["unpruned"]),
+                "apply_s_at_200m": _round(slope_200m([(r["rows"], r["median_s"][d]["apply"]) for r in runs])),
+                "unpruned_s_at_200m": _round(slope_200m([(r["rows"], r["median_s"][d]["unpruned"]) for r in runs])),
+            }
+        out[f"v{version}"] = per
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 2)
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        f"bench.apply: {results['changes']:,} changes per batch "
+        f"({', '.join(f'{int(s * 100)} %' for s in MIX)} updates/deletes/inserts), "
+        f"{results['rows_per_file']:,} rows per file, partition_by {results['partition_by'] or 'none'}"
+        f"{spark_conf_note(results.get('spark_conf'))}",
+        "",
+        "| format | rows | keys | apply s | unpruned s (before) | append s | apply / append | apply / unpruned |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results["scaling"]:
+        for d in DISTRIBUTIONS:
+            m = s["median_s"][d]
+            lines.append(
+                f"| v{s['format_version']} | {s['rows']:,} | {d} | {m['apply']} | {m['unpruned']} | {m['append']} "
+                f"| {_ratio(m['apply'], m['append'])} | {_ratio(m['apply'], m['unpruned'])} |"
+            )
+    lines += [
+        "",
+        "| format | keys | apply largest / smallest | before | apply / append, largest | apply s at 200 M "
+        "(line) | before at 200 M |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for version, per in results["summary"].items():
+        for d, v in per.items():
+            lines.append(
+                f"| {version} | {d} | {v['apply_largest_over_smallest']} | {v['unpruned_largest_over_smallest']} "
+                f"| {v['apply_over_append_largest']} | {v['apply_s_at_200m']} | {v['unpruned_s_at_200m']} |"
+            )
+    if results["reads"]:
+        lines += [
+            "",
+            "| format | rows | batches | count s: fresh / after / compacted | lookup s: fresh / after / "
+            "compacted | after / compacted (count, lookup) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in results["reads"]:
+            f, a, c = r["fresh"], r["after_batches"], r["compacted"]
+            lines.append(
+                f"| v{r['format_version']} | {r['rows']:,} | {r['batches']} | {f['count_s']} / {a['count_s']} / "
+                f"{c['count_s']} | {f['lookup_s']} / {a['lookup_s']} / {c['lookup_s']} | "
+                f"{_ratio(a['count_s'], c['count_s'])}, {_ratio(a['lookup_s'], c['lookup_s'])} |"
+            )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.apply", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=_int_list, default=[200_000, 2_000_000, 20_000_000])
+    parser.add_argument("--changes", type=_positive, default=20_000)
+    parser.add_argument("--rounds", type=_positive, default=3)
+    parser.add_argument("--formats", type=_int_list, default=[2, 3])
+    parser.add_argument("--rows-per-file", type=_positive, default=1_000_000)
+    parser.add_argument(
+        "--partition-by",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a partition field of every target, as table_options.<table>.partition_by (repeatable)",
+    )
+    parser.add_argument("--read-rows", type=int, default=2_000_000, help="0 skips the read-cost part")
+    parser.add_argument("--read-batches", type=int, default=50)
+    add_spark_conf_option(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    conf = share_spark_conf(args.spark_conf)
+    base = Path(tempfile.mkdtemp(prefix="bench-apply-"))
+    results: dict[str, Any] = {
+        "host": host_info(),
+        "changes": args.changes,
+        "rounds": args.rounds,
+        "formats": args.formats,
+        "rows_per_file": args.rows_per_file,
+        "partition_by": args.partition_by,
+        "spark_conf": conf,
+        "scaling": [],
+        "reads": [],
+    }
+    try:
+        bench = Bench(args, base)
+        results["spark_start_s"] = round(bench.spark_start_s, 2)
+        for version in args.formats:
+            append_table = bench.target(version, f"items_v{version}_append")
+            for rows in sorted(args.sizes):
+                results["scaling"].append(bench.scaling(version, rows, append_table))
+                bench.spark.sql(f"DROP TABLE IF EXISTS lake.applybench.items_v{version}_{rows} PURGE")
+        if args.read_rows > 0 and args.read_batches > 0:
+            for version in args.formats:
+                results["reads"].append(bench.read_cost(version))
+        results["summary"] = summarize(results)
+        bench.spark.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(render(results))
+    print(f"\nresults: {write_results(results, 'apply')}")
+    print(json.dumps(results["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
