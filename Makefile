@@ -39,6 +39,7 @@ lint:  ## ruff and mypy --strict
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
-bench:  ## the benchmarks of bench/ (snapshot, then binlog; print ratios against baselines in the same run)
+bench:  ## the benchmarks of bench/ (snapshot, binlog, then apply; print ratios against baselines in the same run)
 	$(PY) -m bench.snapshot
 	$(PY) -m bench.binlog
+	$(PY) -m bench.apply

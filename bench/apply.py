@@ -3,7 +3,8 @@ against the MERGE the job ran before it pruned its target, in one run.
 
     .venv/bin/python -m bench.apply [--sizes 200000,2000000,20000000] [--changes 20000] [--rounds 3]
                                     [--formats 2,3] [--rows-per-file 1000000] [--partition-by SPEC ...]
-                                    [--read-rows 2000000] [--read-batches 50] [--spark-conf KEY=VALUE ...]
+                                    [--read-rows 2000000] [--read-batches 50] [--e2e-sizes 200000,10000000]
+                                    [--spark-conf KEY=VALUE ...]
 
 No MySQL: each target is created by the job's own `ensure_target` (its table properties, and the partition spec
 `--partition-by` gives, as `table_options.<table>.partition_by` would) and filled in the JVM from `range()` in
@@ -20,7 +21,10 @@ batch updates and deletes) or uniformly from all of it:
 Each round applies a fresh batch per distribution and mode to the same table (the two MERGEs leave the same rows,
 so the table stays alike for both; the order alternates per round). Then the read cost: `--read-batches` batches
 applied to a table of `--read-rows` rows, `SELECT count(*)` and point lookups timed, the table compacted by the
-job's maintenance, and timed again. Nothing asserts on timing; results go to bench/results/apply-<time>.json.
+job's maintenance, and timed again (and a few batches applied after it). Last, end to end on a private MariaDB
+(`EndToEnd`): tables of `--e2e-sizes` rows are snapshotted by the job, then each batch of changes is written to
+MySQL and `run(until_caught_up=True)` timed, with the job's MERGE and the unpruned one. Nothing asserts on timing;
+results go to bench/results/apply-<time>.json.
 """
 
 from __future__ import annotations
@@ -287,7 +291,10 @@ class Bench:
         maintain(self.spark, table, PIPELINE, end, MaintenanceConfig(every_commits=50, expire_after_hours=None))
         maintain_s = time.perf_counter() - started
         compacted = self.reads(table, probe)
-        _progress(f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}")
+        files = self.files(table)
+        # What compaction left of the key order the MERGE's ranges rely on: a few batches of recent keys after it.
+        later = [self.merge(table, keys.batch(self.args.changes, DISTRIBUTIONS[0])[0], True) for _ in range(3)]
+        _progress(f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}; then {later}")
         return {
             "format_version": version,
             "rows": rows,
@@ -297,7 +304,8 @@ class Bench:
             "after_batches": after,
             "maintenance_s": round(maintain_s, 2),
             "compacted": compacted,
-            "files": self.files(table),
+            "files": files,
+            "apply_after_compaction_s": [round(t, 3) for t in later],
         }
 
     def reads(self, table: str, probe: Sequence[int]) -> dict[str, float]:
@@ -317,6 +325,142 @@ class Bench:
         data = self.spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0]
         deletes = self.spark.sql(f"SELECT count(*) FROM {table}.delete_files").collect()[0][0]
         return {"data_files": int(data), "delete_files": int(deletes)}
+
+
+E2E_USER = "bench_apply_cdc"
+E2E_PASSWORD_ENV = "INGEST_BENCH_APPLY_MYSQL_PASSWORD"
+E2E_WINDOW = 100_000
+"""Keys the end-to-end batch updates and deletes among: the newest 100,000 (1 % of 10 M rows)."""
+E2E_LOAD_SLICE = 500_000
+
+
+class EndToEnd:
+    """The job itself, from the CLI's entry (`ingest.pipeline.run`), on a real MariaDB: a table of N rows is
+    snapshotted, then each round writes one batch of `--changes` changes (set-based statements in one transaction:
+    updates and deletes of keys among the newest E2E_WINDOW, inserts of new keys) and times
+    `run(until_caught_up=True)`, which reads them from the binlog and commits them, once with the job as it is and
+    once with the MERGE of before issue 31 (alternating)."""
+
+    def __init__(self, bench: Bench) -> None:
+        import secrets
+
+        from ingest.devservers.mariadb import MariaDBServer
+
+        self.bench = bench
+        self.password = secrets.token_urlsafe(16)
+        os.environ[E2E_PASSWORD_ENV] = self.password
+        self.server = MariaDBServer(extra_args=("--innodb-buffer-pool-size=1G",))
+
+    def __enter__(self) -> EndToEnd:
+        self.server.__enter__()
+        self.server.create_cdc_user(E2E_USER, self.password)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.__exit__(None, None, None)
+
+    def config(self, rows: int) -> PipelineConfig:
+        base = self.bench.base / f"e2e-{rows}"
+        base.mkdir(exist_ok=True)
+        return parse_config(
+            {
+                "name": f"bench_e2e_{rows}",
+                "source": {
+                    "host": self.server.host,
+                    "port": self.server.port,
+                    "user": E2E_USER,
+                    "password": {"env": E2E_PASSWORD_ENV},
+                    "flavor": "mariadb",
+                    "server_id": 5403,
+                },
+                "tables": {"include": [rf"bench\.items_{rows}"]},
+                "sink": {
+                    "catalog_name": f"e2e_{rows}",
+                    "catalog": {
+                        "type": "jdbc",
+                        "uri": f"jdbc:sqlite:{base}/catalog.db",
+                        "warehouse": f"file://{base}/warehouse",
+                    },
+                    "format_version": self.bench.args.formats[0],
+                },
+                "spark": spark_section("local[2]"),
+                "table_options": {f"bench.items_{rows}": {"partition_by": list(self.bench.args.partition_by)}},
+            }
+        )
+
+    def load(self, rows: int) -> float:
+        table = f"bench.items_{rows}"
+        started = time.perf_counter()
+        self.server.execute(
+            "CREATE DATABASE IF NOT EXISTS bench",
+            f"DROP TABLE IF EXISTS {table}",
+            f"CREATE TABLE {table} (id BIGINT NOT NULL PRIMARY KEY, customer_id BIGINT NOT NULL, "
+            "status VARCHAR(16) NOT NULL, amount DECIMAL(12,2) NULL, created_at DATETIME(6) NOT NULL, "
+            "updated_us BIGINT NOT NULL, note VARCHAR(64) NULL) ENGINE=InnoDB",
+        )
+        with self.server.admin("bench") as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            for offset in range(0, rows, E2E_LOAD_SLICE):
+                n = min(E2E_LOAD_SLICE, rows - offset)
+                cur.execute(
+                    f"INSERT INTO {table} SELECT s, s % 5000, ELT(1 + s % 4, 'new', 'paid', 'shipped', 'done'), "
+                    "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01' + INTERVAL s SECOND, "
+                    f"1700000000000000, CONCAT('order ', s, ' v0') FROM (SELECT CAST(seq + {offset} AS SIGNED) AS s "
+                    f"FROM bench.seq_1_to_{n}) AS g"
+                )
+        return time.perf_counter() - started
+
+    def write_batch(self, rows: int, top: int, round_: int) -> int:
+        """One transaction of `--changes` changes; returns the new top key."""
+        changes = self.bench.args.changes
+        updates, deletes = int(changes * MIX[0]), int(changes * MIX[1])
+        inserts = changes - updates - deletes
+        low = top - E2E_WINDOW
+        table = f"bench.items_{rows}"
+        with self.server.admin("bench") as conn, conn.cursor() as cur:
+            cur.execute("BEGIN")
+            # Every (E2E_WINDOW / updates)-th key of the window, shifted each round so no key is deleted twice.
+            step = E2E_WINDOW // updates
+            cur.execute(
+                f"UPDATE {table} SET updated_us = updated_us + 1, status = 'paid' WHERE id > %s AND id %% %s = %s",
+                (low, step, round_ % step),
+            )
+            step = E2E_WINDOW // deletes
+            cur.execute(f"DELETE FROM {table} WHERE id > %s AND id %% %s = %s", (low, step, (round_ + 3) % step))
+            cur.execute(
+                f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, TIMESTAMP'2024-01-01' + INTERVAL s SECOND, "
+                f"1, 'new' FROM (SELECT CAST(seq + {top} AS SIGNED) AS s FROM bench.seq_1_to_{inserts}) AS g"
+            )
+            cur.execute("COMMIT")
+        return top + inserts
+
+    def measure(self, rows: int) -> dict[str, Any]:
+        from ingest.pipeline import run
+
+        load_s = self.load(rows)
+        config = self.config(rows)
+        started = time.perf_counter()
+        run(config, snapshot_only=True, spark=self.bench.spark)
+        snapshot_s = time.perf_counter() - started
+        _progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
+        top = rows
+        times: dict[str, list[float]] = {m: [] for m in MODES}
+        for r in range(1 + self.bench.args.rounds):  # round 0 warms the binlog phase up, not reported
+            for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                top = self.write_batch(rows, top, 2 * r + (mode == "unpruned"))
+                started = time.perf_counter()
+                with contextlib.nullcontext() if mode == "apply" else unpruned(self.bench.spark):
+                    run(config, until_caught_up=True, spark=self.bench.spark)
+                if r:
+                    times[mode].append(time.perf_counter() - started)
+            _progress(f"end to end, {rows:,} rows: round {r} {times}")
+        return {
+            "rows": rows,
+            "load_s": round(load_s, 1),
+            "snapshot_s": round(snapshot_s, 1),
+            "catch_up_s": {m: [round(t, 3) for t in ts] for m, ts in times.items()},
+            "median_s": {m: round(statistics.median(ts), 3) if ts else None for m, ts in times.items()},
+        }
 
 
 def dataclass_replace(obj: Any, **changes: Any) -> Any:
@@ -410,16 +554,35 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             "",
             "| format | rows | batches | count s: fresh / after / compacted | lookup s: fresh / after / "
-            "compacted | after / compacted (count, lookup) |",
-            "|---|---|---|---|---|---|",
+            "compacted | after / compacted (count, lookup) | apply s: median of the batches / after compaction |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in results["reads"]:
             f, a, c = r["fresh"], r["after_batches"], r["compacted"]
             lines.append(
                 f"| v{r['format_version']} | {r['rows']:,} | {r['batches']} | {f['count_s']} / {a['count_s']} / "
                 f"{c['count_s']} | {f['lookup_s']} / {a['lookup_s']} / {c['lookup_s']} | "
-                f"{_ratio(a['count_s'], c['count_s'])}, {_ratio(a['lookup_s'], c['lookup_s'])} |"
+                f"{_ratio(a['count_s'], c['count_s'])}, {_ratio(a['lookup_s'], c['lookup_s'])} | "
+                f"{r['apply_s_median']} / {statistics.median(r['apply_after_compaction_s']):.3f} |"
             )
+    if results["end_to_end"]:
+        lines += [
+            "",
+            "| end to end: rows | snapshot s | catch-up of one batch s | before s | apply / before |",
+            "|---|---|---|---|---|",
+        ]
+        for e in results["end_to_end"]:
+            m = e["median_s"]
+            lines.append(
+                f"| {e['rows']:,} | {e['snapshot_s']} | {m['apply']} | {m['unpruned']} | "
+                f"{_ratio(m['apply'], m['unpruned'])} |"
+            )
+        first, last = results["end_to_end"][0], results["end_to_end"][-1]
+        lines.append(
+            f"\nend to end, {last['rows']:,} / {first['rows']:,} rows: "
+            f"{_ratio(last['median_s']['apply'], first['median_s']['apply'])} "
+            f"(before: {_ratio(last['median_s']['unpruned'], first['median_s']['unpruned'])})"
+        )
     return "\n".join(lines)
 
 
@@ -439,6 +602,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--read-rows", type=int, default=2_000_000, help="0 skips the read-cost part")
     parser.add_argument("--read-batches", type=int, default=50)
+    parser.add_argument(
+        "--e2e-sizes",
+        type=lambda text: _int_list(text) if text else [],
+        default=[200_000, 10_000_000],
+        help="table sizes of the end-to-end part (a MariaDB table, the job's snapshot, then catch-ups); '' skips it",
+    )
     add_spark_conf_option(parser)
     return parser.parse_args(argv)
 
@@ -458,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         "spark_conf": conf,
         "scaling": [],
         "reads": [],
+        "end_to_end": [],
     }
     try:
         bench = Bench(args, base)
@@ -470,6 +640,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.read_rows > 0 and args.read_batches > 0:
             for version in args.formats:
                 results["reads"].append(bench.read_cost(version))
+        if args.e2e_sizes:
+            with EndToEnd(bench) as e2e:
+                results["end_to_end"] = [e2e.measure(rows) for rows in sorted(args.e2e_sizes)]
         results["summary"] = summarize(results)
         bench.spark.stop()
     finally:

@@ -120,3 +120,43 @@ def test_up_to_max_in_values_are_listed() -> None:
     assert target_predicate(COLUMNS, ("id",), [(k,) for k in range(MAX_IN_VALUES + 1)]) == (
         f"t.`id` BETWEEN 0 AND {MAX_IN_VALUES}"
     )
+
+
+def test_partition_values_are_every_image_of_the_batch_unless_the_target_may_keep_old_rows() -> None:
+    from ingest.changes.materializer import Change
+    from ingest.config import parse_config
+    from ingest.source.mysql import TableSchema
+    from ingest.streaming import TableStream, _partition_values
+
+    schema = TableSchema(
+        "db",
+        "t",
+        (SourceColumn("id", "int", "int(11)", False), SourceColumn("day", "date", "date", True)),
+        ("id",),
+        ("id",),
+        (None,),
+    )
+    table = TableStream(schema, "lake.db.t", [], [], None, partition_columns=("day",))
+    d1, d2, d3 = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    changes = [
+        Change((1, 10, 0), (1, d1), (1, d2)),
+        Change((1, 20, 0), (2, None), None),
+        Change((1, 30, 0), None, (3, d3)),
+    ]
+
+    def values(**options: object) -> object:
+        config = parse_config(
+            {
+                "source": {"host": "h", "user": "u", "password": {"file": "/dev/null"}},
+                "tables": {"include": [r"db\.t"]},
+                "sink": {"catalog": {"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db"}},
+                **options,
+            }
+        )
+        return _partition_values(config, table, changes)
+
+    assert values() == {"day": {d1, d2, d3, None}}
+    assert values(stream={"on_schema_change": "ignore"}) is None
+    assert values(table_options={"db.t": {"on_unrepresentable": "dead_letter"}}) is None
+    table.partition_columns = ()
+    assert values() is None
