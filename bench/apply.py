@@ -404,7 +404,7 @@ class EndToEnd:
                 n = min(E2E_LOAD_SLICE, rows - offset)
                 cur.execute(
                     f"INSERT INTO {table} SELECT s, s % 5000, ELT(1 + s % 4, 'new', 'paid', 'shipped', 'done'), "
-                    "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01' + INTERVAL s SECOND, "
+                    "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
                     f"1700000000000000, CONCAT('order ', s, ' v0') FROM (SELECT CAST(seq + {offset} AS SIGNED) AS s "
                     f"FROM bench.seq_1_to_{n}) AS g"
                 )
@@ -428,7 +428,7 @@ class EndToEnd:
             step = E2E_WINDOW // deletes
             cur.execute(f"DELETE FROM {table} WHERE id > %s AND id %% %s = %s", (low, step, (round_ + 3) % step))
             cur.execute(
-                f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, TIMESTAMP'2024-01-01' + INTERVAL s SECOND, "
+                f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
                 f"1, 'new' FROM (SELECT CAST(seq + {top} AS SIGNED) AS s FROM bench.seq_1_to_{inserts}) AS g"
             )
             cur.execute("COMMIT")
