@@ -50,6 +50,7 @@ from bench.snapshot import (
     _int_list,
     _positive,
     add_spark_conf_option,
+    embedded_catalog,
     host_info,
     share_spark_conf,
     spark_conf_note,
@@ -163,11 +164,7 @@ def make_config(base: Path, format_version: int, partition_by: Sequence[str]) ->
             "tables": {"include": [r"bench\.items"]},
             "sink": {
                 "catalog_name": "lake",
-                "catalog": {
-                    "type": "jdbc",
-                    "uri": f"jdbc:sqlite:{base}/catalog.db",
-                    "warehouse": f"file://{base}/warehouse",
-                },
+                "catalog": embedded_catalog(base),
                 "format_version": format_version,
             },
             "spark": spark_section("local[2]"),
@@ -376,11 +373,7 @@ class EndToEnd:
                 "tables": {"include": [rf"bench\.items_{rows}"]},
                 "sink": {
                     "catalog_name": f"e2e_{rows}",
-                    "catalog": {
-                        "type": "jdbc",
-                        "uri": f"jdbc:sqlite:{base}/catalog.db",
-                        "warehouse": f"file://{base}/warehouse",
-                    },
+                    "catalog": embedded_catalog(base),
                     "format_version": self.bench.args.formats[0],
                 },
                 "spark": spark_section("local[2]"),
@@ -428,7 +421,8 @@ class EndToEnd:
             step = E2E_WINDOW // deletes
             cur.execute(f"DELETE FROM {table} WHERE id > %s AND id %% %s = %s", (low, step, (round_ + 3) % step))
             cur.execute(
-                f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
+                f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, "
+                "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
                 f"1, 'new' FROM (SELECT CAST(seq + {top} AS SIGNED) AS s FROM bench.seq_1_to_{inserts}) AS g"
             )
             cur.execute("COMMIT")
@@ -588,7 +582,12 @@ def render(results: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.apply", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=_int_list, default=[200_000, 2_000_000, 20_000_000])
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: _int_list(text) if text else [],
+        default=[200_000, 2_000_000, 20_000_000],
+        help="target sizes of the scaling part; '' skips it",
+    )
     parser.add_argument("--changes", type=_positive, default=20_000)
     parser.add_argument("--rounds", type=_positive, default=3)
     parser.add_argument("--formats", type=_int_list, default=[2, 3])

@@ -62,6 +62,7 @@ from bench.snapshot import (
     _progress,
     add_spark_conf_option,
     cpu_delta,
+    embedded_catalog,
     host_info,
     mariadb_cpu,
     per_million,
@@ -309,11 +310,7 @@ def make_config(
             "tables": {"include": [rf"{DATABASE}\.({'|'.join(TABLES)})"]},
             "sink": {
                 "catalog_name": "lake",
-                "catalog": {
-                    "type": "jdbc",
-                    "uri": f"jdbc:sqlite:{base}/catalog.db",
-                    "warehouse": f"file://{base}/warehouse",
-                },
+                "catalog": embedded_catalog(base),
                 "format_version": format_version,
             },
             "snapshot": {"parallelism": 2},

@@ -361,6 +361,11 @@ def mariadb_cpu(server: MariaDBServer) -> float | None:
     return None if sample is None else sample.cpu
 
 
+def embedded_catalog(base: Path) -> dict[str, str]:
+    """Catalog properties of an embedded warehouse under `base`: a SQLite JDBC catalog and local files."""
+    return {"type": "jdbc", "uri": f"jdbc:sqlite:{base}/catalog.db", "warehouse": f"file://{base}/warehouse"}
+
+
 def make_config(spec: dict[str, Any]) -> PipelineConfig:
     """A pipeline over one table of the bench database into an embedded warehouse (SQLite JDBC catalog)."""
     base = Path(spec["warehouse"])
@@ -379,11 +384,7 @@ def make_config(spec: dict[str, Any]) -> PipelineConfig:
             "tables": {"include": [rf"{DATABASE}\.{re.escape(spec['table'])}"]},
             "sink": {
                 "catalog_name": "lake",
-                "catalog": {
-                    "type": "jdbc",
-                    "uri": f"jdbc:sqlite:{base}/catalog.db",
-                    "warehouse": f"file://{base}/warehouse",
-                },
+                "catalog": embedded_catalog(base),
             },
             "snapshot": {"chunk_size": int(spec["chunk_size"]), "parallelism": parallelism},
             "spark": spark_section(f"local[{parallelism}]"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -73,18 +73,20 @@ def _column_predicates(target: TargetColumn, alias: str, values: Collection[Any]
     """The list of values first (Spark evaluates conjuncts in order: the hash lookup discards most rows), then the
     ranges: of the first key column and of other columns always, of any column whose values are too many to list."""
     present = [v for v in values if v is not None]
-    literals = sorted_literals(target, present)
-    if literals is None:
+    found = sorted_values(target, present)
+    if found is None:
         return []
+    ordered, render = found
     column = f"{alias}.{quote_identifier(target.name)}"
     null = [f"{column} IS NULL"] if len(present) < len(values) else []
-    if not literals:
+    if not ordered:
         return null
     alternatives = []
-    if len(literals) <= MAX_IN_VALUES:
-        alternatives.append([f"{column} IN ({', '.join(text for _, text in literals)})"])
-    if ranges or len(literals) > MAX_IN_VALUES:
-        alternatives.append([f"{column} BETWEEN {lo} AND {hi}" for lo, hi in _ranges(literals)])
+    if len(ordered) <= MAX_IN_VALUES:
+        alternatives.append([f"{column} IN ({', '.join(map(render, ordered))})"])
+    if ranges or len(ordered) > MAX_IN_VALUES:
+        bounds = _ranges(ordered)
+        alternatives.append([f"{column} BETWEEN {render(lo)} AND {render(hi)}" for lo, hi in bounds])
     return [_any([*terms, *null]) for terms in alternatives]
 
 
@@ -92,20 +94,17 @@ def _any(terms: Sequence[str]) -> str:
     return terms[0] if len(terms) == 1 else f"({' OR '.join(terms)})"
 
 
-def sorted_literals(target: TargetColumn, values: Sequence[Any]) -> list[tuple[Any, str]] | None:
-    """(sort key, Spark SQL literal) of each distinct value, in the order Iceberg and Spark compare them, or None
-    when the column's type has no exact literal form. Values are converted as the batch's rows are."""
-    if not values:
-        return []
+def sorted_values(target: TargetColumn, values: Sequence[Any]) -> tuple[list[Any], Callable[[Any], str]] | None:
+    """The distinct values in the order Iceberg and Spark compare them, converted as the batch's rows are, with
+    what renders one as a Spark SQL literal; None when the column's type has no exact literal form."""
     array = target.to_array(list(values))
     render = _renderer(array.type)
     if render is None:
         return None
-    distinct = {v for v in array.to_pylist() if v is not None}
-    return [(v, render(v)) for v in sorted(distinct)]
+    return sorted({v for v in array.to_pylist() if v is not None}), render
 
 
-def _renderer(arrow_type: Any) -> Any:
+def _renderer(arrow_type: Any) -> Callable[[Any], str] | None:
     if pa.types.is_int32(arrow_type):
         return lambda v: str(int(v))
     if pa.types.is_int64(arrow_type):
@@ -138,25 +137,24 @@ def _epoch_micros(value: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _ranges(literals: Sequence[tuple[Any, str]]) -> list[tuple[str, str]]:
+def _ranges(ordered: Sequence[Any]) -> list[tuple[Any, Any]]:
     """Up to MAX_RANGES ranges covering every value, split at the widest gaps between neighbours (those much wider
     than the median one); one range when the values have no distance (strings, bytes)."""
-    if len(literals) == 1:
-        return [(literals[0][1], literals[0][1])]
-    gaps = [_distance(a[0], b[0]) for a, b in zip(literals, literals[1:], strict=False)]
-    if any(g is None for g in gaps):
-        return [(literals[0][1], literals[-1][1])]
+    if len(ordered) == 1:
+        return [(ordered[0], ordered[0])]
+    gaps = [_distance(a, b) for a, b in zip(ordered, ordered[1:], strict=False)]
     widths = [g for g in gaps if g is not None]
+    if len(widths) < len(gaps):
+        return [(ordered[0], ordered[-1])]
     # Only gaps far wider than the typical one are worth a cut: evenly spread keys keep (about) one range.
     wide = 8 * statistics.median(widths)
     widest = sorted(range(len(widths)), key=widths.__getitem__, reverse=True)[: MAX_RANGES - 1]
-    cuts = sorted(i for i in widest if widths[i] > wide)
-    out: list[tuple[str, str]] = []
+    out: list[tuple[Any, Any]] = []
     start = 0
-    for cut in cuts:
-        out.append((literals[start][1], literals[cut][1]))
+    for cut in sorted(i for i in widest if widths[i] > wide):
+        out.append((ordered[start], ordered[cut]))
         start = cut + 1
-    out.append((literals[start][1], literals[-1][1]))
+    out.append((ordered[start], ordered[-1]))
     return out
 
 
