@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -219,8 +220,8 @@ class Bench:
 
         config = self.configs[version]
         options = dict(config.table_options)
-        options["bench.items"] = dataclass_replace(options["bench.items"], target=f"applybench.{name}")
-        return ensure_target(self.spark, dataclass_replace(config, table_options=options), SCHEMA)
+        options["bench.items"] = dataclasses.replace(options["bench.items"], target=f"applybench.{name}")
+        return ensure_target(self.spark, dataclasses.replace(config, table_options=options), SCHEMA)
 
     def fill(self, table: str, rows: int) -> float:
         parts = max(1, -(-rows // self.args.rows_per_file))
@@ -277,7 +278,7 @@ class Bench:
         table = self.target(version, f"items_v{version}_read")
         self.fill(table, rows)
         keys = Keys(rows, seed=7 + version)
-        probe = [k for k in keys.draw(LOOKUPS, "uniform")]
+        probe = keys.draw(LOOKUPS, "uniform")
         fresh = self.reads(table, probe)
         applied = []
         for b in range(self.args.read_batches):
@@ -455,12 +456,6 @@ class EndToEnd:
             "catch_up_s": {m: [round(t, 3) for t in ts] for m, ts in times.items()},
             "median_s": {m: round(statistics.median(ts), 3) if ts else None for m, ts in times.items()},
         }
-
-
-def dataclass_replace(obj: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def _medians(times: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float | None]]:

@@ -102,12 +102,16 @@ class PartitionField:
     width: int | None = None
     """The number of buckets (`bucket`) or the width (`truncate`); None for the others."""
 
-    def __str__(self) -> str:
+    def render(self, column: str) -> str:
+        """The field as Iceberg's DDL writes it, with `column` standing for the column (quoted or not)."""
         if self.transform == "identity":
-            return self.column
+            return column
         if self.width is not None:
-            return f"{self.transform}({self.width}, {self.column})"
-        return f"{self.transform}({self.column})"
+            return f"{self.transform}({self.width}, {column})"
+        return f"{self.transform}({column})"
+
+    def __str__(self) -> str:
+        return self.render(self.column)
 
 
 _PARTITION_FIELD = re.compile(

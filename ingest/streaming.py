@@ -812,9 +812,8 @@ def _merge_table(
             return table.committed
         return _committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    done = merge_into(
-        spark, table.target, table.schema, finals, end, read_offset, append, _partition_values(config, table, folded)
-    )
+    located = None if append else _partition_values(config, table, folded)  # an append reads nothing
+    done = merge_into(spark, table.target, table.schema, finals, end, read_offset, append, located)
     table.committed, table.committed_known = end.position, True
     return done
 

@@ -108,13 +108,7 @@ def partition_clause(schema: TableSchema, fields: Sequence[PartitionField]) -> s
                 f"`{key}`: {f} cannot partition {schema.table_id}: column {f.column!r} is {types[f.column]} in "
                 f"Iceberg; {f.transform} takes {', '.join(_TRANSFORM_TYPES[f.transform])}"
             )
-        column = quote_identifier(f.column)
-        if f.transform == "identity":
-            parts.append(column)
-        elif f.width is not None:
-            parts.append(f"{f.transform}({f.width}, {column})")
-        else:
-            parts.append(f"{f.transform}({column})")
+        parts.append(f.render(quote_identifier(f.column)))
     return ", ".join(parts)
 
 
