@@ -221,8 +221,10 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+    # How many chunks the plan has depends on how many rows the writer's deletes left when the job planned (a slow
+    # machine plans later, after more of them); what matters is that the copy is planned in several and one is done.
     chunks = len(StateTable.open(config).plan(f"{db}.fresh") or [])
-    assert chunks >= 5 and len(StateTable.open(config).done(f"{db}.fresh")) == 1
+    assert len(StateTable.open(config).done(f"{db}.fresh")) == 1 < chunks
 
     asked = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
     assert asked.returncode == 0, asked.stderr[-2000:]
