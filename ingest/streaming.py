@@ -48,7 +48,14 @@ from ingest.sink.maintenance import commits_since_compaction, maintain
 from ingest.sink.merge import committed_offset, merge_into, stream_history, stream_offset_properties
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import snapshot_properties
-from ingest.sink.targets import copy_under_way, on_copy_branch, partition_source_columns, qualified, table_of
+from ingest.sink.targets import (
+    copy_under_way,
+    delete_every_row,
+    on_copy_branch,
+    partition_source_columns,
+    qualified,
+    table_of,
+)
 from ingest.source.binlog import (
     BinlogReader,
     DdlStatement,
@@ -62,6 +69,7 @@ from ingest.source.binlog import (
 )
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
+from ingest.source.ddl import alter_columns, ddl_kind
 from ingest.source.failover import gtid_at, server_id, to_this_server
 from ingest.source.mysql import TableSchema, connect, load_schema, quote
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
@@ -527,8 +535,13 @@ def evolve_table(
     `reader` (None when another process reads the binlog) is told to decode later rows with the new schema.
     """
     old = table.schema
+    if ddl_kind(ddl.query) == "truncate":
+        truncate_table(spark, config, table, ddl, here)
+        return
     live = schema_after(config, conn, flavor, old, ddl)
-    plan = plan_schema_change(old, live, ddl.query, str(ddl.end))
+    said = alter_columns(ddl.query, old.database)
+    plan = plan_schema_change(old, live, ddl.query, str(ddl.end), said.renamed, said.dropped)
+    _refuse_partition_source_change(table, plan, ddl)
     last_read = max((h for h in table.chunk_highs if h is not None), default=None)
     if not plan.empty and last_read is not None and last_read > ddl.start:
         # A chunk whose high watermark is past the statement may have been read after it, with the columns the
@@ -559,8 +572,48 @@ def evolve_table(
     log.info("%s: followed the schema change at %s: %s", old.table_id, ddl.end, "; ".join(done) or "nothing to do")
 
 
+def _refuse_partition_source_change(table: TableStream, plan: SchemaPlan, ddl: DdlStatement) -> None:
+    """A column the target's partition spec takes values from is neither dropped nor renamed: Iceberg keeps the
+    spec by field id, but `partition_by` names it, and the next start would not find it."""
+    touched = sorted(set(table.partition_columns) & {*plan.dropped, *(old for old, _ in plan.renamed)})
+    if touched:
+        raise SchemaChangeError(
+            f"{table.schema.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) drops or renames {touched}, which "
+            "the target is partitioned by (`table_options.<table>.partition_by`). Everything before it is "
+            "committed. Change `partition_by` and snapshot the table again: `ingest resnapshot --config ... "
+            f"--table {table.schema.table_id}`"
+        )
+
+
+def truncate_table(
+    spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None = None
+) -> None:
+    """Follow a TRUNCATE: every row of the target is deleted in one commit carrying the statement's end as its
+    offset (Iceberg drops whole files, a metadata-only commit). A target that holds it already is left alone."""
+    last_read = max((h for h in table.chunk_highs if h is not None), default=None)
+    if last_read is not None and last_read > ddl.start:
+        raise SchemaChangeError(
+            f"{table.schema.table_id}: it was truncated during its snapshot, at binlog position {ddl.end}, before the "
+            f"high watermark {last_read} of its last chunk: chunks read after the statement hold rows the "
+            "truncate must not delete. Everything before it is committed. Re-snapshot the table: "
+            f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
+        )
+    mark = Watermark(ddl.end, ddl.gtid_after, here)
+    held = _committed_in(config, config.target_for(table.schema.database, table.schema.table), mark, table.committed)
+    if held is not None and held >= ddl.end:
+        return
+    props = {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
+    delete_every_row(spark, table.target, props)
+    table.committed = ddl.end
+    crash_point("stream.after_truncate")
+    log.info("%s: followed the TRUNCATE at %s: every row of the target deleted", table.schema.table_id, ddl.end)
+
+
 def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:
-    """The table's schema right after `ddl`: the live one, when no later DDL on the table is in the binlog."""
+    """The table's schema right after `ddl`: the live one, when no later DDL on the table is in the binlog (a
+    TRUNCATE keeps the schema it had)."""
+    if ddl_kind(ddl.query) == "truncate":
+        return old
     try:
         live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
     except UnsupportedTableError as e:

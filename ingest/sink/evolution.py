@@ -54,10 +54,15 @@ class SchemaPlan:
     """(column, new Spark type): int -> bigint, float -> double, decimal precision up."""
     relaxed: tuple[str, ...] = ()
     """Columns that became nullable in the source and are required in Iceberg."""
+    renamed: tuple[tuple[str, str], ...] = ()
+    """(old name, new name)"""
+    dropped: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()
+    """The source's columns in their new order, when the columns kept from before changed places."""
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.widened or self.relaxed)
+        return not (self.added or self.widened or self.relaxed or self.renamed or self.dropped or self.order)
 
 
 # --- the pure diff ------------------------------------------------------------------------------------
@@ -128,26 +133,54 @@ def _iceberg_change(old: TargetColumn, new: TargetColumn) -> Literal["same", "wi
     return None
 
 
-def plan_schema_change(old: Any, new: Any, statement: str = "", position: str = "") -> SchemaPlan:
+def plan_schema_change(
+    old: Any,
+    new: Any,
+    statement: str = "",
+    position: str = "",
+    renamed: Mapping[str, str] | None = None,
+    dropped: Sequence[str] = (),
+) -> SchemaPlan:
     """The plan that makes a target of `old` (a TableSchema) follow `new`, or SchemaChangeError naming why not.
 
-    Column order changes need nothing: targets are written by column name. Added columns become nullable in
-    Iceberg (a required column cannot be added to a table that has rows); their default is backfilled.
+    `renamed` (old name -> new name) and `dropped` are what the statement says by name (`ddl.alter_columns`):
+    the schema the server shows afterwards cannot tell a renamed column from a dropped one and an added one.
+    None means the renames are not known (a table swapped in by an online schema change tool whose ALTER the
+    job did not see): then columns both gone and new are refused rather than guessed. Added columns become
+    nullable in Iceberg (a required column cannot be added to a table that has rows); their default is
+    backfilled. Columns keep their Iceberg field ids through renames and moves, so no row is rewritten.
     """
     reasons: list[str] = []
     table = old.table_id
     new_by_name = {c.name: c for c in new.columns}
-    for col in old.columns:
-        if col.name not in new_by_name:
-            reasons.append(f"column {col.name!r} was dropped or renamed")
-    if tuple(old.primary_key) != tuple(new.primary_key):
+    old_names = set(old.column_names)
+    renames = dict(renamed or {})
+    for before, after in renames.items():
+        if before not in old_names or after not in new_by_name:
+            reasons.append(f"the statement renames {before!r} to {after!r}, which the table's columns do not show")
+        elif after in old_names:
+            reasons.append(f"column {before!r} takes the name of another column, {after!r}, in the same statement")
+    for name in dropped:
+        if name in new_by_name and name not in renames.values():
+            reasons.append(f"column {name!r} is dropped and added again in the same statement")
+    kept = {c.name: renames.get(c.name, c.name) for c in old.columns if renames.get(c.name, c.name) in new_by_name}
+    gone = [c.name for c in old.columns if c.name not in kept]
+    fresh = [c.name for c in new.columns if c.name not in kept.values()]
+    if renamed is None and gone and fresh:
+        reasons.append(
+            f"columns {gone} are gone and {fresh} are new, and the statements that did it were not read, so a "
+            "rename cannot be told from a drop and an add"
+        )
+    elif renamed is not None and (unsaid := [c for c in gone if c not in dropped]):
+        reasons.append(f"column {unsaid[0]!r} is gone, but the statement neither drops nor renames it as read")
+    if [renames.get(k, k) for k in old.primary_key] != list(new.primary_key):
         reasons.append(f"the primary key changed from {list(old.primary_key)} to {list(new.primary_key)}")
     widened: list[tuple[str, str]] = []
     relaxed: list[str] = []
     for col in old.columns:
-        after = new_by_name.get(col.name)
-        if after is None:
+        if col.name not in kept:
             continue
+        after = new_by_name[kept[col.name]]
         why = _same_values(col, after)
         if why is None:
             try:
@@ -159,16 +192,15 @@ def plan_schema_change(old: Any, new: Any, statement: str = "", position: str = 
             if kind is None:
                 why = f"Iceberg cannot promote {old_target.spark_type} to {new_target.spark_type}"
             elif kind == "widen":
-                widened.append((col.name, new_target.spark_type))
-            if not old_target.nullable and new_target.nullable and col.name not in new.primary_key:
-                relaxed.append(col.name)
+                widened.append((after.name, new_target.spark_type))
+            if not old_target.nullable and new_target.nullable and after.name not in new.primary_key:
+                relaxed.append(after.name)
         if why is not None:
             reasons.append(f"column {col.name!r}: {why} ({col.column_type} -> {after.column_type})")
     added: list[AddedColumn] = []
-    old_names = set(old.column_names)
     previous: str | None = None
     for col in new.columns:
-        if col.name not in old_names:
+        if col.name in fresh:
             try:
                 map_column(table, col)
             except UnsupportedTableError as e:
@@ -183,7 +215,16 @@ def plan_schema_change(old: Any, new: Any, statement: str = "", position: str = 
             f"(`ingest resnapshot --config ... --table {table}`), or set `stream.on_schema_change: ignore` if the "
             "change does not matter"
         )
-    return SchemaPlan(tuple(added), tuple(widened), tuple(relaxed))
+    kept_order = [c.name for c in new.columns if c.name not in fresh]
+    moved = [kept[c.name] for c in old.columns if c.name in kept] != kept_order
+    return SchemaPlan(
+        tuple(added),
+        tuple(widened),
+        tuple(relaxed),
+        tuple((k, v) for k, v in kept.items() if k != v),
+        tuple(gone),
+        tuple(new.column_names) if moved else (),
+    )
 
 
 # --- defaults of added columns ------------------------------------------------------------------------
@@ -271,6 +312,19 @@ def apply_plan(spark: Any, target: str, table_id: str, plan: SchemaPlan) -> list
     """Evolve the Iceberg schema; steps already done (a re-run after a crash) are skipped. Returns the DDL run."""
     done: list[str] = []
     existing = _iceberg_columns(spark, target)
+
+    def run(statement: str) -> None:
+        nonlocal existing
+        done.append(statement)
+        spark.sql(statement)
+        existing = _iceberg_columns(spark, target)
+
+    for before, after in plan.renamed:
+        if before in existing and after not in existing:
+            run(f"ALTER TABLE {target} RENAME COLUMN {quote_identifier(before)} TO {quote_identifier(after)}")
+    for name in plan.dropped:
+        if name in existing:
+            run(f"ALTER TABLE {target} DROP COLUMN {quote_identifier(name)}")
     for added in plan.added:
         name = added.column.name
         if name in existing:
@@ -283,9 +337,7 @@ def apply_plan(spark: Any, target: str, table_id: str, plan: SchemaPlan) -> list
             where = f" AFTER {quote_identifier(added.after)}"
         else:
             where = ""
-        done.append(f"ALTER TABLE {target} ADD COLUMN {quote_identifier(name)} {spark_type}{where}")
-        spark.sql(done[-1])
-        existing = _iceberg_columns(spark, target)
+        run(f"ALTER TABLE {target} ADD COLUMN {quote_identifier(name)} {spark_type}{where}")
     for name, spark_type in plan.widened:
         if not _same_type(existing[name], spark_type):
             done.append(f"ALTER TABLE {target} ALTER COLUMN {quote_identifier(name)} TYPE {spark_type}")
@@ -294,7 +346,24 @@ def apply_plan(spark: Any, target: str, table_id: str, plan: SchemaPlan) -> list
         if not existing[name].nullable:
             done.append(f"ALTER TABLE {target} ALTER COLUMN {quote_identifier(name)} DROP NOT NULL")
             spark.sql(done[-1])
+    for name, where in _moves(list(existing), plan.order):
+        run(f"ALTER TABLE {target} ALTER COLUMN {quote_identifier(name)} {where}")
     return done
+
+
+def _moves(columns: list[str], order: Sequence[str]) -> list[tuple[str, str]]:
+    """The column moves (`FIRST`, `AFTER c`) that put `order`'s columns in its order in a table whose columns
+    are `columns`; columns not in `order` stay where they are. Empty when they are in order already."""
+    wanted = [c for c in order if c in columns]
+    current = [c for c in columns if c in wanted]
+    moves: list[tuple[str, str]] = []
+    for i, name in enumerate(wanted):
+        if current[i] == name:
+            continue
+        current.remove(name)
+        current.insert(i, name)
+        moves.append((name, "FIRST" if i == 0 else f"AFTER {quote_identifier(wanted[i - 1])}"))
+    return moves
 
 
 def backfill(

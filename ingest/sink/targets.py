@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ingest.config import PartitionField, PipelineConfig
@@ -204,3 +204,22 @@ def chunks_done_in_target(iceberg_table: Any, pipeline: str) -> set[int]:
         if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_CHUNKS_DONE in props:
             return decode_ranges(props[SUMMARY_CHUNKS_DONE])
     return set()
+
+
+def delete_every_row(spark: Any, target: str, snapshot_properties: Mapping[str, str]) -> None:
+    """Delete every row of `target` (its copy branch, when it names one) in one commit whose summary carries
+    `snapshot_properties`: whole data and delete files are dropped, nothing is rewritten.
+
+    Through Iceberg's API: Spark runs `DELETE FROM` without a condition as a metadata-only delete that takes no
+    snapshot properties from the session, so its commit could not carry the offset.
+    """
+    jvm = spark._jvm
+    table = table_of(target)
+    jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    delete = jtable.newDelete().deleteFromRowFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+    for key, value in snapshot_properties.items():
+        delete = delete.set(key, value)
+    if table != target:
+        delete = delete.toBranch(COPY_BRANCH)
+    delete.commit()
+    spark.sql(f"REFRESH TABLE {table}")

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -25,21 +24,15 @@ from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
+from ingest.source.ddl import ddl_kind, ddl_tables, named_tables, statement_tables
 from ingest.source.mysql import TableSchema, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
 
-_DDL = re.compile(r"^\s*(ALTER|RENAME|DROP|TRUNCATE|CREATE\s+OR\s+REPLACE)\b", re.IGNORECASE)
-# Statements that change rows (a leading comment allowed); WITH starts INSERT/UPDATE/DELETE with a CTE.
-_DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|UPDATE|DELETE|REPLACE|LOAD|WITH)\b", re.IGNORECASE | re.DOTALL)
-_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_ALTER_TABLE = re.compile(
-    rf"^\s*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?",
-    re.IGNORECASE,
-)
+FOLLOWED = ("alter", "truncate")
+"""The kinds of DDL statement (`ddl.ddl_kind`) `on_ddl="evolve"` yields as a `DdlStatement` to follow."""
 
 __all__ = [
     "BinlogReader",
@@ -52,59 +45,6 @@ __all__ = [
     "refuse_statement",
     "statement_tables",
 ]
-
-
-def _unquote(name: str) -> str:
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
-
-
-def ddl_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The captured tables a DDL statement changes.
-
-    ALTER TABLE names its one table, which is parsed; for the other statements (RENAME, DROP, TRUNCATE,
-    CREATE OR REPLACE, which may list several tables) any mention of a captured table's name counts.
-    """
-    if not _DDL.match(query):
-        return []
-    match = _ALTER_TABLE.match(query)
-    if match:
-        db, table = (match["a"], match["b"]) if match["b"] else (default_db, match["a"])
-        key = (_unquote(db).lower(), _unquote(table).lower())
-        return [t for t in tables if (t[0].lower(), t[1].lower()) == key]
-    return _mentioned(query, default_db, tables)
-
-
-_CREATE_TABLE = re.compile(
-    rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?",
-    re.IGNORECASE,
-)
-# The new names of RENAME TABLE a TO b[, c TO d] and of ALTER TABLE a ... RENAME [TO | AS] b.
-_RENAMED_TO = re.compile(rf"\b(?:TO|AS)\s+(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?", re.IGNORECASE)
-_RENAMES = re.compile(r"^\s*(RENAME\s+TABLE\b|ALTER\b.*\bRENAME\b)", re.IGNORECASE | re.DOTALL)
-
-
-def named_tables(query: str, default_db: str) -> list[tuple[str, str]]:
-    """The tables a DDL statement gives a name to: CREATE TABLE, RENAME TABLE ... TO, ALTER TABLE ... RENAME.
-    A table that appears this way under a name the pipeline matches is copied while the job runs."""
-    matches = (
-        [m] if (m := _CREATE_TABLE.match(query)) else list(_RENAMED_TO.finditer(query)) if _RENAMES.match(query) else []
-    )
-    return [(_unquote(m["a"]), _unquote(m["b"])) if m["b"] else (default_db, _unquote(m["a"])) for m in matches]
-
-
-def statement_tables(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The captured tables a data-changing statement logged as SQL text may change.
-
-    With binlog_format ROW a change is logged as row events; its SQL text is in the binlog only when the
-    session that ran it used STATEMENT or MIXED (a session variable the global check cannot see). Such a
-    change cannot be read as rows: any mention of a captured table's name counts.
-    """
-    return _mentioned(query, default_db, tables) if _DML.match(query) else []
-
-
-def _mentioned(query: str, default_db: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    names = {(quoted.replace("``", "`") or bare).lower() for quoted, bare in _IDENTIFIER.findall(query)}
-    return [(db, t) for db, t in tables if t.lower() in names and (db == default_db or db.lower() in names)]
 
 
 def refuse_statement(table_id: str, position: BinlogPosition, query: str) -> SourceError:
@@ -227,8 +167,8 @@ def dump_server_id() -> int:
 def first_ddl_between(
     source: SourceConfig, tables: Sequence[tuple[str, str]], start: BinlogPosition, end: BinlogPosition
 ) -> tuple[BinlogPosition, str, list[tuple[str, str]]] | None:
-    """The first DDL statement on one of `tables` in the binlog from `start` up to `end`: where it ends, its
-    text and the tables it touches; None when there is none."""
+    """The first DDL statement that may change the columns of one of `tables` (a TRUNCATE does not) in the binlog
+    from `start` up to `end`: where it ends, its text and the tables it touches; None when there is none."""
     stream = open_stream(source, start, dump_server_id(), only_events=[QueryEvent])
     try:
         for event in stream:
@@ -237,7 +177,7 @@ def first_ddl_between(
                 return None
             query, schema = query_of(event)
             touched = ddl_tables(query, schema, tables)
-            if touched:
+            if touched and ddl_kind(query) != "truncate":
                 return at, query, touched
     finally:
         stream.close()
@@ -493,10 +433,10 @@ class BinlogReader:
         if self.on_ddl == "ignore":
             log.warning("ignoring schema change of %s at %s: %s", names, end, query[:200])
             return
-        if self.on_ddl == "evolve" and _ALTER_TABLE.match(query):
+        if self.on_ddl == "evolve" and ddl_kind(query) in FOLLOWED:
             return
         why = (
-            "only ALTER TABLE can be followed (a dropped, renamed, truncated or replaced table cannot)"
+            "only ALTER TABLE and TRUNCATE can be followed (a dropped, renamed or replaced table cannot)"
             if self.on_ddl == "evolve"
             else "`stream.on_schema_change` is `fail`"
         )

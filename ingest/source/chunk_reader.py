@@ -25,10 +25,11 @@ from ingest.faults import crash_point
 from ingest.sink.targets import target_columns
 from ingest.sink.types import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.source import table_maps
-from ingest.source.binlog import ddl_tables, dump_server_id, open_stream, query_of, refuse_statement, statement_tables
+from ingest.source.binlog import dump_server_id, open_stream, query_of, refuse_statement
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
+from ingest.source.ddl import ddl_tables, statement_tables
 from ingest.source.mysql import TableSchema, connect, quote
 from ingest.source.position import BinlogPosition, Watermark
 from ingest.source.row_events import RowEvents, event_kind

@@ -11,6 +11,7 @@ from ingest.errors import SchemaChangeError
 from ingest.sink.evolution import (
     AddedColumn,
     SchemaPlan,
+    _moves,
     default_kind,
     implicit_default,
     plan_schema_change,
@@ -19,7 +20,7 @@ from ingest.sink.evolution import (
     spark_string,
 )
 from ingest.sink.types import SourceColumn
-from ingest.source.binlog import ddl_tables, named_tables, statement_tables
+from ingest.source.ddl import ddl_tables, named_tables, statement_tables
 from ingest.source.mysql import TableSchema
 
 
@@ -92,12 +93,51 @@ def test_value_changing_changes_are_refused_naming_the_column(old: str, new: str
         plan(table(col("v", old)), table(col("v", new)))
 
 
-def test_dropped_renamed_columns_and_a_new_primary_key_are_refused() -> None:
+def test_drops_renames_and_moves_are_followed_by_name_as_the_statement_says() -> None:
+    a, b, c = col("a", "int(11)"), col("b", "varchar(5)"), col("c", "int(11)")
+    b2 = col("b2", "varchar(9)")
+    result = plan_schema_change(table(a, b, c), table(c, b2), "ALTER ...", "", {"b": "b2"}, ("a",))
+    assert result.renamed == (("b", "b2"),) and result.dropped == ("a",) and not result.added
+    assert result.order == ("id", "c", "b2")  # c moved before b2
+    assert plan_schema_change(table(a, b), table(a, b), "", "", {}, ()).empty
+    # A rename of a key column keeps the key.
+    k = col("k", "int(11)", False)
+    renamed_key = plan_schema_change(
+        table(k, key=("id", "k")), table(col("k2", "int(11)", False), key=("id", "k2")), "", "", {"k": "k2"}, ()
+    )
+    assert renamed_key.renamed == (("k", "k2"),)
+
+
+def test_what_cannot_be_told_or_mirrored_is_refused() -> None:
     v, w = col("v", "int(11)"), col("w", "int(11)")
-    with pytest.raises(SchemaChangeError, match="column 'v' was dropped or renamed"):
-        plan(table(v), table(w))
+    with pytest.raises(SchemaChangeError, match=r"columns \['v'\] are gone and \['w'\] are new"):
+        plan(table(v), table(w))  # renames unknown (a swapped-in table): a rename or a drop and an add?
+    assert plan(table(v, w), table(w)).dropped == ("v",)  # only gone: a drop
+    with pytest.raises(SchemaChangeError, match="'v' is gone, but the statement neither drops nor renames it"):
+        plan_schema_change(table(v), table(w), "", "", {}, ())
+    with pytest.raises(SchemaChangeError, match="'v' is dropped and added again"):
+        plan_schema_change(table(v), table(v), "", "", {}, ("v",))
+    with pytest.raises(SchemaChangeError, match="'v' takes the name of another column, 'w'"):
+        plan_schema_change(table(v, w), table(w, col("x", "int(11)")), "", "", {"v": "w", "w": "x"}, ())
     with pytest.raises(SchemaChangeError, match=r"primary key changed from \['id'\] to \['id', 'v'\]"):
         plan(table(col("v", "int(11)", False)), table(col("v", "int(11)", False), key=("id", "v")))
+    with pytest.raises(SchemaChangeError, match=r"column 'v': a narrowing"):
+        plan_schema_change(table(v), table(col("v2", "smallint(6)")), "", "", {"v": "v2"}, ())
+
+
+@pytest.mark.parametrize(
+    ("columns", "order", "moves"),
+    [
+        (["id", "a", "b"], ["id", "a", "b"], []),
+        (["id", "a", "b"], ["id", "b", "a"], [("b", "AFTER `id`")]),
+        (["id", "a", "b"], ["b", "id", "a"], [("b", "FIRST")]),
+        (["id", "a", "b", "_extra"], ["a", "b", "id"], [("a", "FIRST"), ("b", "AFTER `a`")]),
+    ],
+)
+def test_column_moves_put_the_source_order_in_place(
+    columns: list[str], order: list[str], moves: list[tuple[str, str]]
+) -> None:
+    assert _moves(columns, order) == moves
 
 
 def test_nullability() -> None:

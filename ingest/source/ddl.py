@@ -1,0 +1,261 @@
+"""What a DDL statement in the binlog does to the tables the job captures, read from its SQL text.
+
+The binlog logs DDL as the statement the client sent (MariaDB and MySQL both), so the job learns from the text
+which tables a statement touches and how: an ALTER TABLE (its column renames and drops, which the schema the
+server shows afterwards cannot tell apart from new columns), a TRUNCATE, a DROP TABLE, a RENAME TABLE. The
+online schema change tools (pt-online-schema-change, gh-ost) are recognized by the names of their helper tables.
+Everything here is pure text; `binlog.BinlogReader` and `streaming` act on it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+TableName = tuple[str, str]
+"""(database, table)"""
+
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_TABLE = rf"(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?"
+_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
+_COMMENTS = r"(?:\s|/\*.*?\*/)*"
+
+_DDL = re.compile(rf"^{_COMMENTS}(ALTER|RENAME|DROP|TRUNCATE|CREATE\s+OR\s+REPLACE)\b", re.IGNORECASE | re.DOTALL)
+# Statements that change rows (a leading comment allowed); WITH starts INSERT/UPDATE/DELETE with a CTE.
+_DML = re.compile(rf"^{_COMMENTS}(INSERT|UPDATE|DELETE|REPLACE|LOAD|WITH)\b", re.IGNORECASE | re.DOTALL)
+_ALTER_TABLE = re.compile(
+    rf"^{_COMMENTS}ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_TABLE}"
+    r"(?:\s+(?:WAIT\s+\d+|NOWAIT))?",
+    re.IGNORECASE | re.DOTALL,
+)
+_CREATE_TABLE = re.compile(
+    rf"^{_COMMENTS}CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_TABLE}", re.IGNORECASE | re.DOTALL
+)
+_TRUNCATE = re.compile(rf"^{_COMMENTS}TRUNCATE\s+(?:TABLE\s+)?{_TABLE}", re.IGNORECASE | re.DOTALL)
+_DROP_TABLE = re.compile(rf"^{_COMMENTS}DROP\s+TABLES?\s+(?:IF\s+EXISTS\s+)?", re.IGNORECASE | re.DOTALL)
+_RENAME_TABLE = re.compile(rf"^{_COMMENTS}RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?", re.IGNORECASE | re.DOTALL)
+_PAIR = re.compile(
+    rf"^\s*(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?(?:\s+(?:WAIT\s+\d+|NOWAIT))?\s+TO\s+"
+    rf"(?P<c>{_NAME})(?:\s*\.\s*(?P<d>{_NAME}))?\s*$",
+    re.IGNORECASE,
+)
+_ONE_TABLE = re.compile(rf"^\s*{_TABLE}\s*$")
+# Clauses of ALTER TABLE that change columns by name.
+_RENAME_COLUMN = re.compile(rf"^RENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s+TO\s+(?P<b>{_NAME})", re.I)
+_CHANGE_COLUMN = re.compile(
+    rf"^CHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s+(?P<b>{_NAME})\s+(?P<rest>.*)$", re.I | re.DOTALL
+)
+_DROP_COLUMN = re.compile(rf"^DROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s*(?:RESTRICT|CASCADE)?$", re.I)
+_NOT_A_COLUMN = frozenset(
+    {"PRIMARY", "INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK", "PARTITION", "SYSTEM", "PERIOD", "UNIQUE"}
+)
+_TABLE_RENAME = re.compile(rf"^RENAME\s+(?:TO\s+|AS\s+)?{_TABLE}$", re.I)
+
+
+def unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def _table(a: str, b: str | None, default_db: str) -> TableName:
+    return (unquote(a), unquote(b)) if b else (default_db, unquote(a))
+
+
+def _same(a: TableName, b: TableName) -> bool:
+    return a[0].lower() == b[0].lower() and a[1].lower() == b[1].lower()
+
+
+def split_top_level(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses, quotes and comments, each part stripped."""
+    parts: list[str] = []
+    depth, start, i, quote = 0, 0, 0, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote != "`":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"`":
+            quote = c
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = len(text) if end < 0 else end + 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+@dataclass(frozen=True)
+class AlterColumns:
+    """What one ALTER TABLE says about its columns by name (the rest is read from the server afterwards)."""
+
+    renamed: dict[str, str] = field(default_factory=dict)
+    """old name -> new name (RENAME COLUMN, and CHANGE to another name)"""
+    dropped: tuple[str, ...] = ()
+    table_renamed_to: TableName | None = None
+    """ALTER TABLE ... RENAME TO: the table's new name."""
+
+
+def alter_columns(query: str, default_db: str) -> AlterColumns:
+    """The column renames and drops of an ALTER TABLE statement (names as written, unquoted)."""
+    head = _ALTER_TABLE.match(query)
+    if head is None:
+        return AlterColumns()
+    renamed: dict[str, str] = {}
+    dropped: list[str] = []
+    moved_to: TableName | None = None
+    for clause in split_top_level(query[head.end() :]):
+        if m := _RENAME_COLUMN.match(clause):
+            renamed[unquote(m["a"])] = unquote(m["b"])
+        elif (m := _CHANGE_COLUMN.match(clause)) and unquote(m["a"]) != unquote(m["b"]):
+            renamed[unquote(m["a"])] = unquote(m["b"])
+        elif (m := _DROP_COLUMN.match(clause)) and m["a"].upper() not in _NOT_A_COLUMN:
+            dropped.append(unquote(m["a"]))
+        elif m := _TABLE_RENAME.match(clause):
+            moved_to = _table(m["a"], m["b"], default_db)
+    return AlterColumns(renamed, tuple(dropped), moved_to)
+
+
+DdlKind = Literal["alter", "truncate", "drop", "rename", "replace", "other"]
+
+
+def ddl_kind(query: str) -> DdlKind:
+    """What kind of table DDL a statement is (an ALTER that renames its table counts as a rename)."""
+    if _ALTER_TABLE.match(query):
+        return "rename" if alter_columns(query, "").table_renamed_to is not None else "alter"
+    if _TRUNCATE.match(query):
+        return "truncate"
+    if _DROP_TABLE.match(query) and not re.match(rf"^{_COMMENTS}DROP\s+TEMPORARY\b", query, re.I | re.DOTALL):
+        return "drop"
+    if _RENAME_TABLE.match(query):
+        return "rename"
+    if _CREATE_TABLE.match(query) and re.match(rf"^{_COMMENTS}CREATE\s+OR\s+REPLACE\b", query, re.I | re.DOTALL):
+        return "replace"
+    return "other"
+
+
+def dropped_tables(query: str, default_db: str) -> list[TableName]:
+    """The tables a DROP TABLE statement names (none for DROP TEMPORARY TABLE, which drops no captured table)."""
+    head = _DROP_TABLE.match(query)
+    if head is None or ddl_kind(query) != "drop":
+        return []
+    body = re.sub(r"/\*.*?\*/", " ", query[head.end() :], flags=re.DOTALL)
+    body = re.sub(r"\s+(?:RESTRICT|CASCADE)\s*$", "", body, flags=re.I)
+    return [_table(m["a"], m["b"], default_db) for part in split_top_level(body) if (m := _ONE_TABLE.match(part))]
+
+
+def renamed_tables(query: str, default_db: str) -> list[tuple[TableName, TableName]]:
+    """(old, new) of each table a RENAME TABLE or ALTER TABLE ... RENAME statement renames, in its order."""
+    alter = _ALTER_TABLE.match(query)
+    if alter is not None:
+        to = alter_columns(query, default_db).table_renamed_to
+        return [] if to is None else [(_table(alter["a"], alter["b"], default_db), to)]
+    head = _RENAME_TABLE.match(query)
+    if head is None:
+        return []
+    body = re.sub(r"/\*.*?\*/", " ", query[head.end() :], flags=re.DOTALL)
+    pairs = []
+    for part in split_top_level(body):
+        if m := _PAIR.match(part):
+            pairs.append((_table(m["a"], m["b"], default_db), _table(m["c"], m["d"], default_db)))
+    return pairs
+
+
+def truncated_table(query: str, default_db: str) -> TableName | None:
+    m = _TRUNCATE.match(query)
+    return None if m is None else _table(m["a"], m["b"], default_db)
+
+
+def ddl_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list[TableName]:
+    """The captured tables a DDL statement changes.
+
+    ALTER TABLE, TRUNCATE, DROP TABLE and RENAME TABLE are parsed; for the others (CREATE OR REPLACE, an
+    unparsed form) any mention of a captured table's name counts.
+    """
+    if not _DDL.match(query):
+        return []
+    kind = ddl_kind(query)
+    named: list[TableName] | None = None
+    if kind in ("alter", "rename") and (alter := _ALTER_TABLE.match(query)):
+        named = [_table(alter["a"], alter["b"], default_db)]
+    elif kind == "truncate":
+        named = [t for t in [truncated_table(query, default_db)] if t is not None]
+    elif kind == "drop":
+        named = dropped_tables(query, default_db)
+    elif kind == "rename":
+        named = [name for pair in renamed_tables(query, default_db) for name in pair]
+    if not named:
+        return _mentioned(query, default_db, tables)
+    return [t for t in tables if any(_same(t, n) for n in named)]
+
+
+def named_tables(query: str, default_db: str) -> list[TableName]:
+    """The tables a DDL statement gives a name to: CREATE TABLE, RENAME TABLE ... TO, ALTER TABLE ... RENAME.
+    A table that appears this way under a name the pipeline matches is copied while the job runs."""
+    if m := _CREATE_TABLE.match(query):
+        return [_table(m["a"], m["b"], default_db)]
+    return [new for _, new in renamed_tables(query, default_db)]
+
+
+def statement_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list[TableName]:
+    """The captured tables a data-changing statement logged as SQL text may change.
+
+    With binlog_format ROW a change is logged as row events; its SQL text is in the binlog only when the
+    session that ran it used STATEMENT or MIXED (a session variable the global check cannot see). Such a
+    change cannot be read as rows: any mention of a captured table's name counts.
+    """
+    return _mentioned(query, default_db, tables) if _DML.match(query) else []
+
+
+def _mentioned(query: str, default_db: str, tables: Iterable[TableName]) -> list[TableName]:
+    names = {(quoted.replace("``", "`") or bare).lower() for quoted, bare in _IDENTIFIER.findall(query)}
+    return [(db, t) for db, t in tables if t.lower() in names and (db == default_db or db.lower() in names)]
+
+
+# --- online schema change tools --------------------------------------------------------------------------
+
+OscRole = Literal["new", "old", "ghost", "changelog", "sentry"]
+# pt-online-schema-change: _t_new (the altered copy; more leading underscores when the name is taken), _t_old
+# (the original after the swap, with --no-drop-old-table). gh-ost: _t_gho (the altered copy), _t_ghc (its
+# changelog), _t_del (the original after the cut-over, and the sentry table of the atomic cut-over), optionally
+# with a timestamp: _t_20260102150405_del.
+_OSC_NAME = re.compile(r"^_+(?P<base>.+?)(?:_\d{14})?_(?P<suffix>new|old|gho|ghc|del)$", re.DOTALL)
+_ROLES: dict[str, OscRole] = {"new": "new", "old": "old", "gho": "ghost", "ghc": "changelog", "del": "old"}
+
+
+@dataclass(frozen=True)
+class OscHelper:
+    """A table an online schema change tool made for `base` (same database)."""
+
+    base: str
+    role: OscRole
+    tool: Literal["pt-online-schema-change", "gh-ost"]
+
+
+def osc_helper(table: str, tables_of_database: Iterable[str]) -> OscHelper | None:
+    """The helper `table` is of an online schema change of one of `tables_of_database` (None: it is not one).
+
+    Only a name of the tools' forms whose base table exists (or existed) in the same database counts, so a
+    table that merely ends in `_new` is an ordinary table.
+    """
+    m = _OSC_NAME.match(table)
+    if m is None:
+        return None
+    known = {t.lower() for t in tables_of_database}
+    base = m["base"]
+    if base.lower() not in known:
+        return None
+    suffix = m["suffix"]
+    tool: Literal["pt-online-schema-change", "gh-ost"] = (
+        "pt-online-schema-change" if suffix in ("new", "old") else "gh-ost"
+    )
+    return OscHelper(base, _ROLES[suffix], tool)
