@@ -69,7 +69,6 @@ from ingest.source.binlog import (
 )
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
-from ingest.source.ddl import alter_columns, ddl_kind
 from ingest.source.failover import gtid_at, server_id, to_this_server
 from ingest.source.mysql import TableSchema, connect, load_schema, quote
 from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
@@ -535,12 +534,13 @@ def evolve_table(
     `reader` (None when another process reads the binlog) is told to decode later rows with the new schema.
     """
     old = table.schema
-    if ddl_kind(ddl.query) == "truncate":
+    if ddl.kind == "truncate":
         truncate_table(spark, config, table, ddl, here)
         return
     live = schema_after(config, conn, flavor, old, ddl)
-    said = alter_columns(ddl.query, old.database)
-    plan = plan_schema_change(old, live, ddl.query, str(ddl.end), said.renamed, said.dropped)
+    said = ddl.said
+    renamed, dropped = (None, ()) if said is None else (said.renamed, said.dropped)
+    plan = plan_schema_change(old, live, ddl.query, str(ddl.end), renamed, dropped)
     _refuse_partition_source_change(table, plan, ddl)
     last_read = max((h for h in table.chunk_highs if h is not None), default=None)
     if not plan.empty and last_read is not None and last_read > ddl.start:
@@ -612,7 +612,7 @@ def truncate_table(
 def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:
     """The table's schema right after `ddl`: the live one, when no later DDL on the table is in the binlog (a
     TRUNCATE keeps the schema it had)."""
-    if ddl_kind(ddl.query) == "truncate":
+    if ddl.kind == "truncate":
         return old
     try:
         live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))

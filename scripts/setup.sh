@@ -23,7 +23,8 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
 # libmariadb-dev, pkg-config and a C compiler build mysqlclient, the snapshot's fast driver (the `fast` extra).
-packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless libmariadb-dev pkg-config build-essential openssl)
+# percona-toolkit: the real pt-online-schema-change, which tests/integration/test_online_schema_change.py runs.
+packages=(mariadb-server mariadb-client postgresql maven openjdk-17-jdk-headless libmariadb-dev pkg-config build-essential openssl percona-toolkit)
 # mysqlclient also needs the headers of the Python that builds the venv (pyenv and python.org builds ship them).
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then

@@ -154,9 +154,10 @@ def plan_schema_change(
     table = old.table_id
     new_by_name = {c.name: c for c in new.columns}
     old_names = set(old.column_names)
-    renames = dict(renamed or {})
+    # A rename of a column the old schema has not (added, then renamed, on a tool's helper table) is an addition.
+    renames = {k: v for k, v in (renamed or {}).items() if k in old_names}
     for before, after in renames.items():
-        if before not in old_names or after not in new_by_name:
+        if after not in new_by_name:
             reasons.append(f"the statement renames {before!r} to {after!r}, which the table's columns do not show")
         elif after in old_names:
             reasons.append(f"column {before!r} takes the name of another column, {after!r}, in the same statement")

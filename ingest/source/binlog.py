@@ -24,15 +24,28 @@ from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
-from ingest.source.ddl import ddl_kind, ddl_tables, named_tables, statement_tables
-from ingest.source.mysql import TableSchema, connection_refused, require_tls, tls_context, tls_failure
+from ingest.source.ddl import (
+    CUT_OVER,
+    AlterColumns,
+    OnlineSchemaChanges,
+    Swap,
+    alter_columns,
+    created_table,
+    ddl_kind,
+    ddl_tables,
+    is_ddl,
+    named_tables,
+    statement_tables,
+)
+from ingest.source.mysql import TableSchema, connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
 
-FOLLOWED = ("alter", "truncate")
-"""The kinds of DDL statement (`ddl.ddl_kind`) `on_ddl="evolve"` yields as a `DdlStatement` to follow."""
+FOLLOWED = ("alter", "truncate", "swap")
+"""The kinds of DDL statement `on_ddl="evolve"` yields as a `DdlStatement` to follow: `ddl.ddl_kind`'s, and "swap",
+an online schema change tool's helper table renamed to a captured table's name (`ddl.Swap`)."""
 
 __all__ = [
     "BinlogReader",
@@ -68,6 +81,10 @@ class DdlStatement:
     end: BinlogPosition
     gtid_after: MariadbGtidPos | None = None
     """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
+    kind: str = "alter"
+    """One of FOLLOWED."""
+    said: AlterColumns | None = None
+    """What the statement (for a swap: the ALTERs of the helper table) says of columns by name; None: unknown."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +201,47 @@ def first_ddl_between(
     return None
 
 
+def helper_history(source: SourceConfig, swap: Swap, end: BinlogPosition) -> AlterColumns | None:
+    """What the ALTERs of an online schema change's helper table said of columns, read back from the binlog up
+    to the swap ending at `end`; None when its CREATE is no longer on the server.
+
+    For a swap met by a job that did not read the migration from its start (it started, or resumed after a
+    crash, during it). The binlog files up to the swap's are searched from the newest for the helper's CREATE,
+    then the DDL statements from there to the swap are followed as the reader would have.
+    """
+    with connect(source) as conn:
+        files = [f for f in binlog_files(conn) if BinlogPosition(f, 4) <= end]
+    for i in range(len(files) - 1, -1, -1):
+        statements = _ddl_statements(source, files[i], end, whole_files=False)
+        if not any(created_table(query, db) == swap.helper for query, db in statements):
+            continue
+        osc = OnlineSchemaChanges()
+        for query, db in _ddl_statements(source, files[i], end, whole_files=True):
+            result = osc.read(query, db, [swap.table])
+            if isinstance(result, Swap) and result.helper == swap.helper:
+                return result.said
+        return None
+    return None
+
+
+def _ddl_statements(source: SourceConfig, file: str, end: BinlogPosition, whole_files: bool) -> list[tuple[str, str]]:
+    """(statement, default database) of the DDL in the binlog from the start of `file` up to `end` (only in `file`
+    unless `whole_files`)."""
+    found = []
+    stream = open_stream(source, BinlogPosition(file, 4), dump_server_id(), only_events=[QueryEvent])
+    try:
+        for event in stream:
+            at = BinlogPosition(stream.log_file, event.packet.log_pos)
+            if at > end or (not whole_files and stream.log_file != file):
+                break
+            query, schema = query_of(event)
+            if is_ddl(query):
+                found.append((query, schema))
+    finally:
+        stream.close()
+    return found
+
+
 def open_stream(
     source: SourceConfig,
     start: BinlogPosition,
@@ -267,6 +325,7 @@ class BinlogReader:
             ],
         )
         self._tables = {(s.database, s.table) for s in schemas}
+        self._osc = OnlineSchemaChanges()
 
     def close(self) -> None:
         self._stream.close()
@@ -370,13 +429,20 @@ class BinlogReader:
                             touched.append(t)
                         elif (planned := self._planned_at.get(t)) is None or end > planned:
                             self._unfollowed.setdefault(t, (query, end))
-                    if touched:
+                    osc = self._osc.read(query, default_db, self._tables)
+                    if touched and osc == CUT_OVER and self.on_ddl == "evolve":
+                        log.info("%s: renamed away for an online schema change's cut-over: %s", touched, query[:200])
+                    elif touched:
                         start = self.position
-                        self._schema_change(query, touched, end)
+                        kind = "swap" if isinstance(osc, Swap) else ddl_kind(query)
+                        self._schema_change(query, touched, end, kind)
                         if self.on_ddl == "evolve":
+                            said = osc.said if isinstance(osc, Swap) else alter_columns(query, default_db)
+                            if isinstance(osc, Swap) and said is None:
+                                said = helper_history(self.source, osc, end)
                             self._boundary(end)
                             current = None
-                            yield DdlStatement(query, tuple(touched), start, end, self.gtid)
+                            yield DdlStatement(query, tuple(touched), start, end, self.gtid, kind, said)
                             continue
                     if query.strip().upper() != "COMMIT":
                         # A DDL statement is a transaction of its own: its end is a boundary.
@@ -408,7 +474,11 @@ class BinlogReader:
         if self.new_tables is None:
             return ()
         named = named_tables(query, default_db)
-        return tuple(t for t in named if t not in self._tables and self.new_tables.matches(*t))
+        return tuple(
+            t
+            for t in named
+            if t not in self._tables and self.new_tables.matches(*t) and self._osc.helper(t, self._tables) is None
+        )
 
     def _report_idle(self, idle: Callable[[float], bool] | None, at: float) -> bool:
         """A transaction of other tables ended: tell `idle` at most once per heartbeat period (see transactions);
@@ -427,13 +497,13 @@ class BinlogReader:
             self.gtid = self.gtid.advance(g.domain_id, g.server_id, g.seq_no)
         self._group_gtid = None
 
-    def _schema_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
+    def _schema_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition, kind: str) -> None:
         """Apply the policy's refusals; returns when the statement is to be ignored or evolved."""
         names = ", ".join(f"{db}.{t}" for db, t in touched)
         if self.on_ddl == "ignore":
             log.warning("ignoring schema change of %s at %s: %s", names, end, query[:200])
             return
-        if self.on_ddl == "evolve" and ddl_kind(query) in FOLLOWED:
+        if self.on_ddl == "evolve" and kind in FOLLOWED:
             return
         why = (
             "only ALTER TABLE and TRUNCATE can be followed (a dropped, renamed or replaced table cannot)"

@@ -54,6 +54,15 @@ _NOT_A_COLUMN = frozenset(
 _TABLE_RENAME = re.compile(rf"^RENAME\s+(?:TO\s+|AS\s+)?{_TABLE}$", re.I)
 
 
+_COMMENT = re.compile(r"/\*(?![!M]).*?\*/", re.DOTALL)
+
+
+def _plain(query: str) -> str:
+    """The statement without its comments (`/* gh-ost */` may stand between any two words); the executable
+    comments of MariaDB and MySQL (`/*! ... */`, `/*M! ... */`) stay."""
+    return _COMMENT.sub(" ", query)
+
+
 def unquote(name: str) -> str:
     return name[1:-1].replace("``", "`") if name.startswith("`") else name
 
@@ -105,8 +114,26 @@ class AlterColumns:
     """ALTER TABLE ... RENAME TO: the table's new name."""
 
 
+def then(first: AlterColumns, second: AlterColumns) -> AlterColumns:
+    """What two ALTERs of one table, one after the other, say about the first's columns."""
+    back = {new: old for old, new in first.renamed.items()}
+    renamed = dict(first.renamed)
+    dropped = list(first.dropped)
+    for old, new in second.renamed.items():
+        original = back.get(old, old)
+        renamed[original] = new
+        if original == new:
+            del renamed[original]
+    for name in second.dropped:
+        original = back.get(name, name)
+        renamed.pop(original, None)
+        dropped.append(original)
+    return AlterColumns(renamed, tuple(dropped), second.table_renamed_to or first.table_renamed_to)
+
+
 def alter_columns(query: str, default_db: str) -> AlterColumns:
     """The column renames and drops of an ALTER TABLE statement (names as written, unquoted)."""
+    query = _plain(query)
     head = _ALTER_TABLE.match(query)
     if head is None:
         return AlterColumns()
@@ -130,6 +157,7 @@ DdlKind = Literal["alter", "truncate", "drop", "rename", "replace", "other"]
 
 def ddl_kind(query: str) -> DdlKind:
     """What kind of table DDL a statement is (an ALTER that renames its table counts as a rename)."""
+    query = _plain(query)
     if _ALTER_TABLE.match(query):
         return "rename" if alter_columns(query, "").table_renamed_to is not None else "alter"
     if _TRUNCATE.match(query):
@@ -145,6 +173,7 @@ def ddl_kind(query: str) -> DdlKind:
 
 def dropped_tables(query: str, default_db: str) -> list[TableName]:
     """The tables a DROP TABLE statement names (none for DROP TEMPORARY TABLE, which drops no captured table)."""
+    query = _plain(query)
     head = _DROP_TABLE.match(query)
     if head is None or ddl_kind(query) != "drop":
         return []
@@ -155,6 +184,7 @@ def dropped_tables(query: str, default_db: str) -> list[TableName]:
 
 def renamed_tables(query: str, default_db: str) -> list[tuple[TableName, TableName]]:
     """(old, new) of each table a RENAME TABLE or ALTER TABLE ... RENAME statement renames, in its order."""
+    query = _plain(query)
     alter = _ALTER_TABLE.match(query)
     if alter is not None:
         to = alter_columns(query, default_db).table_renamed_to
@@ -171,6 +201,7 @@ def renamed_tables(query: str, default_db: str) -> list[tuple[TableName, TableNa
 
 
 def truncated_table(query: str, default_db: str) -> TableName | None:
+    query = _plain(query)
     m = _TRUNCATE.match(query)
     return None if m is None else _table(m["a"], m["b"], default_db)
 
@@ -181,6 +212,7 @@ def ddl_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list
     ALTER TABLE, TRUNCATE, DROP TABLE and RENAME TABLE are parsed; for the others (CREATE OR REPLACE, an
     unparsed form) any mention of a captured table's name counts.
     """
+    query = _plain(query)
     if not _DDL.match(query):
         return []
     kind = ddl_kind(query)
@@ -198,9 +230,21 @@ def ddl_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list
     return [t for t in tables if any(_same(t, n) for n in named)]
 
 
+def is_ddl(query: str) -> bool:
+    """A statement that creates, alters, renames, drops or truncates (a table, or something else)."""
+    return _DDL.match(query) is not None or re.match(rf"^{_COMMENTS}CREATE\b", query, re.I | re.DOTALL) is not None
+
+
+def created_table(query: str, default_db: str) -> TableName | None:
+    """The table a CREATE TABLE statement creates."""
+    m = _CREATE_TABLE.match(_plain(query))
+    return None if m is None else _table(m["a"], m["b"], default_db)
+
+
 def named_tables(query: str, default_db: str) -> list[TableName]:
     """The tables a DDL statement gives a name to: CREATE TABLE, RENAME TABLE ... TO, ALTER TABLE ... RENAME.
     A table that appears this way under a name the pipeline matches is copied while the job runs."""
+    query = _plain(query)
     if m := _CREATE_TABLE.match(query):
         return [_table(m["a"], m["b"], default_db)]
     return [new for _, new in renamed_tables(query, default_db)]
@@ -259,3 +303,68 @@ def osc_helper(table: str, tables_of_database: Iterable[str]) -> OscHelper | Non
         "pt-online-schema-change" if suffix in ("new", "old") else "gh-ost"
     )
     return OscHelper(base, _ROLES[suffix], tool)
+
+
+@dataclass(frozen=True)
+class Swap:
+    """An online schema change tool's helper table took the name of a captured table: the table's schema change,
+    with what the ALTERs of the helper said about columns by name (None: the job did not see them all)."""
+
+    table: TableName
+    helper: TableName
+    said: AlterColumns | None
+
+
+CUT_OVER = "cut-over"
+"""A captured table renamed to a tool's name for the original, alone (gh-ost's two-step cut-over): the helper
+table takes its name in the next statement."""
+
+
+class OnlineSchemaChanges:
+    """Follows the helper tables of online schema changes of captured tables through the binlog's DDL statements.
+
+    A helper created while the job reads is known from its CREATE on; the ALTERs run on it are composed, so its
+    swap says which columns it renamed or dropped. One created before (the job started or resumed during the
+    migration) is recognized at the swap by its name alone, with `said` None.
+    """
+
+    def __init__(self) -> None:
+        self._helpers: dict[TableName, AlterColumns] = {}
+
+    def helper(self, table: TableName, captured: Iterable[TableName]) -> OscHelper | None:
+        return osc_helper(table[1], [t for db, t in captured if db == table[0]])
+
+    def read(self, query: str, default_db: str, captured: Iterable[TableName]) -> Swap | str | None:
+        """What a DDL statement does to an online schema change of a captured table: a `Swap`, `CUT_OVER`, or
+        None (nothing, or a step the tool takes on its helper tables only)."""
+        query = _plain(query)
+        captured = list(captured)
+        if m := _CREATE_TABLE.match(query):
+            created = _table(m["a"], m["b"], default_db)
+            if (h := self.helper(created, captured)) is not None and h.role in ("new", "ghost"):
+                self._helpers[created] = AlterColumns()
+            return None
+        kind = ddl_kind(query)
+        if kind == "alter" and (m := _ALTER_TABLE.match(query)):
+            altered = _table(m["a"], m["b"], default_db)
+            if altered in self._helpers:
+                self._helpers[altered] = then(self._helpers[altered], alter_columns(query, default_db))
+            return None
+        if kind == "drop":
+            for name in dropped_tables(query, default_db):
+                self._helpers.pop(name, None)
+            return None
+        if kind != "rename":
+            return None
+        pairs = renamed_tables(query, default_db)
+        for old, new in pairs:
+            if any(_same(new, t) for t in captured):
+                h = self.helper(old, captured)
+                if h is not None and h.role in ("new", "ghost") and _same((old[0], h.base), new):
+                    return Swap(new, old, self._helpers.pop(old, None))
+        for old, new in pairs:
+            if any(_same(old, t) for t in captured) and not any(_same(old, n) for _, n in pairs):
+                h = self.helper(new, captured)
+                if h is not None and h.role == "old" and _same((new[0], h.base), old):
+                    return CUT_OVER
+        return None

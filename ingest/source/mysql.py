@@ -18,6 +18,7 @@ import pymysql.cursors
 from ingest.config import SourceConfig, TableOptions, TableSelection
 from ingest.errors import MissingPrivilegeError, SourceError, UnsupportedTableError
 from ingest.sink.types import SourceColumn
+from ingest.source.ddl import osc_helper
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,19 @@ def list_tables(conn: pymysql.connections.Connection[Any], selection: TableSelec
             "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME"
         )
         rows = cur.fetchall()
-    tables = [(str(db), str(t)) for db, t in rows if db not in SYSTEM_SCHEMAS and selection.matches(db, t)]
+    in_database: dict[str, list[str]] = {}
+    for db, t in rows:
+        in_database.setdefault(str(db), []).append(str(t))
+    tables = []
+    for db, t in ((str(db), str(t)) for db, t in rows):
+        if db in SYSTEM_SCHEMAS or not selection.matches(db, t):
+            continue
+        helper = osc_helper(t, in_database[db])
+        if helper is not None:
+            # Mid-migration: the tool's copy of a table (or its leftover) is never a table of its own.
+            log.info("%s.%s: not captured, a helper table of %s for %s.%s", db, t, helper.tool, db, helper.base)
+            continue
+        tables.append((db, t))
     for db, t in tables:
         _check_select(conn, db, t)
     for pattern in selection.include:
