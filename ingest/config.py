@@ -28,6 +28,7 @@ BINLOG_START_MODES: tuple[StartupMode, ...] = ("latest", "binlog_position", "gti
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
 StreamEngine = Literal["loop", "structured"]
 PurgedPolicy = Literal["stop", "resnapshot"]
+DropTablePolicy = Literal["keep", "drop"]
 UnrepresentablePolicy = Literal["null", "stop", "dead_letter"]
 UNREPRESENTABLE_POLICIES: tuple[str, ...] = ("null", "stop", "dead_letter")
 
@@ -231,6 +232,9 @@ class StreamConfig:
     """How often the loop engine looks for snapshots asked with `ingest snapshot` (between batches)."""
     on_purged: PurgedPolicy = "stop"
     """The binlog to resume from is purged: stop with the way out, or copy every table again and go on."""
+    on_drop_table: DropTablePolicy = "keep"
+    """A captured table dropped or renamed away (with `on_schema_change: evolve`): its capture ends, and its
+    target is kept as it was at the statement, or dropped."""
 
 
 @dataclass(frozen=True)
@@ -559,6 +563,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "checkpoint_location",
             "signal_poll_seconds",
             "on_purged",
+            "on_drop_table",
         ),
     )
     stream = StreamConfig(
@@ -573,6 +578,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         checkpoint_location=stm.get("checkpoint_location", str),
         signal_poll_seconds=_positive_float(stm, "signal_poll_seconds", 10.0),
         on_purged=cast(PurgedPolicy, stm.choice("on_purged", ("stop", "resnapshot"), "stop")),
+        on_drop_table=cast(DropTablePolicy, stm.choice("on_drop_table", ("keep", "drop"), "keep")),
     )
     if stream.checkpoint_location is not None and stream.engine != "structured":
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")

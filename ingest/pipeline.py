@@ -163,7 +163,7 @@ def _run(
 ) -> None:
     from ingest.adhoc import copy_all_again, take_requests
     from ingest.runtime.spark import attach_catalog, spark_session
-    from ingest.streaming import StopSignal
+    from ingest.streaming import StopSignal, gone_tables
 
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)
@@ -181,6 +181,7 @@ def _run(
         warm_up = start_warm_up(spark)
         state = StateTable.open(config)
         schemas = list(info.schemas)
+        gone = gone_tables(config, state, schemas)  # read in the binlog phase only, up to their DROP or RENAME
         if start is not None:
             start_empty(spark, config, state, schemas, start)
         requests = state.requests()
@@ -198,7 +199,7 @@ def _run(
             if snapshot_only or config.startup_mode == "snapshot_only":
                 return
             try:
-                _stream(spark, config, state, info.flavor, schemas, until_caught_up, stop, hook)
+                _stream(spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook)
                 return
             except BinlogPurgedError as e:
                 if config.stream.on_purged != "resnapshot":

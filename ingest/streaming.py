@@ -23,6 +23,7 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
+from pyiceberg.exceptions import NoSuchTableError
 
 from ingest import metrics
 from ingest.changes.changelog import SourceChange, changelog_rows
@@ -42,6 +43,7 @@ from ingest.sink.evolution import (
     implicit_default,
     plan_schema_change,
     schema_from_json,
+    spark_string,
     store_source_schema,
 )
 from ingest.sink.maintenance import commits_since_compaction, maintain
@@ -355,10 +357,70 @@ def follow_ddl(
     """Follow `ddl` on every table it touches, then record its end as the job's offset (every change before it
     is committed by then)."""
     for db, t in ddl.tables:
-        evolve_table(spark, config, conn, flavor, begin.by_id[f"{db}.{t}"], ddl, reader, begin.here)
+        table = begin.by_id[f"{db}.{t}"]
+        if ddl.kind == "drop":
+            end_capture(spark, config, table, ddl)
+            state.forget(table.schema.table_id)  # a restart before the offset below takes it as gone (gone_tables)
+            if reader is not None:
+                reader.forget((db, t))
+            begin.tables.remove(table)
+            del begin.by_id[table.schema.table_id], begin.filters[table.schema.table_id]
+        else:
+            evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
     crash_point("stream.before_schema_state")
     state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here))
     metrics.current().offset_committed(ddl.end, None)
+
+
+SOURCE_DROPPED_PROPERTY = "ingest.source-dropped"
+"""Table property of a target kept after its source table was dropped or renamed away: the statement's position."""
+
+
+def end_capture(spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement) -> None:
+    """The table was dropped or renamed away: by `stream.on_drop_table`, its target is kept as it was at the
+    statement (marked with SOURCE_DROPPED_PROPERTY) or dropped. Either step can be run again after a crash."""
+    target = table_of(table.target)
+    if config.stream.on_drop_table == "drop":
+        spark.sql(f"DROP TABLE IF EXISTS {target}")
+        done = f"its target {target} dropped"
+    else:
+        spark.sql(
+            f"ALTER TABLE {target} SET TBLPROPERTIES ({spark_string(SOURCE_DROPPED_PROPERTY)} = "
+            f"{spark_string(str(ddl.end))})"
+        )
+        done = f"its target {target} kept as it was"
+    crash_point("stream.after_end_capture")
+    log.info(
+        "%s: dropped or renamed away at %s (%r): capture ended, %s",
+        table.schema.table_id,
+        ddl.end,
+        ddl.query[:200],
+        done,
+    )
+
+
+def gone_tables(config: PipelineConfig, state: StateTable, found: Sequence[TableSchema]) -> list[TableSchema]:
+    """Tables the job captures that are no longer on the source: dropped or renamed away while no job ran (or
+    before the job recorded it had followed that). Their changes up to that statement are read with the schema
+    their target mirrors, and the statement ends their capture (`end_capture`)."""
+    catalog = cached_pyiceberg_catalog(config.sink)
+    present = {s.table_id for s in found}
+    gone = []
+    for table_id in state.tables():
+        if table_id in present:
+            continue
+        db, name = table_id.split(".", 1)
+        try:
+            target = catalog.load_table(config.target_for(db, name))
+        except NoSuchTableError:
+            continue  # dropped by `on_drop_table: drop`
+        if SOURCE_DROPPED_PROPERTY in target.properties or SOURCE_SCHEMA_PROPERTY not in target.properties:
+            continue
+        log.info(
+            "%s: gone from the source: its changes up to its DROP or RENAME are read with its target's schema", table_id
+        )
+        gone.append(schema_from_json(db, name, target.properties[SOURCE_SCHEMA_PROPERTY]))
+    return gone
 
 
 def batch_source_time(previous: int | None, batch: Sequence[Transaction], idle_at: float | None) -> int | None:

@@ -35,6 +35,7 @@ from ingest.source.ddl import (
     ddl_tables,
     is_ddl,
     named_tables,
+    renamed_tables,
     statement_tables,
 )
 from ingest.source.mysql import TableSchema, connect, connection_refused, require_tls, tls_context, tls_failure
@@ -43,9 +44,10 @@ from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
 
-FOLLOWED = ("alter", "truncate", "swap")
-"""The kinds of DDL statement `on_ddl="evolve"` yields as a `DdlStatement` to follow: `ddl.ddl_kind`'s, and "swap",
-an online schema change tool's helper table renamed to a captured table's name (`ddl.Swap`)."""
+FOLLOWED = ("alter", "truncate", "swap", "drop")
+"""The kinds of DDL statement `on_ddl="evolve"` yields as a `DdlStatement` to follow: `ddl.ddl_kind`'s "alter" and
+"truncate"; "swap", an online schema change tool's helper table renamed to a captured table's name (`ddl.Swap`);
+"drop", a captured table dropped or renamed away (its capture ends: `forget`)."""
 
 __all__ = [
     "BinlogReader",
@@ -336,6 +338,12 @@ class BinlogReader:
         self.schemas[key] = schema
         self._decoders[key] = RowDecoder(schema.columns)
 
+    def forget(self, key: tuple[str, str]) -> None:
+        """Capture the table no more (it was dropped or renamed away): its name's later rows are another table's."""
+        self._tables.discard(key)
+        self.schemas.pop(key, None)
+        self._decoders.pop(key, None)
+
     def _refuse_unfollowed(self, key: tuple[str, str], event: Any) -> None:
         """A row after a DDL passed over during the table's snapshot: refused when matched by position."""
         query, at = self._unfollowed[key]
@@ -435,6 +443,10 @@ class BinlogReader:
                     elif touched:
                         start = self.position
                         kind = "swap" if isinstance(osc, Swap) else ddl_kind(query)
+                        if kind == "rename":
+                            # Renamed away: gone under its name; unless another table takes the name (not a swap).
+                            into = {new for _, new in renamed_tables(query, default_db)}
+                            kind = "replace" if any(t in into for t in touched) else "drop"
                         self._schema_change(query, touched, end, kind)
                         if self.on_ddl == "evolve":
                             said = osc.said if isinstance(osc, Swap) else alter_columns(query, default_db)
@@ -443,6 +455,10 @@ class BinlogReader:
                             self._boundary(end)
                             current = None
                             yield DdlStatement(query, tuple(touched), start, end, self.gtid, kind, said)
+                            # A table renamed into the patterns by the same statement is copied (see TablesNamed).
+                            named = self._new_tables_named(query, default_db) if kind == "drop" else ()
+                            if named:
+                                yield TablesNamed(named, end, self.gtid)
                             continue
                     if query.strip().upper() != "COMMIT":
                         # A DDL statement is a transaction of its own: its end is a boundary.
@@ -505,15 +521,21 @@ class BinlogReader:
             return
         if self.on_ddl == "evolve" and kind in FOLLOWED:
             return
-        why = (
-            "only ALTER TABLE and TRUNCATE can be followed (a dropped, renamed or replaced table cannot)"
-            if self.on_ddl == "evolve"
-            else "`stream.on_schema_change` is `fail`"
-        )
+        if self.on_ddl == "evolve":
+            why = (
+                "a table replaced by another (CREATE OR REPLACE, a RENAME that gives its name to a table that is no "
+                "online schema change tool's helper) cannot be followed"
+            )
+            way_out = "Snapshot the table again"
+        else:
+            why = "`stream.on_schema_change` is `fail`"
+            way_out = (
+                "Set `stream.on_schema_change: evolve` to follow the DDL Iceberg can follow (docs/config.md, "
+                '"Schema changes"), or snapshot the table again'
+            )
         raise SchemaChangeError(
             f"the schema of {names} changed at binlog position {end}: {query[:200]!r}; {why}. Everything before "
-            "the statement is committed. Set `stream.on_schema_change: evolve` to follow ALTER TABLE where "
-            "Iceberg allows it, `ignore` only if captured columns are unchanged, or snapshot the table again "
+            f"the statement is committed. {way_out} "
             f"(`ingest resnapshot --config ... --table {touched[0][0]}.{touched[0][1]}`)"
         )
 

@@ -319,6 +319,10 @@ class BinlogStreamReader:
         from ingest.streaming import schema_after
 
         config = self.spec.config
+        if ddl.kind == "drop":
+            for key in ddl.tables:
+                reader.forget(key)
+            return
         with connect(config.source) as conn:
             for key in ddl.tables:
                 live = schema_after(config, conn, self.spec.flavor, self._schemas[key], ddl)

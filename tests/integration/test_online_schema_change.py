@@ -134,8 +134,10 @@ def test_a_gh_ost_migration_begun_before_the_job_started_is_followed_at_its_two_
         f"insert /* gh-ost */ into `{db}`.`_t_ghc` (id, hint, value) values (2, 'state', 'GhostTableMigrated')",
     )
     config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", db)
+    other_writes = background_writes(mariadb, db, lambda cur, n: cur.execute("UPDATE other SET n = %s", (n,)))
     try:
-        _wait_until_streaming(config, job)
+        with other_writes:
+            _wait_until_streaming(config, job)
         copy = f"insert /* gh-ost */ ignore into `{db}`.`_t_gho` (id, amount, w) select id, n, w from `{db}`.`t`"
         mariadb.execute(
             f"UPDATE {db}.t SET w = 7 WHERE id <= 10",
