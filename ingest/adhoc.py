@@ -132,6 +132,7 @@ def stream_taking_requests(
     watch = SignalWatch(state, config.stream.signal_poll_seconds)
     copy = LiveCopy(spark, config, state, flavor, hook)
     named: list[TablesNamed] = []
+    recopied: list[str] = []
 
     def between(tables: list[TableStream], conn: Any) -> bool:
         if watch.look():
@@ -140,13 +141,16 @@ def stream_taking_requests(
         return False
 
     while True:
-        end = stream(spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append)
+        end = stream(
+            spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append, recopied.extend
+        )
         log.info("binlog phase stopped at %s", end)
-        if stop.event.is_set() or not (watch.asked or named):
+        if stop.event.is_set() or not (watch.asked or named or recopied):
             return schemas
         for item in named:
             log.info("%s: named by a DDL statement at %s", ", ".join(f"{d}.{t}" for d, t in item.tables), item.end)
-        asked, watch.asked, named[:] = watch.asked, {}, []
+        asked = {**watch.asked, **dict.fromkeys(recopied, True)}
+        watch.asked, named[:], recopied[:] = {}, [], []
         with connect(config.source) as conn:
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
         schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked, before)

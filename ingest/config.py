@@ -29,6 +29,7 @@ SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
 StreamEngine = Literal["loop", "structured"]
 PurgedPolicy = Literal["stop", "resnapshot"]
 DropTablePolicy = Literal["keep", "drop"]
+UnfollowablePolicy = Literal["fail", "recopy"]
 UnrepresentablePolicy = Literal["null", "stop", "dead_letter"]
 UNREPRESENTABLE_POLICIES: tuple[str, ...] = ("null", "stop", "dead_letter")
 
@@ -232,6 +233,8 @@ class StreamConfig:
     """How often the loop engine looks for snapshots asked with `ingest snapshot` (between batches)."""
     on_purged: PurgedPolicy = "stop"
     """The binlog to resume from is purged: stop with the way out, or copy every table again and go on."""
+    on_unfollowable: UnfollowablePolicy = "fail"
+    """A DDL `evolve` cannot follow: stop the job (fail), or copy that table again while the others stream."""
     on_drop_table: DropTablePolicy = "keep"
     """A captured table dropped or renamed away (with `on_schema_change: evolve`): its capture ends, and its
     target is kept as it was at the statement, or dropped."""
@@ -564,6 +567,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "signal_poll_seconds",
             "on_purged",
             "on_drop_table",
+            "on_unfollowable",
         ),
     )
     stream = StreamConfig(
@@ -579,7 +583,13 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         signal_poll_seconds=_positive_float(stm, "signal_poll_seconds", 10.0),
         on_purged=cast(PurgedPolicy, stm.choice("on_purged", ("stop", "resnapshot"), "stop")),
         on_drop_table=cast(DropTablePolicy, stm.choice("on_drop_table", ("keep", "drop"), "keep")),
+        on_unfollowable=cast(UnfollowablePolicy, stm.choice("on_unfollowable", ("fail", "recopy"), "fail")),
     )
+    if stream.on_unfollowable == "recopy" and (stream.engine != "loop" or stream.on_schema_change != "evolve"):
+        raise ConfigError(
+            f"`{stm.key('on_unfollowable')}: recopy` copies a table again while the binlog phase runs, which only "
+            f"`{stm.key('engine')}: loop` does, and only with `{stm.key('on_schema_change')}: evolve`"
+        )
     if stream.checkpoint_location is not None and stream.engine != "structured":
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")
     stm.done()

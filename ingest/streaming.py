@@ -59,6 +59,7 @@ from ingest.sink.targets import (
     table_of,
 )
 from ingest.source.binlog import (
+    FOLLOWED,
     BinlogReader,
     DdlStatement,
     RowChange,
@@ -353,23 +354,39 @@ def follow_ddl(
     begin: StreamStart,
     ddl: DdlStatement,
     reader: BinlogReader | None,
-) -> None:
+) -> list[str]:
     """Follow `ddl` on every table it touches, then record its end as the job's offset (every change before it
-    is committed by then)."""
+    is committed by then). Returns the tables to copy again (`stream.on_unfollowable: recopy`), whose capture
+    ends here: a request to copy each again is recorded before the offset, so a restart copies them too."""
+    recopy: list[str] = []
     for db, t in ddl.tables:
         table = begin.by_id[f"{db}.{t}"]
-        if ddl.kind == "drop":
-            end_capture(spark, config, table, ddl)
-            state.forget(table.schema.table_id)  # a restart before the offset below takes it as gone (gone_tables)
-            if reader is not None:
-                reader.forget((db, t))
-            begin.tables.remove(table)
-            del begin.by_id[table.schema.table_id], begin.filters[table.schema.table_id]
-        else:
-            evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
+        try:
+            if ddl.kind not in FOLLOWED:
+                raise SchemaChangeError(
+                    f"{table.schema.table_id}: replaced at binlog position {ddl.end} ({ddl.query[:200]!r}), a change "
+                    "no schema change can mirror"
+                )
+            if ddl.kind == "drop":
+                end_capture(spark, config, table, ddl)
+                state.forget(table.schema.table_id)  # a restart before the offset takes it as gone (gone_tables)
+            else:
+                evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
+                continue
+        except SchemaChangeError as e:
+            if config.stream.on_unfollowable != "recopy":
+                raise
+            log.warning("%s. With `stream.on_unfollowable: recopy` it is copied again; the other tables stream on", e)
+            state.ask_snapshot([table.schema.table_id], again=True)
+            recopy.append(table.schema.table_id)
+        if reader is not None:
+            reader.forget((db, t))
+        begin.tables.remove(table)
+        del begin.by_id[table.schema.table_id], begin.filters[table.schema.table_id]
     crash_point("stream.before_schema_state")
     state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here))
     metrics.current().offset_committed(ddl.end, None)
+    return recopy
 
 
 SOURCE_DROPPED_PROPERTY = "ingest.source-dropped"
@@ -443,6 +460,7 @@ def stream(
     stop: StopSignal | None = None,
     between: Callable[[list[TableStream], Any], bool] | None = None,
     on_tables_named: Callable[[TablesNamed], None] | None = None,
+    on_recopy: Callable[[list[str]], None] | None = None,
 ) -> BinlogPosition:
     """Run the binlog phase; return the offset committed last.
 
@@ -466,6 +484,7 @@ def stream(
             contained_until=begin.contained_until,
             new_tables=None if on_tables_named is None else config.tables,
             planned_at=begin.planned_at,
+            recopy=config.stream.on_unfollowable == "recopy",
         )
         # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
         prefetch = Prefetch(
@@ -547,9 +566,14 @@ def stream(
                         # The reader waits (pause_after) until the schema it must decode later rows with is set.
                         # The batch boundary is the DDL: rows before it use the old schema.
                         flush(item.start, taken_gtid)
-                        follow_ddl(spark, config, state, conn, flavor, begin, item, reader)
+                        recopy = follow_ddl(spark, config, state, conn, flavor, begin, item, reader)
                         committed = taken = item.end
                         taken_gtid = item.gtid_after
+                        if recopy:
+                            # The phase ends at the statement; the next one starts with the tables copied again.
+                            assert on_recopy is not None  # recopy is only configured with the loop engine
+                            on_recopy(recopy)
+                            break
                         prefetch.resume()
                         if goal is not None and item.end >= goal:
                             break

@@ -17,15 +17,16 @@ drops the target as before, and readers see it empty meanwhile.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from ingest.faults import crash_point
-from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json
+from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json, schema_to_json
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
-from ingest.sink.targets import COPY_BRANCH, copy_under_way, table_of
+from ingest.sink.targets import COPY_BRANCH, copy_under_way, table_of, target_columns
 from ingest.source.mysql import TableSchema
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,51 @@ def schema_misfit(stored: TableSchema | None, live: TableSchema) -> str | None:
     return None
 
 
+_ICEBERG_OF = {
+    "INT": "int",
+    "BIGINT": "long",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "BOOLEAN": "boolean",
+    "STRING": "string",
+    "BINARY": "binary",
+    "DATE": "date",
+    "TIMESTAMP_NTZ": "timestamp",
+    "TIMESTAMP": "timestamptz",
+}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)", re.IGNORECASE)
+
+
+def _holds(iceberg_type: str, spark_type: str) -> bool:
+    """An Iceberg column of `iceberg_type` holds every value of a target column of `spark_type` unchanged."""
+    wanted = _ICEBERG_OF.get(spark_type)
+    if wanted is not None:
+        return iceberg_type == wanted or (wanted, iceberg_type) in (("int", "long"), ("float", "double"))
+    have, want = _DECIMAL.fullmatch(iceberg_type), _DECIMAL.fullmatch(spark_type)
+    return bool(have and want and have.group(2) == want.group(2) and int(have.group(1)) >= int(want.group(1)))
+
+
+def iceberg_misfit(iceberg_table: Any, live: TableSchema) -> str | None:
+    """Why the target's Iceberg columns cannot hold the rows of `live` (None: they can, by the same names).
+
+    A branch shares the table's Iceberg schema, not the source schema the job mirrors: a new primary key, or a
+    narrower type (INT where Iceberg has `long`), changes nothing Iceberg stores, so such a table is copied again
+    into a branch too, and readers keep the old rows until the copy ends."""
+    fields = {f.name: f for f in iceberg_table.schema().fields}
+    columns = target_columns(live)
+    names = {c.name for c in columns}
+    if names != set(fields):
+        changed = sorted([f"-{n}" for n in fields.keys() - names] + [f"+{n}" for n in names - fields.keys()])
+        return f"its columns changed ({', '.join(changed)})"
+    for c in columns:
+        field = fields[c.name]
+        if not _holds(str(field.field_type), c.spark_type):
+            return f"column {c.name!r} is {field.field_type} in Iceberg, which cannot hold {c.spark_type}"
+        if field.required and c.nullable:
+            return f"column {c.name!r} is required in Iceberg and nullable in the source"
+    return None
+
+
 def stored_schema(iceberg_table: Any, live: TableSchema) -> TableSchema | None:
     """The source schema the target mirrors (the table property the job keeps), or None."""
     text = iceberg_table.properties.get(SOURCE_SCHEMA_PROPERTY)
@@ -68,7 +114,18 @@ def start_branch_copy(catalog: Any, names: tuple[str, str], live: TableSchema, p
     if table.current_snapshot() is None:  # readers see no rows: nothing to keep (and Iceberg wants main first)
         log.info("%s: its target %s holds no snapshot; it is dropped and copied again", live.table_id, ".".join(names))
         return False
-    misfit = schema_misfit(stored_schema(table, live), live)
+    stored = stored_schema(table, live)
+    misfit = schema_misfit(stored, live)
+    if misfit is not None and stored is not None and iceberg_misfit(table, live) is None:
+        log.info(
+            "%s: %s, which the target's Iceberg columns hold: it mirrors the new schema from the copy on",
+            live.table_id,
+            misfit,
+        )
+        misfit = None
+        mirrored = {SOURCE_SCHEMA_PROPERTY: schema_to_json(live)}
+    else:
+        mirrored = {}
     if misfit is not None:
         log.warning(
             "%s: %s; an Iceberg branch shares the table's schema, so the target %s is dropped and copied again: "
@@ -80,6 +137,8 @@ def start_branch_copy(catalog: Any, names: tuple[str, str], live: TableSchema, p
         return False
     props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHUNKS_DONE: "", SUMMARY_COPY: "started"}
     with table.transaction() as tx:
+        if mirrored:  # the binlog phase decodes with the schema the target mirrors (streaming._table_streams)
+            tx.set_properties(mirrored)
         if copy_under_way(table):  # copied again while a copy runs: start that one over
             ManageSnapshots(tx).remove_branch(COPY_BRANCH).commit()
         # The branch of a missing ref gets a snapshot without a parent: empty, and made with the ref in one commit.

@@ -84,7 +84,7 @@ class DdlStatement:
     gtid_after: MariadbGtidPos | None = None
     """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
     kind: str = "alter"
-    """One of FOLLOWED."""
+    """One of FOLLOWED; or, when the reader is to `recopy`, the `ddl.ddl_kind` of a statement it cannot follow."""
     said: AlterColumns | None = None
     """What the statement (for a swap: the ALTERs of the helper table) says of columns by name; None: unknown."""
 
@@ -284,6 +284,7 @@ class BinlogReader:
         contained_until: dict[tuple[str, str], BinlogPosition] | None = None,
         new_tables: TableSelection | None = None,
         planned_at: dict[tuple[str, str], BinlogPosition] | None = None,
+        recopy: bool = False,
     ) -> None:
         self.source = source
         self.new_tables = new_tables
@@ -308,6 +309,8 @@ class BinlogReader:
         it changed the table during its snapshot, so the rows after its chunks may have columns the schema the
         job decodes with has not."""
         self.on_ddl = on_ddl
+        self.recopy = recopy
+        """With `on_ddl="evolve"`, a DDL it cannot follow is yielded too (its table is copied again)."""
         self.heartbeat_seconds = heartbeat_seconds
         self._last_idle = time.monotonic()
         self._stream = open_stream(
@@ -519,7 +522,7 @@ class BinlogReader:
         if self.on_ddl == "ignore":
             log.warning("ignoring schema change of %s at %s: %s", names, end, query[:200])
             return
-        if self.on_ddl == "evolve" and kind in FOLLOWED:
+        if self.on_ddl == "evolve" and (kind in FOLLOWED or self.recopy):
             return
         if self.on_ddl == "evolve":
             why = (

@@ -275,6 +275,73 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
     assert _target(config, db).metadata.table_uuid == uuid
 
 
+def test_a_ddl_evolve_cannot_follow_copies_the_table_again_through_its_branch_while_the_job_runs(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Issue 32, `stream.on_unfollowable: recopy`: a narrowing `MODIFY` (INT to SMALLINT, which evolve refuses)
+    reaches the running job under a writer. The job does not stop: every change before the statement is
+    committed, the table is copied again into its branch, which its Iceberg columns (still `int`) hold, so readers
+    of main keep the old rows, whole, until the swap; the other table streams on meanwhile."""
+    db = "recopy_ddl"
+    _setup(mariadb, db, tmp_path)
+    mariadb.execute(
+        f"CREATE TABLE {db}.u (id INT NOT NULL PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.u SELECT seq, 0 FROM {db}.seq_1_to_20",
+    )
+    config, job = _start_streaming_job(
+        mariadb, db, tmp_path, rf"{db}\.(t|u)", f"{db}_lake", SNAPSHOT, on_unfollowable="recopy"
+    )
+    log = _Log(job)
+
+    def write(cur: Any, n: int) -> None:
+        _bump(cur, n)
+        cur.execute("UPDATE u SET v = %s WHERE id = %s", (n, 1 + n % 20))
+
+    try:
+        with background_writes(mariadb, db, write):
+            _wait_until_streaming(config, job)
+            uuid = _target(config, db).metadata.table_uuid
+            mariadb.execute(f"ALTER TABLE {db}.t MODIFY v SMALLINT")
+            _wait("the job met the DDL", lambda: copy_under_way(_target(config, db)), job, log)
+            seen = _watch_main(config, db, lambda: job.poll() is not None or not copy_under_way(_target(config, db)))
+            time.sleep(3)
+        err = _stop(job, log)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert "a narrowing integer change" in err and "it is copied again; the other tables stream on" in err, err[-3000:]
+    assert "mirrors the new schema from the copy on" in err, err[-3000:]
+    _during_copy(seen)
+    assert all(sorted(rows) == list(range(1, KEYS + 1)) for _, rows, _ in seen)
+    _once_each(config, db)
+    assert _target(config, db).metadata.table_uuid == uuid
+    assert json.loads(_target(config, db).properties["ingest.source-schema"])["columns"][1]["data_type"] == "smallint"
+
+
+def test_a_job_killed_at_a_ddl_it_copies_again_copies_it_on_the_next_run(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """The request to copy the table again is recorded before the DDL's offset: a kill between them, or after,
+    leaves a run that copies it and ends equal. A new primary key fits the branch too (Iceberg stores no key)."""
+    db = "recopy_ddl_kill"
+    config, config_file = _setup(mariadb, db, tmp_path, on_unfollowable="recopy")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(
+        f"UPDATE {db}.t SET v = -v WHERE id <= 10",
+        f"ALTER TABLE {db}.t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)",
+        f"INSERT INTO {db}.t VALUES (1, 5)",  # a second row of id 1: only the new key tells them apart
+    )
+    crashed = run_ingest(
+        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.before_schema_state:1"
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert f"{db}.t" in StateTable.open(config).requests().snapshot
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert sorted((r["id"], r["v"]) for r in _target(config, db).scan().to_arrow().to_pylist())[:2] == [(1, -1), (1, 5)]
+    assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
+
+
 def test_a_source_schema_that_no_longer_fits_the_target_drops_it_as_before_and_says_why(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

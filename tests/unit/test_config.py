@@ -874,3 +874,19 @@ def test_partition_by_takes_iceberg_transforms_of_columns() -> None:
 )
 def test_partition_by_errors_name_the_key(given: list[Any], message: str) -> None:
     assert message in error_of(cfg(table_options={"db.t": {"partition_by": given}}))
+
+
+def test_dropped_tables_and_ddl_evolve_cannot_follow_have_their_policies() -> None:
+    stream = parse_config(cfg()).stream
+    assert (stream.on_drop_table, stream.on_unfollowable) == ("keep", "fail")
+    chosen = parse_config(cfg(stream={"on_drop_table": "drop", "on_unfollowable": "recopy"})).stream
+    assert (chosen.on_drop_table, chosen.on_unfollowable) == ("drop", "recopy")
+    assert error_of(cfg(stream={"on_drop_table": "purge"})) == (
+        "`stream.on_drop_table` must be one of keep, drop; got 'purge'"
+    )
+    assert "only `stream.engine: loop` does" in error_of(
+        cfg(stream={"on_unfollowable": "recopy", "engine": "structured"})
+    )
+    assert "only with `stream.on_schema_change: evolve`" in error_of(
+        cfg(stream={"on_unfollowable": "recopy", "on_schema_change": "fail"})
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from ingest import streaming
 from ingest.sink.evolution import schema_from_json, schema_to_json
-from ingest.sink.recopy import schema_misfit
+from ingest.sink.recopy import iceberg_misfit, schema_misfit
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
 from ingest.source.position import BinlogPosition, Watermark
 from ingest.streaming import TableStream
@@ -39,6 +39,31 @@ def test_a_changed_column_set_type_or_key_does_not_fit_and_says_what_changed() -
 
 def test_a_target_that_does_not_record_its_source_schema_does_not_fit() -> None:
     assert schema_misfit(None, OLD) == "the target does not record the source schema it mirrors"
+
+
+def _iceberg(**fields: tuple[str, bool]) -> SimpleNamespace:
+    """A stand-in of a pyiceberg table with only a schema: name -> (Iceberg type, required)."""
+    columns = [SimpleNamespace(name=n, field_type=t, required=r) for n, (t, r) in fields.items()]
+    return SimpleNamespace(schema=lambda: SimpleNamespace(fields=columns))
+
+
+def test_iceberg_columns_that_hold_the_new_rows_take_a_copy_through_the_branch() -> None:
+    target = _iceberg(id=("int", True), v=("string", False), n=("long", False))
+    assert iceberg_misfit(target, OLD) is None  # int(11) into long: Iceberg holds it
+    narrowed = table(col("v", "varchar(5)"), col("n", "smallint(6)"))
+    assert iceberg_misfit(target, narrowed) is None
+    assert iceberg_misfit(target, dataclasses.replace(OLD, primary_key=("id", "n"))) is None
+    assert iceberg_misfit(target, table(col("v", "varchar(5)"))) == "its columns changed (-n)"
+    assert iceberg_misfit(target, table(col("v", "varchar(5)"), col("n", "decimal(10,2)"))) == (
+        "column 'n' is long in Iceberg, which cannot hold DECIMAL(10,2)"
+    )
+    scaled = _iceberg(id=("int", True), v=("string", False), n=("decimal(10, 2)", False))
+    assert iceberg_misfit(scaled, table(col("v", "varchar(5)"), col("n", "decimal(8,2)"))) is None
+    assert "cannot hold DECIMAL(10,3)" in str(
+        iceberg_misfit(scaled, table(col("v", "text"), col("n", "decimal(10,3)")))
+    )
+    required = _iceberg(id=("int", True), v=("string", True), n=("long", False))
+    assert iceberg_misfit(required, OLD) == "column 'v' is required in Iceberg and nullable in the source"
 
 
 def test_the_branch_name_is_added_once_and_taken_off_for_the_table() -> None:
