@@ -130,16 +130,18 @@ def test_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlog_acro
     columns of its moment (by name at FULL, by position at NO_LOG), Iceberg columns keep their field ids, the
     TRUNCATE is one commit carrying its offset. Killed after the Iceberg schema change (before the source schema
     is stored) and after the TRUNCATE's commit (before the offset is), the job ends equal to MySQL, column for
-    column and in MySQL's order."""
+    column and in MySQL's order. The engine that follows it: the loop at FULL, the structured engine at NO_LOG."""
     db = "evo_rename"
     catalog = f"evo_rename_{row_metadata}"
+    engine = {"stream": {"engine": "loop" if row_metadata == "FULL" else "structured", "batch_interval_seconds": 1}}
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
         f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT, note VARCHAR(10), w INT)",
         f"INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, 'x', -seq FROM {db}.seq_1_to_120",
     )
-    config = parse_config(_section(mariadb, db, tmp_path, catalog))
+    section = {**_section(mariadb, db, tmp_path, catalog), **engine}
+    config = parse_config(section)
     run(config, spark=spark, until_caught_up=True)
     before = {f.name: f.field_id for f in _iceberg(config, db).schema().fields}
     mariadb.execute(
@@ -153,7 +155,7 @@ def test_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlog_acro
         f"UPDATE {db}.t SET amount = 70 WHERE id = 7",
     )
     config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump(_section(mariadb, db, tmp_path, catalog)))
+    config_file.write_text(yaml.safe_dump(section))
     for crash_at in ("stream.after_schema_change:1", "stream.after_truncate:1"):
         crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
