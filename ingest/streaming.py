@@ -641,6 +641,10 @@ def evolve_table(
         )
     values = _old_row_values(conn, flavor, live, plan, ddl)
     done = apply_plan(spark, table_of(table.target), old.table_id, plan)  # the schema is table-wide
+    if table.changelog is not None:
+        # Its rows are written with the columns of their moment: it follows the same renames, drops and additions
+        # (a dropped column's history stays in the snapshots before the drop), with no backfill of old changes.
+        done += apply_plan(spark, qualified(config, *table.changelog), old.table_id, plan)
     crash_point("stream.after_schema_change")
     if values:
         mark = Watermark(ddl.end, ddl.gtid_after, here)

@@ -149,6 +149,21 @@ def test_changelog_holds_every_change_in_order_and_status_shows_the_lag(
         text.stdout + text.stderr[-2000:]
     )
 
+    # A schema change (issue 32): the changelog follows it, and the changes after it have the new columns.
+    mariadb.execute(
+        f"ALTER TABLE {db}.acct DROP COLUMN balance, CHANGE owner holder VARCHAR(20), ADD COLUMN note VARCHAR(5) "
+        "DEFAULT 'n'",
+        f"UPDATE {db}.acct SET holder = 'h' WHERE id = 2",
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    after = _changelog(config, db)
+    assert [(r["_op"], r["id"], r["holder"], r["note"]) for r in after[len(rows) :]] == [
+        ("-U", 2, "o2!", "n"),
+        ("+U", 2, "h", "n"),
+    ]
+    assert after[0]["holder"] == rows[0]["owner"] and "balance" not in after[0]  # renamed and dropped by field id
+
 
 @pytest.mark.parametrize(
     "crash_at", ["stream.before_changelog_commit:1", "stream.after_changelog_commit:1", "stream.before_state:1"]
