@@ -39,7 +39,8 @@ lint:  ## ruff and mypy --strict
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
-bench:  ## the benchmarks of bench/ (snapshot, binlog, then apply; print ratios against baselines in the same run)
+bench:  ## the benchmarks of bench/ (snapshot, binlog, apply, then osc; print ratios against baselines in the same run)
 	$(PY) -m bench.snapshot
 	$(PY) -m bench.binlog
 	$(PY) -m bench.apply
+	$(PY) -m bench.osc
