@@ -424,9 +424,9 @@ def gone_tables(config: PipelineConfig, state: StateTable, found: Sequence[Table
     present = {s.table_id for s in found}
     gone = []
     for table_id in state.tables():
-        if table_id in present:
-            continue
         db, name = table_id.split(".", 1)
+        if table_id in present or not config.tables.matches(db, name):
+            continue  # there, or left out of the pipeline by its patterns (its target is left as it is)
         try:
             target = catalog.load_table(config.target_for(db, name))
         except NoSuchTableError:
