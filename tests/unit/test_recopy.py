@@ -99,3 +99,33 @@ def test_the_binlog_phase_does_not_maintain_a_target_copied_into_its_branch(monk
     tables = [TableStream(OLD, name, [], [], end.position) for name in (main, copy)]
     streaming._maintain_due(None, config, tables, end)  # type: ignore[arg-type]
     assert maintained == [main]
+
+
+def test_tables_gone_from_the_source_are_read_with_their_targets_schema_until_their_drop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A table the state knows that discovery no longer finds: read on with the schema its target mirrors, unless
+    its capture ended already (dropped target, or marked), or the patterns no longer match it."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from ingest.config import parse_config
+    from tests.unit.test_config import PW, PW_ENV, cfg
+
+    monkeypatch.setenv(PW_ENV, PW)
+    config = parse_config(cfg(tables={"include": [r"db\.(t|gone|marked|dropped)"]}))
+    stored = {streaming.SOURCE_SCHEMA_PROPERTY: schema_to_json(OLD)}
+    targets = {
+        "gone": SimpleNamespace(properties=stored),
+        "marked": SimpleNamespace(properties={**stored, streaming.SOURCE_DROPPED_PROPERTY: "mysql-bin.000001:4"}),
+        "unmatched": SimpleNamespace(properties=stored),
+    }
+
+    def load_table(names: tuple[str, str]) -> SimpleNamespace:
+        if names[1] not in targets:
+            raise NoSuchTableError(names[1])
+        return targets[names[1]]
+
+    monkeypatch.setattr(streaming, "cached_pyiceberg_catalog", lambda sink: SimpleNamespace(load_table=load_table))
+    state = SimpleNamespace(tables=lambda: ["db.t", "db.gone", "db.marked", "db.dropped", "db.unmatched"])
+    gone = streaming.gone_tables(config, state, [OLD])  # type: ignore[arg-type]
+    assert [s.table_id for s in gone] == ["db.gone"] and gone[0].columns == OLD.columns
