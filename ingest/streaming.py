@@ -116,6 +116,11 @@ class TableStream:
         return None if None in self.chunk_highs else max(h for h in self.chunk_highs if h is not None)
 
     @property
+    def last_read(self) -> BinlogPosition | None:
+        """The newest high watermark of its chunks read (None: none is read yet)."""
+        return max((h for h in self.chunk_highs if h is not None), default=None)
+
+    @property
     def min_high(self) -> BinlogPosition | None:
         """Up to this the chunks read hold every change (None: none is read yet)."""
         return min((h for h in self.chunk_highs if h is not None), default=None)
@@ -628,7 +633,7 @@ def evolve_table(
     renamed, dropped = (None, ()) if said is None else (said.renamed, said.dropped)
     plan = plan_schema_change(old, live, ddl.query, str(ddl.end), renamed, dropped)
     _refuse_partition_source_change(table, plan, ddl)
-    last_read = max((h for h in table.chunk_highs if h is not None), default=None)
+    last_read = table.last_read
     if not plan.empty and last_read is not None and last_read > ddl.start:
         # A chunk whose high watermark is past the statement may have been read after it, with the columns the
         # snapshot started with: the binlog drops that chunk's later changes as contained in it, so the new
@@ -647,10 +652,8 @@ def evolve_table(
         done += apply_plan(spark, qualified(config, *table.changelog), old.table_id, plan)
     crash_point("stream.after_schema_change")
     if values:
-        mark = Watermark(ddl.end, ddl.gtid_after, here)
-        held = _committed_in(config, config.target_for(old.database, old.table), mark, table.committed)
-        if held is None or held < ddl.end:
-            props = {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
+        props = _statement_commit(config, table, ddl, here)
+        if props is not None:
             backfill(spark, table.target, old.table_id, values, live.columns, props)
             done.append(f"backfill of {sorted(values)}")
             table.committed = ddl.end
@@ -680,7 +683,7 @@ def truncate_table(
 ) -> None:
     """Follow a TRUNCATE: every row of the target is deleted in one commit carrying the statement's end as its
     offset (Iceberg drops whole files, a metadata-only commit). A target that holds it already is left alone."""
-    last_read = max((h for h in table.chunk_highs if h is not None), default=None)
+    last_read = table.last_read
     if last_read is not None and last_read > ddl.start:
         raise SchemaChangeError(
             f"{table.schema.table_id}: it was truncated during its snapshot, at binlog position {ddl.end}, before the "
@@ -688,15 +691,26 @@ def truncate_table(
             "truncate must not delete. Everything before it is committed. Re-snapshot the table: "
             f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
         )
-    mark = Watermark(ddl.end, ddl.gtid_after, here)
-    held = _committed_in(config, config.target_for(table.schema.database, table.schema.table), mark, table.committed)
-    if held is not None and held >= ddl.end:
+    props = _statement_commit(config, table, ddl, here)
+    if props is None:
         return
-    props = {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
     delete_every_row(spark, table.target, props)
     table.committed = ddl.end
     crash_point("stream.after_truncate")
     log.info("%s: followed the TRUNCATE at %s: every row of the target deleted", table.schema.table_id, ddl.end)
+
+
+def _statement_commit(
+    config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None
+) -> dict[str, str] | None:
+    """The snapshot properties of the one commit that applies `ddl` to the target's rows (a backfill, a TRUNCATE):
+    the statement's end as the table's offset, and SUMMARY_SCHEMA_CHANGE. None when the target holds it already
+    (the commit was made before a crash)."""
+    mark = Watermark(ddl.end, ddl.gtid_after, here)
+    held = _committed_in(config, config.target_for(table.schema.database, table.schema.table), mark, table.committed)
+    if held is not None and held >= ddl.end:
+        return None
+    return {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
 
 
 def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:

@@ -121,16 +121,23 @@ def _same_values(old: SourceColumn, new: SourceColumn) -> str | None:
     return f"a type change from {old.column_type} to {new.column_type}"
 
 
-def _iceberg_change(old: TargetColumn, new: TargetColumn) -> Literal["same", "widen"] | None:
-    """How the Iceberg type follows (None: Iceberg cannot promote it)."""
-    if old.spark_type == new.spark_type:
+def iceberg_promotion(old: str, new: str) -> Literal["same", "widen"] | None:
+    """How an Iceberg column of Spark type `old` takes the values of Spark type `new` (None: Iceberg cannot
+    promote it): the same type, or one of Iceberg's promotions (int to long, float to double, a decimal's
+    precision up)."""
+    if old == new:
         return "same"
-    if (old.spark_type, new.spark_type) in (("INT", "BIGINT"), ("FLOAT", "DOUBLE")):
+    if (old, new) in (("INT", "BIGINT"), ("FLOAT", "DOUBLE")):
         return "widen"
-    a, b = _DECIMAL.fullmatch(old.spark_type), _DECIMAL.fullmatch(new.spark_type)
+    a, b = _DECIMAL.fullmatch(old), _DECIMAL.fullmatch(new)
     if a and b and a.group(2) == b.group(2) and int(b.group(1)) >= int(a.group(1)):
         return "widen"
     return None
+
+
+def _iceberg_change(old: TargetColumn, new: TargetColumn) -> Literal["same", "widen"] | None:
+    """How the Iceberg type follows (None: Iceberg cannot promote it)."""
+    return iceberg_promotion(old.spark_type, new.spark_type)
 
 
 def plan_schema_change(

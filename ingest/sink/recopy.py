@@ -24,7 +24,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from ingest.faults import crash_point
-from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json, schema_to_json
+from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, iceberg_promotion, schema_from_json, schema_to_json
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, table_of, target_columns
 from ingest.source.mysql import TableSchema
@@ -53,28 +53,28 @@ def schema_misfit(stored: TableSchema | None, live: TableSchema) -> str | None:
     return None
 
 
-_ICEBERG_OF = {
-    "INT": "int",
-    "BIGINT": "long",
-    "FLOAT": "float",
-    "DOUBLE": "double",
-    "BOOLEAN": "boolean",
-    "STRING": "string",
-    "BINARY": "binary",
-    "DATE": "date",
-    "TIMESTAMP_NTZ": "timestamp",
-    "TIMESTAMP": "timestamptz",
+# The Spark types of ingest/sink/types.py, as pyiceberg names the Iceberg types they are stored as.
+_SPARK_OF = {
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "string": "STRING",
+    "binary": "BINARY",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP_NTZ",
+    "timestamptz": "TIMESTAMP",
 }
-_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)", re.IGNORECASE)
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
 
 def _holds(iceberg_type: str, spark_type: str) -> bool:
-    """An Iceberg column of `iceberg_type` holds every value of a target column of `spark_type` unchanged."""
-    wanted = _ICEBERG_OF.get(spark_type)
-    if wanted is not None:
-        return iceberg_type == wanted or (wanted, iceberg_type) in (("int", "long"), ("float", "double"))
-    have, want = _DECIMAL.fullmatch(iceberg_type), _DECIMAL.fullmatch(spark_type)
-    return bool(have and want and have.group(2) == want.group(2) and int(have.group(1)) >= int(want.group(1)))
+    """An Iceberg column of `iceberg_type` holds every value of a target column of `spark_type` unchanged: it is of
+    the same type, or of one Iceberg promotes `spark_type` to."""
+    decimal = _DECIMAL.fullmatch(iceberg_type)
+    held = f"DECIMAL({decimal[1]},{decimal[2]})" if decimal else _SPARK_OF.get(iceberg_type)
+    return held is not None and iceberg_promotion(spark_type, held) is not None
 
 
 def iceberg_misfit(iceberg_table: Any, live: TableSchema) -> str | None:

@@ -208,33 +208,35 @@ def helper_history(source: SourceConfig, swap: Swap, end: BinlogPosition) -> Alt
     to the swap ending at `end`; None when its CREATE is no longer on the server.
 
     For a swap met by a job that did not read the migration from its start (it started, or resumed after a
-    crash, during it). The binlog files up to the swap's are searched from the newest for the helper's CREATE,
-    then the DDL statements from there to the swap are followed as the reader would have.
+    crash, during it). The binlog files up to the swap's are read from the newest back, each once, until one
+    holds the helper's CREATE; the DDL statements from there to the swap are then followed as the reader would.
     """
     with connect(source) as conn:
         files = [f for f in binlog_files(conn) if BinlogPosition(f, 4) <= end]
-    for i in range(len(files) - 1, -1, -1):
-        statements = _ddl_statements(source, files[i], end, whole_files=False)
-        if not any(created_table(query, db) == swap.helper for query, db in statements):
-            continue
-        osc = OnlineSchemaChanges()
-        for query, db in _ddl_statements(source, files[i], end, whole_files=True):
-            result = osc.read(query, db, [swap.table])
-            if isinstance(result, Swap) and result.helper == swap.helper:
-                return result.said
-        return None
+    later: list[tuple[str, str]] = []
+    """The DDL statements of the files read so far, in binlog order."""
+    for file in reversed(files):
+        here = _ddl_statements(source, file, end)
+        statements = here + later
+        if any(created_table(query, db) == swap.helper for query, db in here):
+            osc = OnlineSchemaChanges()
+            for query, db in statements:
+                result = osc.read(query, db, [swap.table])
+                if isinstance(result, Swap) and result.helper == swap.helper:
+                    return result.said
+            return None
+        later = statements
     return None
 
 
-def _ddl_statements(source: SourceConfig, file: str, end: BinlogPosition, whole_files: bool) -> list[tuple[str, str]]:
-    """(statement, default database) of the DDL in the binlog from the start of `file` up to `end` (only in `file`
-    unless `whole_files`)."""
+def _ddl_statements(source: SourceConfig, file: str, end: BinlogPosition) -> list[tuple[str, str]]:
+    """(statement, default database) of the DDL in binlog file `file`, up to `end`."""
     found = []
     stream = open_stream(source, BinlogPosition(file, 4), dump_server_id(), only_events=[QueryEvent])
     try:
         for event in stream:
             at = BinlogPosition(stream.log_file, event.packet.log_pos)
-            if at > end or (not whole_files and stream.log_file != file):
+            if at > end or stream.log_file != file:
                 break
             query, schema = query_of(event)
             if is_ddl(query):

@@ -17,7 +17,7 @@ from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
 from ingest.verify import verify
-from tests.conftest import run_ingest
+from tests.conftest import mysql_rows, run_ingest
 from tests.integration.test_streaming import _start_streaming_job, _wait_until_streaming, background_writes
 
 pytestmark = pytest.mark.integration
@@ -40,13 +40,6 @@ def _write(cur: Any, n: int) -> None:
     cur.execute("INSERT INTO t (id, w) VALUES (%s, %s) ON DUPLICATE KEY UPDATE w = w - 1", (1000 + n % 97, n))
     cur.execute("DELETE FROM t WHERE id = %s", (1000 + n * 13 % 97,))
     cur.execute("UPDATE other SET n = n + 1 WHERE id = %s", (1 + n % 50,))
-
-
-def _rows(mariadb: MariaDBServer, db: str, table: str) -> list[dict[str, Any]]:
-    with mariadb.admin(db) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM {table} ORDER BY id")
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def _captured(config: Any, db: str) -> tuple[list[str], list[str]]:
@@ -104,7 +97,9 @@ def test_pt_online_schema_change_under_a_writer_is_followed_across_kills_at_its_
     names, columns = _captured(config, db)
     assert names == ["other", "t"]  # neither _t_new nor _t_old was ever copied
     assert columns == ["id", "amount", "w", "c"]
-    assert [{k: r[k] for k in ("id", "amount", "w", "c")} for r in _iceberg_rows(config, db)] == _rows(mariadb, db, "t")
+    assert [{k: r[k] for k in ("id", "amount", "w", "c")} for r in _iceberg_rows(config, db)] == mysql_rows(
+        mariadb, f"{db}.t", "id"
+    )
     state = StateTable.open(config)
     assert set(state.times_recorded(f"{db}.t").values()) == {1}  # each chunk copied once: no copy again
 
@@ -165,5 +160,7 @@ def test_a_gh_ost_migration_begun_before_the_job_started_is_followed_at_its_two_
     names, columns = _captured(config, db)
     assert names == ["other", "t"]
     assert columns == ["id", "amount", "w", "c"]
-    assert [{k: r[k] for k in ("id", "amount", "w", "c")} for r in _iceberg_rows(config, db)] == _rows(mariadb, db, "t")
+    assert [{k: r[k] for k in ("id", "amount", "w", "c")} for r in _iceberg_rows(config, db)] == mysql_rows(
+        mariadb, f"{db}.t", "id"
+    )
     assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
