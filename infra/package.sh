@@ -53,7 +53,13 @@ step "build tools ($VENV_PACK) in a temporary virtualenv"
 step "project wheel"
 mkdir -p "$OUT"
 rm -f "$OUT"/mysql_iceberg_ingest-*.whl "$ARCHIVE"
-"$work/build/bin/python" -m pip wheel -q --no-deps -w "$OUT" .
+# From a copy of what the wheel is made of: setuptools writes build/ and *.egg-info/ next to the sources it
+# builds, and a read-only checkout could not be packaged.
+mkdir -p "$work/src"
+cp -R pyproject.toml README.md ingest "$work/src/"
+find "$work/src" -name __pycache__ -type d -prune -exec rm -rf {} +
+out_dir="$(cd "$OUT" && pwd)"
+"$work/build/bin/python" -m pip wheel -q --no-deps -w "$out_dir" "$work/src"
 wheels=("$OUT"/mysql_iceberg_ingest-*.whl)
 if [ "${#wheels[@]}" -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
   echo "expected one project wheel in $OUT/, got: ${wheels[*]}" >&2

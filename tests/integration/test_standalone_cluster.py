@@ -39,6 +39,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`infra/package.sh`, built with the interpreter the nodes (this machine) have."""
     out = tmp_path_factory.mktemp("dist")
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    build_dir_before = (ROOT / "build").exists()
     built = subprocess.run(
         [str(ROOT / "infra" / "package.sh")],
         env={**{k: v for k, v in os.environ.items() if k not in NOT_INHERITED}, "OUT": str(out), "PYTHON": str(python)},
@@ -49,6 +50,8 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert (out / "ingest-env.tar.gz").is_file()
+    # It builds from a copy: the checkout it packages gets no setuptools build/ directory (nor is written at all).
+    assert (ROOT / "build").exists() == build_dir_before
     return out
 
 
