@@ -59,9 +59,9 @@ from bench.snapshot import (
     write_results,
 )
 from ingest.config import MaintenanceConfig, PipelineConfig, parse_config
-from ingest.sink.types import SourceColumn
-from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition, Watermark
+from ingest.model.columns import SourceColumn
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
 
 log = logging.getLogger("bench.apply")
 

@@ -74,7 +74,7 @@ from bench.snapshot import (
 )
 from ingest.config import PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.source.position import BinlogPosition, Watermark
+from ingest.model.position import BinlogPosition, Watermark
 
 STREAM_LINE = "BENCH_STREAM_STARTED"
 """Printed by a worker when the job enters the binlog phase (`ingest.streaming.stream`)."""
@@ -382,8 +382,9 @@ def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str,
 def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
     """Our driver-side work without Spark: `BinlogReader` transactions, batched and materialized per table."""
     from ingest.changes.materializer import Change, materialize
-    from ingest.pipeline import discover
-    from ingest.source.binlog import BinlogReader, Transaction
+    from ingest.discovery import discover
+    from ingest.model.changes import Transaction
+    from ingest.source.binlog import BinlogReader
 
     info = discover(config)
     schemas = {s.table_id: s for s in info.schemas}
@@ -455,7 +456,7 @@ class StreamProbe:
 
     def _wrap(self, module: Any, phase: str) -> None:
         """Time `module.<phase>` (what run() calls for the binlog phase) and each `module._commit`."""
-        from ingest.source.binlog import Transaction
+        from ingest.model.changes import Transaction
 
         original_stream, original_commit = getattr(module, phase), module._commit
         probe = self
@@ -633,7 +634,7 @@ SUMMARY_KEYS = (
 
 def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: MERGE INTO (the job's `merge_into`) vs append of the same batch, format v2 and v3."""
-    from ingest.pipeline import discover
+    from ingest.discovery import discover
     from ingest.sink.catalog import load_pyiceberg_catalog
     from ingest.sink.merge import OP_COLUMN, _batch_frame, merge_into
     from ingest.sink.targets import ensure_target
@@ -717,7 +718,7 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: the same long run of small MERGEs into two tables, one maintained by the job's
     `maintain` every `upkeep_every` batches and one left alone; MERGE times early and late, files at the end."""
     from ingest.config import MaintenanceConfig
-    from ingest.pipeline import discover
+    from ingest.discovery import discover
     from ingest.sink.catalog import load_pyiceberg_catalog
     from ingest.sink.maintenance import maintain
     from ingest.sink.merge import OP_COLUMN, _batch_frame, merge_into

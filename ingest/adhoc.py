@@ -23,16 +23,18 @@ from typing import Any, Literal
 
 from ingest import metrics
 from ingest.config import PipelineConfig
+from ingest.discovery import discover
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
-from ingest.pipeline import copy_chunks, discover, finish_copy, plan_table, unfinished
+from ingest.model.changes import TablesNamed
+from ingest.model.position import Watermark
+from ingest.model.schema import TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
 from ingest.sink.targets import qualified, table_of
-from ingest.source.binlog import TablesNamed
+from ingest.snapshot import copy_chunks, finish_copy, plan_table, unfinished
 from ingest.source.chunk_reader import ChunkHook
-from ingest.source.mysql import TableSchema, connect, list_tables, load_schema
-from ingest.source.position import Watermark
+from ingest.source.mysql import connect, list_tables, load_schema
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable

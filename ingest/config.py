@@ -17,7 +17,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from ingest.errors import ConfigError
-from ingest.source.position import BinlogPosition, MariadbGtidPos
+from ingest.model.position import BinlogPosition, MariadbGtidPos
 
 Flavor = Literal["auto", "mysql", "mariadb"]
 TlsMode = Literal["disabled", "required", "verify_ca", "verify_identity"]

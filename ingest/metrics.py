@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ingest.source.position import BinlogPosition
+    from ingest.model.position import BinlogPosition
 
 log = logging.getLogger(__name__)
 

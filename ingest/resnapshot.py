@@ -24,9 +24,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError, IngestError
 from ingest.faults import crash_point
+from ingest.model.schema import TableSchema
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
-from ingest.source.mysql import TableSchema, connect, load_schema
+from ingest.source.mysql import connect, load_schema
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def resnapshot(config: PipelineConfig, tables: Sequence[str]) -> StartedOver:
                 continue  # dropped by an earlier attempt that stopped before the state was deleted
             dropped.append(f"{namespace}.{name}")
             log.info("%s: dropped %s.%s and its files", table_id, namespace, name)
-        crash_point("resnapshot.before_forget")  # the next run forgets chunks its branch lacks (pipeline.py)
+        crash_point("resnapshot.before_forget")  # the next run forgets chunks its branch lacks (snapshot.py)
         state.forget(table_id)
         log.info("%s: its chunks are forgotten; the next `ingest run` snapshots it again", table_id)
     if not state.tables():

@@ -23,12 +23,12 @@ from typing import Any, TextIO
 import pymysql
 
 from ingest.config import PipelineConfig
+from ingest.model.position import BinlogPosition, MariadbGtidPos
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import committed_offset
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head
 from ingest.source.binlog import binlog_sizes
 from ingest.source.mysql import connect, server_flavor
-from ingest.source.position import BinlogPosition, MariadbGtidPos
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 

@@ -30,8 +30,10 @@ from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.changes.rejects import RejectedValue, split_rejected
 from ingest.config import PipelineConfig
-from ingest.errors import UnsupportedTableError
 from ingest.faults import crash_point
+from ingest.model.changes import DdlStatement, RowChange, TablesNamed, Transaction, changes_in
+from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
+from ingest.model.schema import TableSchema, quote
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog
 from ingest.sink.evolution import (
@@ -58,24 +60,13 @@ from ingest.sink.targets import (
     qualified,
     table_of,
 )
-from ingest.source.binlog import (
-    FOLLOWED,
-    BinlogReader,
-    DdlStatement,
-    RowChange,
-    SchemaChangeError,
-    TablesNamed,
-    Transaction,
-    changes_in,
-    check_not_purged,
-    first_ddl_between,
-)
+from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError, check_not_purged
 from ingest.source.chunk_reader import in_chunk
 from ingest.source.chunks import Chunk, Key
 from ingest.source.failover import gtid_at, server_id, to_this_server
-from ingest.source.mysql import TableSchema, connect, load_schema, quote
-from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
+from ingest.source.mysql import connect
 from ingest.source.prefetch import End, Idle, Prefetch, Tick
+from ingest.source.schema_after import schema_after
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
@@ -713,45 +704,8 @@ def _statement_commit(
     return {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
 
 
-def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:
-    """The table's schema right after `ddl`: the live one, when no later DDL on the table is in the binlog (a
-    TRUNCATE keeps the schema it had)."""
-    if ddl.kind == "truncate":
-        return old
-    try:
-        live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
-    except UnsupportedTableError as e:
-        raise SchemaChangeError(f"{old.table_id} after the DDL at {ddl.end} ({ddl.query[:200]!r}): {e}") from None
-    _refuse_if_altered_again(config, conn, flavor, old, ddl)
-    return live
-
-
 SUMMARY_SCHEMA_CHANGE = "ingest.schema-change"
 """Snapshot summary key of a default backfill: the binlog position of its DDL."""
-
-
-def _refuse_if_altered_again(
-    config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement
-) -> None:
-    """The live schema is the schema right after `ddl` only if no later DDL on the table is in the binlog.
-
-    information_schema shows only the newest schema. When the job is behind and the table was altered again
-    later, the live schema describes that later statement, and the rows in between would be decoded or
-    backfilled with the wrong columns or defaults. DDLs are therefore followed one at a time, and this case
-    stops the job with the way out. The binlog end is read after the live schema, so a DDL already visible
-    in information_schema is in the scanned range.
-    """
-    goal = read_watermark(conn, flavor).position
-    found = first_ddl_between(config.source, [(old.database, old.table)], ddl.end, goal)
-    if found is not None:
-        position, query, _ = found
-        raise SchemaChangeError(
-            f"{old.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) cannot be followed because the table "
-            f"was altered again later, at {position} ({query[:200]!r}); the server only shows the newest "
-            "schema, not the one in between. Everything before the first DDL is committed. Re-snapshot the "
-            "table (drop its target and state rows), and keep the job running during migrations: DDLs "
-            "are followed one at a time"
-        )
 
 
 def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPlan, ddl: DdlStatement) -> dict[str, Any]:

@@ -28,10 +28,11 @@ from typing import Any
 from ingest import errors
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
-from ingest.source.binlog import DdlStatement, Transaction
+from ingest.model.changes import DdlStatement, Transaction
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
 from ingest.source.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
-from ingest.source.mysql import TableSchema, connect
-from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.streaming import StopPoint, StopSignal, StreamStart, _commit, batch_source_time, follow_ddl, prepare

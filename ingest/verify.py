@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.config import PipelineConfig
+from ingest.model.columns import rows_to_record_batch
+from ingest.model.schema import TableSchema, quote
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import target_columns
-from ingest.sink.types import rows_to_record_batch
 from ingest.source.chunks import Chunk, Key, range_predicate
-from ingest.source.mysql import TableSchema, connect, quote
+from ingest.source.mysql import connect
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def verify_table(
 
 def verify(config: PipelineConfig, tables: Sequence[str] = (), ranges: int = 16) -> bool:
     """Print a line per range that differs and a summary per table; True when everything matches."""
-    from ingest.pipeline import discover
+    from ingest.discovery import discover
 
     info = discover(config)
     state = StateTable.open(config)

@@ -21,8 +21,8 @@ from typing import Any
 
 from ingest.changes.changelog import sequence_text
 from ingest.errors import SourceError
-from ingest.sink.types import TEMPORAL_TYPES, SourceColumn
-from ingest.source.binlog import RowChange
+from ingest.model.changes import RowChange
+from ingest.model.columns import TEMPORAL_TYPES, SourceColumn
 
 REASON_ZERO_DATE = "zero date"
 REASON_ZERO_PART = "zero month or day"

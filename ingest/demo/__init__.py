@@ -80,7 +80,8 @@ def pipeline_file(base: Path, server: MariaDBServer) -> Path:
 
 
 def run_demo(directory: str) -> int:
-    from ingest.pipeline import print_status, run
+    from ingest.pipeline import run
+    from ingest.status import print_status
     from ingest.verify import verify
 
     base = Path(directory).resolve()

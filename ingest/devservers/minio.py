@@ -9,7 +9,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ingest.devservers.process import ServerProcess, find_program, free_port, tools_dir
+from ingest.devservers.process import ServerProcess, find_program, free_port
+from ingest.runtime.cache import tools_dir
 
 
 class MinioServer:

@@ -36,11 +36,6 @@ def find_program(name: str, *extra_dirs: Path) -> str:
     raise ServiceStartError(f"{name} is not installed; run `make setup` (scripts/setup.sh) first")
 
 
-def tools_dir() -> Path:
-    """Where setup puts binaries and jars it fetched (outside git): $INGEST_CACHE or ~/.cache/ingest."""
-    return Path(os.environ.get("INGEST_CACHE", Path.home() / ".cache" / "ingest"))
-
-
 class ServerProcess:
     """A child process with its log file; `stop()` is idempotent."""
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
-from ingest.devservers.process import LocalService, ServerProcess, free_port, tools_dir
+from ingest.devservers.process import LocalService, ServerProcess, free_port
 from ingest.errors import ServiceStartError
+from ingest.runtime.cache import tools_dir
 
 # The newest release that publishes the runnable server jar (1.11.0 publishes only test fixtures); keep in
 # step with scripts/setup.sh and docker/compose.yaml.

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ingest.devservers.process import LocalService, ServerProcess, free_port, tools_dir
+from ingest.devservers.process import LocalService, ServerProcess, free_port
 from ingest.errors import ServiceStartError
+from ingest.runtime.cache import tools_dir
 
 # The newest Trino whose server tarball Maven Central serves (later ones are published elsewhere); keep in
 # step with scripts/setup.sh.

@@ -31,7 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest.devservers.process import tools_dir
+from ingest.runtime.cache import tools_dir
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _run_workload(java_options: str) -> str:
 
     from ingest.runtime.jars import installed_spark
     from ingest.runtime.session_conf import BASE_CONF, jar_conf
-    from ingest.source.snapshot_source import start_warm_up
+    from ingest.runtime.warm_up import start_warm_up
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="ingest-class-archive-") as base:

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.devservers.process import tools_dir
 from ingest.errors import ConfigError, ServiceStartError
+from ingest.runtime.cache import tools_dir
 
 log = logging.getLogger(__name__)
 

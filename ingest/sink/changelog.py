@@ -16,12 +16,12 @@ import pyarrow as pa
 from ingest.changes.changelog import ChangelogRow
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
+from ingest.model.columns import TargetColumn, quote_identifier, rows_to_record_batch
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
 from ingest.sink.merge import offset_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import OLD_METADATA_DELETED, qualified, target_columns
-from ingest.sink.types import TargetColumn, quote_identifier, rows_to_record_batch
-from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition, Watermark
 
 log = logging.getLogger(__name__)
 

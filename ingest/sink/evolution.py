@@ -22,8 +22,8 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ingest.errors import SchemaChangeError, UnsupportedTableError
+from ingest.model.columns import SourceColumn, TargetColumn, map_column, quote_identifier, rows_to_record_batch
 from ingest.sink.summary import snapshot_properties as tagged
-from ingest.sink.types import SourceColumn, TargetColumn, map_column, quote_identifier, rows_to_record_batch
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _INT_RANK = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 5}
 _TEXT_CAPACITY = {"tinytext": 255, "text": 65535, "mediumtext": 16777215, "longtext": 4294967295}
 _BLOB_CAPACITY = {"tinyblob": 255, "blob": 65535, "mediumblob": 16777215, "longblob": 4294967295}
 _LENGTH = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
-# Iceberg's legal type promotions, as the Spark types of ingest/sink/types.py name them.
+# Iceberg's legal type promotions, as the Spark types of ingest/model/columns.py name them.
 _DECIMAL = re.compile(r"DECIMAL\((\d+),(\d+)\)")
 
 
@@ -286,7 +286,7 @@ def schema_to_json(schema: Any) -> str:
 
 
 def schema_from_json(database: str, table: str, text: str) -> Any:
-    from ingest.source.mysql import TableSchema
+    from ingest.model.schema import TableSchema
 
     data = json.loads(text)
     return TableSchema(

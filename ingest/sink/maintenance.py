@@ -27,9 +27,9 @@ from typing import Any
 
 from ingest.config import MaintenanceConfig
 from ingest.faults import crash_point
+from ingest.model.position import Watermark
 from ingest.sink.merge import stream_offset_properties
 from ingest.sink.targets import lineage
-from ingest.source.position import Watermark
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ import pyarrow as pa
 
 from ingest import metrics
 from ingest.errors import CommitConflictError
+from ingest.model.columns import quote_identifier, rows_to_record_batch
+from ingest.model.position import BinlogPosition, Watermark, parse_gtid_set
+from ingest.model.schema import TableSchema
 from ingest.sink.pruning import target_predicate
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import lineage, table_of, target_columns
-from ingest.sink.types import quote_identifier, rows_to_record_batch
-from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition, Watermark, parse_gtid_set
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.sink.types import TargetColumn, quote_identifier
+from ingest.model.columns import TargetColumn, quote_identifier
 
 MAX_RANGES = 16
 """Ranges of the first key column, at most: enough to keep a few hot regions apart (new rows, a batch of old

@@ -24,10 +24,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from ingest.faults import crash_point
+from ingest.model.schema import TableSchema
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, iceberg_promotion, schema_from_json, schema_to_json
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, table_of, target_columns
-from ingest.source.mysql import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def schema_misfit(stored: TableSchema | None, live: TableSchema) -> str | None:
     return None
 
 
-# The Spark types of ingest/sink/types.py, as pyiceberg names the Iceberg types they are stored as.
+# The Spark types of ingest/model/columns.py, as pyiceberg names the Iceberg types they are stored as.
 _SPARK_OF = {
     "int": "INT",
     "long": "BIGINT",

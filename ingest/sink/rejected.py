@@ -1,7 +1,7 @@
 """Rejected tables: `<target>__rejected`, one row per value the target could not hold exactly.
 
 Written for tables with `on_unrepresentable: dead_letter` (ingest/changes/rejects.py decides which values), by
-the binlog phase and by the snapshot (pipeline.py, before the chunks' commit; `seq` names the chunk and the
+the binlog phase and by the snapshot (snapshot.py, before the chunks' commit; `seq` names the chunk and the
 key there). Exactly once: a batch's rejected rows are MERGEd in before the target's MERGE of
 the same batch, matched on (`seq`, `column_name`), the row image's place in the binlog and the column. A
 batch replayed after a crash (before or after the target's commit) finds its rows already there and adds
@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from ingest.changes.rejects import RejectedValue
 from ingest.config import PipelineConfig
+from ingest.model.columns import quote_identifier
 from ingest.sink.targets import OLD_METADATA_DELETED, qualified
-from ingest.sink.types import quote_identifier
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from ingest.config import PartitionField, PipelineConfig
 from ingest.errors import ConfigError
+from ingest.model.columns import TargetColumn, map_columns, quote_identifier
+from ingest.model.schema import TableSchema
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
-from ingest.sink.types import TargetColumn, map_columns, quote_identifier
-from ingest.source.mysql import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchem
     return table, created
 
 
-# The Iceberg types each transform takes, as the Spark types the job maps columns to (ingest/sink/types.py).
+# The Iceberg types each transform takes, as the Spark types the job maps columns to (ingest/model/columns.py).
 _TRANSFORM_TYPES = {
     "years": ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ"),
     "months": ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ"),

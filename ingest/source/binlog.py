@@ -12,8 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -22,11 +21,13 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
+from ingest.model.changes import AlterColumns, DdlStatement, RowChange, TablesNamed, Transaction
+from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
+from ingest.model.schema import TableSchema
 from ingest.source import table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.ddl import (
     CUT_OVER,
-    AlterColumns,
     OnlineSchemaChanges,
     Swap,
     alter_columns,
@@ -38,8 +39,7 @@ from ingest.source.ddl import (
     renamed_tables,
     statement_tables,
 )
-from ingest.source.mysql import TableSchema, connect, connection_refused, require_tls, tls_context, tls_failure
-from ingest.source.position import BinlogPosition, MariadbGtid, MariadbGtidPos
+from ingest.source.mysql import connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,7 @@ FOLLOWED = ("alter", "truncate", "swap", "drop")
 
 __all__ = [
     "BinlogReader",
-    "DdlStatement",
-    "RowChange",
     "SchemaChangeError",
-    "Transaction",
     "ddl_tables",
     "query_of",
     "refuse_statement",
@@ -71,61 +68,6 @@ def refuse_statement(table_id: str, position: BinlogPosition, query: str) -> Sou
         "ROW, without a session override), then snapshot the table again: "
         f"`ingest resnapshot --config ... --table {table_id}`"
     )
-
-
-@dataclass(frozen=True)
-class DdlStatement:
-    """A DDL statement on captured tables; it is a transaction of its own, from `start` to `end`."""
-
-    query: str
-    tables: tuple[tuple[str, str], ...]
-    start: BinlogPosition
-    end: BinlogPosition
-    gtid_after: MariadbGtidPos | None = None
-    """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
-    kind: str = "alter"
-    """One of FOLLOWED; or, when the reader is to `recopy`, the `ddl.ddl_kind` of a statement it cannot follow."""
-    said: AlterColumns | None = None
-    """What the statement (for a swap: the ALTERs of the helper table) says of columns by name; None: unknown."""
-
-
-@dataclass(frozen=True)
-class TablesNamed:
-    """A DDL statement that gave tables names the pipeline matches, tables it does not capture (a CREATE TABLE
-    or a RENAME while the job runs); a transaction of its own, ending at `end`."""
-
-    tables: tuple[tuple[str, str], ...]
-    end: BinlogPosition
-    gtid_after: MariadbGtidPos | None = None
-
-
-class RowChange(NamedTuple):
-    """One row change (a tuple: the reader makes one per binlog row, so it is cheap to build)."""
-
-    table_id: str
-    position: BinlogPosition
-    """End of the row event that carried this change."""
-    row_index: int
-    before: tuple[Any, ...] | None
-    after: tuple[Any, ...] | None
-
-
-@dataclass
-class Transaction:
-    """The row changes of one committed transaction to captured tables, and where it ends."""
-
-    end: BinlogPosition
-    gtid: str | None = None
-    changes: list[RowChange] = field(default_factory=list)
-    commit_time: int = 0
-    """Seconds since the epoch, from the commit event's header."""
-    gtid_after: MariadbGtidPos | None = None
-    """The server's GTID position once this transaction is applied (MariaDB; None where not tracked)."""
-
-
-def changes_in(item: Any) -> int:
-    """Row changes in one item of `BinlogReader.transactions` (a DDL statement holds none)."""
-    return len(item.changes) if isinstance(item, Transaction) else 0
 
 
 def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.config import PipelineConfig
+from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
+from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
+from ingest.model.schema import TableSchema
 from ingest.runtime.python_gc import raise_gc_threshold
-from ingest.source.binlog import BinlogReader, DdlStatement, TablesNamed, Transaction, changes_in, dump_server_id
-from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
+from ingest.source.binlog import BinlogReader, dump_server_id
 from ingest.source.prefetch import End, Idle, Prefetch
 
 log = logging.getLogger(__name__)
@@ -316,7 +317,7 @@ class BinlogStreamReader:
     def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
         """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets)."""
         from ingest.source.mysql import connect
-        from ingest.streaming import schema_after
+        from ingest.source.schema_after import schema_after
 
         config = self.spec.config
         if ddl.kind == "drop":

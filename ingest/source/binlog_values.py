@@ -2,7 +2,7 @@
 
 The snapshot (PyMySQL) and the binlog (python-mysql-replication) must produce identical Iceberg
 values, so binlog values are first brought to the driver's form, then share one set of converters
-(ingest/sink/types.py).
+(ingest/model/columns.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ingest.errors import SourceError
-from ingest.sink.types import SourceColumn
+from ingest.model.columns import SourceColumn
 
 # python-mysql-replication's reason for a column that is not in the row image at all.
 _ABSENT = "cols bitmap"

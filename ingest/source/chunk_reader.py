@@ -22,16 +22,17 @@ from ingest.changes.rejects import Unrepresentable, find_unrepresentable, key_js
 from ingest.config import SourceConfig
 from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
+from ingest.model.columns import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema, quote
 from ingest.sink.targets import target_columns
-from ingest.sink.types import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.source import table_maps
 from ingest.source.binlog import dump_server_id, open_stream, query_of, refuse_statement
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.ddl import ddl_tables, statement_tables
-from ingest.source.mysql import TableSchema, connect, quote
-from ingest.source.position import BinlogPosition, Watermark
+from ingest.source.mysql import connect
 from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
 

@@ -26,9 +26,9 @@ import pyarrow as pa
 
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
-from ingest.sink.types import TargetColumn, arrow_schema, rows_to_record_batch, text_rows_to_record_batch
+from ingest.model.columns import TargetColumn, arrow_schema, rows_to_record_batch, text_rows_to_record_batch
+from ingest.model.position import BinlogPosition, Watermark
 from ingest.source.mysql import connect, connection_refused
-from ingest.source.position import BinlogPosition, Watermark
 
 log = logging.getLogger(__name__)
 

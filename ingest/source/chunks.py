@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 
 from ingest.errors import UnsupportedTableError
-from ingest.source.mysql import TableSchema, quote
+from ingest.model.schema import TableSchema, quote
 
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
 # A key space at most this many times larger than the row count is split by arithmetic.

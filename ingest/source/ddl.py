@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-TableName = tuple[str, str]
+from ingest.model.changes import AlterColumns, TableName
+
 """(database, table)"""
 
 _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
@@ -101,17 +102,6 @@ def split_top_level(text: str) -> list[str]:
         i += 1
     parts.append(text[start:].strip())
     return [p for p in parts if p]
-
-
-@dataclass(frozen=True)
-class AlterColumns:
-    """What one ALTER TABLE says about its columns by name (the rest is read from the server afterwards)."""
-
-    renamed: dict[str, str] = field(default_factory=dict)
-    """old name -> new name (RENAME COLUMN, and CHANGE to another name)"""
-    dropped: tuple[str, ...] = ()
-    table_renamed_to: TableName | None = None
-    """ALTER TABLE ... RENAME TO: the table's new name."""
 
 
 def then(first: AlterColumns, second: AlterColumns) -> AlterColumns:

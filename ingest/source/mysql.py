@@ -9,7 +9,6 @@ import logging
 import re
 import ssl
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -17,17 +16,13 @@ import pymysql.cursors
 
 from ingest.config import SourceConfig, TableOptions, TableSelection
 from ingest.errors import MissingPrivilegeError, SourceError, UnsupportedTableError
-from ingest.sink.types import SourceColumn
+from ingest.model.columns import SourceColumn
+from ingest.model.schema import TableSchema, quote
 from ingest.source.ddl import osc_helper
 
 log = logging.getLogger(__name__)
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
-
-
-def quote(identifier: str) -> str:
-    """A MySQL identifier in backticks, with backticks inside doubled."""
-    return "`" + identifier.replace("`", "``") + "`"
 
 
 def tls_context(source: SourceConfig) -> ssl.SSLContext | None:
@@ -210,43 +205,6 @@ def _inactive_roles(conn: pymysql.connections.Connection[Any], flavor: str) -> s
         f" (or, if a role holds it: the user's roles {', '.join(roles)} are not active in its sessions; "
         f"run: SET DEFAULT ROLE {roles[0]} FOR <cdc user>)"
     )
-
-
-@dataclass(frozen=True)
-class TableSchema:
-    """A captured table: its columns in order, its primary key, and the key the snapshot splits on."""
-
-    database: str
-    table: str
-    columns: tuple[SourceColumn, ...]
-    primary_key: tuple[str, ...]
-    chunk_key: tuple[str, ...]
-    collations: tuple[str | None, ...]
-    """Collation of each chunk key column (None for non-string columns)."""
-
-    @property
-    def table_id(self) -> str:
-        return f"{self.database}.{self.table}"
-
-    @property
-    def quoted(self) -> str:
-        return f"{quote(self.database)}.{quote(self.table)}"
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    def key_positions(self) -> tuple[int, ...]:
-        names = self.column_names
-        return tuple(names.index(k) for k in self.chunk_key)
-
-    def primary_key_positions(self) -> tuple[int, ...]:
-        """Where the primary key (the Iceberg identifier) sits in a row; may differ from the chunk key."""
-        names = self.column_names
-        return tuple(names.index(k) for k in self.primary_key)
-
-    def key_column(self, name: str) -> SourceColumn:
-        return next(c for c in self.columns if c.name == name)
 
 
 def list_tables(conn: pymysql.connections.Connection[Any], selection: TableSelection) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.source.position import BinlogPosition, MariadbGtidPos
+from ingest.model.position import BinlogPosition, MariadbGtidPos
 
 _POLL_SECONDS = 0.2
 _TICK_SECONDS = 1.0

@@ -30,7 +30,7 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ingest.sink.types import InvalidTemporal, SourceColumn
+from ingest.model.columns import InvalidTemporal, SourceColumn
 from ingest.source import table_maps
 from ingest.source.binlog_values import driver_form, unchanged
 

@@ -4,7 +4,7 @@ Each partition runs the lock-free chunk read of its chunks, one after another, o
 yields each chunk's rows as Arrow batches. What the driver must learn about each chunk (its
 watermarks and row count) travels in a Spark accumulator filled by the same computation that
 produced the rows, so the rows are read once and written once, with nothing cached in between
-(see pipeline.py for what the commit does when a chunk's report is missing). The exception: a table with
+(see ingest/snapshot.py for what the commit does when a chunk's report is missing). The exception: a table with
 `on_unrepresentable: dead_letter`, whose rows carry one more column and are kept between the two writes.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,10 +20,10 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from ingest.changes.rejects import chunk_rejected
+from ingest.model.columns import TargetColumn, quote_identifier
+from ingest.model.position import Watermark
 from ingest.runtime.python_gc import raise_gc_threshold
-from ingest.sink.types import TargetColumn, quote_identifier
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, read_chunk
-from ingest.source.position import Watermark
 
 log = logging.getLogger(__name__)
 
@@ -167,41 +166,3 @@ def make_chunk_source(
             return ChunkReader()
 
     return ChunkSource
-
-
-def _warm_up_source() -> Any:
-    from pyspark.sql.datasource import DataSource, DataSourceReader
-
-    class WarmUpReader(DataSourceReader):
-        def read(self, partition: Any) -> Iterator[Any]:
-            return iter(())
-
-    class WarmUpSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "ingest_warm_up"
-
-        def schema(self) -> str:
-            return "x INT"
-
-        def reader(self, schema: Any) -> Any:
-            return WarmUpReader()
-
-    return WarmUpSource
-
-
-def start_warm_up(spark: Any) -> threading.Thread:
-    """Read an empty Python data source on a thread, so the Python processes a chunk read needs (data
-    source lookup, creation, planning, the worker; each a daemon that imports pyspark, then this
-    package) start while the driver creates the target and plans chunks, not after."""
-
-    def warm() -> None:
-        try:
-            spark.dataSource.register(_warm_up_source())
-            spark.read.format("ingest_warm_up").load().collect()
-        except Exception as e:  # noqa: BLE001 - only a head start; the real read reports real errors
-            log.debug("warm-up read failed: %s", e)
-
-    thread = threading.Thread(target=warm, name="ingest-warm-up", daemon=True)
-    thread.start()
-    return thread

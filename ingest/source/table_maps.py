@@ -28,7 +28,7 @@ from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 from pymysqlreplication.row_event import TableMapEvent
 
 from ingest.errors import SchemaChangeError
-from ingest.sink.types import SourceColumn
+from ingest.model.columns import SourceColumn
 
 MAX_ENTRIES = 4096
 """Distinct table-map contents kept (a few hundred bytes each); the cache starts over when full."""

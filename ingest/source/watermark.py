@@ -11,7 +11,7 @@ from typing import Any
 import pymysql
 
 from ingest.errors import SourceError
-from ingest.source.position import BinlogPosition, GtidSet, MariadbGtidPos, MysqlGtidSet, Watermark
+from ingest.model.position import BinlogPosition, GtidSet, MariadbGtidPos, MysqlGtidSet, Watermark
 
 
 def _master_status(cur: Any) -> tuple[Any, ...]:

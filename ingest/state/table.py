@@ -26,9 +26,9 @@ from ingest import metrics
 from ingest.config import PipelineConfig
 from ingest.errors import SinkError
 from ingest.faults import crash_point
+from ingest.model.position import Watermark
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.source.chunks import Chunk, decode_key, encode_key
-from ingest.source.position import Watermark
 
 log = logging.getLogger(__name__)
 

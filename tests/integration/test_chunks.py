@@ -14,11 +14,12 @@ import pytest
 from ingest.config import PipelineConfig, TableOptions, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, UnsupportedTableError
+from ingest.model.columns import rows_to_record_batch
+from ingest.model.schema import TableSchema, quote
 from ingest.sink.targets import target_columns
-from ingest.sink.types import rows_to_record_batch
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, range_predicate, split_table
-from ingest.source.mysql import TableSchema, connect, load_schema, quote
+from ingest.source.mysql import connect, load_schema
 from tests.conftest import embedded_sink, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
@@ -251,8 +252,8 @@ def test_the_high_watermark_filter_places_string_keys_by_the_servers_order_in_fe
     mariadb: MariaDBServer, config: PipelineConfig
 ) -> None:
     """The binlog phase drops a change its chunk already holds: which chunk is the server's call (collation)."""
-    from ingest.source.binlog import RowChange
-    from ingest.source.position import BinlogPosition
+    from ingest.model.changes import RowChange
+    from ingest.model.position import BinlogPosition
     from ingest.streaming import HighWatermarkFilter, TableStream
 
     names = ["a", "B", "c", "D", "e", "F", "g", "H", "i", "J", "k", "L", "m", "N", "o", "P", "q", "R"]

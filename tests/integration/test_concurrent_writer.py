@@ -24,7 +24,8 @@ from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
-from ingest.pipeline import discover, run
+from ingest.discovery import discover
+from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.source.chunk_reader import ChunkTask, window_changes

@@ -23,12 +23,12 @@ import yaml
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import ENV as CRASH_ENV
+from ingest.model.position import BinlogPosition
 from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.merge import offset_from_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
-from ingest.source.position import BinlogPosition
 from ingest.source.watermark import read_watermark
 from ingest.verify import verify
 from tests.conftest import embedded_sink, mysql_rows, source_section

@@ -24,14 +24,15 @@ import yaml
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.discovery import discover
 from ingest.errors import SourceError
-from ingest.pipeline import discover, run
+from ingest.model.position import MariadbGtidPos
+from ingest.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunk_reader import ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, split_table
 from ingest.source.failover import locate
 from ingest.source.mysql import connect, load_schema
-from ingest.source.position import MariadbGtidPos
 from ingest.state.table import StateTable
 from ingest.status import binlog_status
 from ingest.verify import verify

@@ -124,7 +124,7 @@ def test_a_partitioned_target_reads_only_the_partitions_its_rows_were_and_are_in
 def test_a_large_batch_reaches_the_target_scan_as_key_ranges_and_a_bloom_filter_of_its_keys(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    from ingest.pipeline import discover
+    from ingest.discovery import discover
     from ingest.sink.merge import _batch_frame, merge_statement
     from ingest.sink.targets import ensure_target
 

@@ -23,13 +23,14 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.pipeline import SUMMARY_BATCH, run
+from ingest.pipeline import run
 from ingest.resnapshot import resnapshot
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.recopy import SUMMARY_COPY
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way, lineage
+from ingest.snapshot import SUMMARY_BATCH
 from ingest.state.table import StateTable
 from ingest.status import table_status
 from ingest.verify import verify

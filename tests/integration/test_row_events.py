@@ -20,12 +20,13 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import discover
-from ingest.sink.types import InvalidTemporal
+from ingest.discovery import discover
+from ingest.model.columns import InvalidTemporal
+from ingest.model.position import BinlogPosition
+from ingest.model.schema import TableSchema
 from ingest.source.binlog import open_stream
 from ingest.source.binlog_values import RowDecoder, row_images
-from ingest.source.mysql import TableSchema, connect
-from ingest.source.position import BinlogPosition
+from ingest.source.mysql import connect
 from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
 from tests.conftest import embedded_sink, source_section

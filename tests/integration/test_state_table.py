@@ -24,8 +24,8 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.faults import ENV as CRASH_ENV
+from ingest.model.position import BinlogPosition, Watermark
 from ingest.source.chunks import Chunk
-from ingest.source.position import BinlogPosition, Watermark
 from ingest.state.table import (
     KIND_OFFSET,
     MAX_SNAPSHOTS,

@@ -14,12 +14,13 @@ import pytest
 
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.discovery import discover
 from ingest.errors import ConfigError, SchemaChangeError
-from ingest.pipeline import discover, run
-from ingest.source.binlog import DdlStatement, Transaction
+from ingest.model.changes import DdlStatement, Transaction
+from ingest.model.position import Watermark
+from ingest.pipeline import run
 from ingest.source.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.source.mysql import connect
-from ingest.source.position import Watermark
 from ingest.state.table import StateTable
 from ingest.streaming import prepare
 from ingest.verify import verify

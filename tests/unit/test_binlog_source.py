@@ -7,9 +7,9 @@ import pickle
 import pytest
 
 from ingest.errors import BinlogPurgedError, SchemaChangeError
-from ingest.source.binlog import DdlStatement, RowChange, Transaction
+from ingest.model.changes import DdlStatement, RowChange, Transaction
+from ingest.model.position import BinlogPosition, Watermark
 from ingest.source.binlog_source import ITEMS_PER_ROW, BatchEnd, _rows, decode_batch, encode
-from ingest.source.position import BinlogPosition, Watermark
 from ingest.structured import _as_ingest_error, checkpoint_problem
 
 

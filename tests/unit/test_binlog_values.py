@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ingest.errors import SourceError
-from ingest.sink.types import SourceColumn
+from ingest.model.columns import SourceColumn
 from ingest.source.binlog_values import RowDecoder, row_images
 
 ID = SourceColumn("id", "int", "int(11)", False)

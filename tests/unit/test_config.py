@@ -27,7 +27,7 @@ from ingest.config import (
     resolve_secret,
 )
 from ingest.errors import ConfigError
-from ingest.source.position import BinlogPosition, MariadbGtidPos
+from ingest.model.position import BinlogPosition, MariadbGtidPos
 
 PW_ENV = "INGEST_UT_SOURCE_PASSWORD"
 PW = "pw-Zq8vX3rT"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from ingest.model.changes import AlterColumns
 from ingest.source.ddl import (
     CUT_OVER,
-    AlterColumns,
     OnlineSchemaChanges,
     OscHelper,
     Swap,

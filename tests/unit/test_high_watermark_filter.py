@@ -1,9 +1,10 @@
 """The binlog phase's chunk high-watermark filter, image by image (integer keys: no server needed)."""
 
-from ingest.source.binlog import RowChange
+from ingest.model.changes import RowChange
+from ingest.model.position import BinlogPosition
+from ingest.model.schema import TableSchema
 from ingest.source.chunks import Chunk
-from ingest.source.mysql import SourceColumn, TableSchema
-from ingest.source.position import BinlogPosition
+from ingest.source.mysql import SourceColumn
 from ingest.streaming import HighWatermarkFilter, TableStream
 
 SCHEMA = TableSchema("db", "t", (SourceColumn("id", "int", "int(11)", False),), ("id",), ("id",), (None,))

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from ingest.errors import CommitConflictError
+from ingest.model.columns import SourceColumn
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
 from ingest.sink import merge
-from ingest.sink.types import SourceColumn
-from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition, Watermark
 
 SCHEMA = TableSchema(
     "db",

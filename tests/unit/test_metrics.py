@@ -15,8 +15,8 @@ from ingest import metrics
 from ingest.config import MetricsConfig, parse_config
 from ingest.errors import ConfigError
 from ingest.metrics import CONTENT_TYPE, JobMetrics, MetricFamily, MetricsServer, recording, render
+from ingest.model.position import BinlogPosition
 from ingest.sink import merge
-from ingest.source.position import BinlogPosition
 from ingest.status import watch_status
 
 POS = BinlogPosition("b.000003", 900)

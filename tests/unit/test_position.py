@@ -1,4 +1,4 @@
-"""Unit tests of ingest.source.position: GTID sets, binlog positions and checkpointed offsets."""
+"""Unit tests of ingest.model.position: GTID sets, binlog positions and checkpointed offsets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ingest.source.position import (
+from ingest.model.position import (
     BinlogPosition,
     GtidSet,
     MariadbGtid,

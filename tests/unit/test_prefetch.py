@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ingest.source.position import BinlogPosition
+from ingest.model.position import BinlogPosition
 from ingest.source.prefetch import End, Idle, Prefetch
 
 

@@ -6,8 +6,8 @@ import io
 import logging
 
 from ingest.metrics import JobMetrics, Progress
+from ingest.model.position import BinlogPosition
 from ingest.progress import LiveProgress, ProgressView, showing_progress
-from ingest.source.position import BinlogPosition
 
 
 def reading(at: float, **kw: object) -> Progress:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from ingest.model.columns import SourceColumn, map_columns
 from ingest.sink.pruning import MAX_IN_VALUES, MAX_RANGES, target_predicate
-from ingest.sink.types import SourceColumn, map_columns
 
 COLUMNS = map_columns(
     "db.t",
@@ -125,7 +125,7 @@ def test_up_to_max_in_values_are_listed() -> None:
 def test_partition_values_are_every_image_of_the_batch_unless_the_target_may_keep_old_rows() -> None:
     from ingest.changes.materializer import Change
     from ingest.config import parse_config
-    from ingest.source.mysql import TableSchema
+    from ingest.model.schema import TableSchema
     from ingest.streaming import TableStream, _partition_values
 
     schema = TableSchema(

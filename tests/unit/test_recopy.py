@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from ingest import streaming
+from ingest.model.position import BinlogPosition, Watermark
 from ingest.sink.evolution import schema_from_json, schema_to_json
 from ingest.sink.recopy import iceberg_misfit, schema_misfit
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
-from ingest.source.position import BinlogPosition, Watermark
 from ingest.streaming import TableStream
 from tests.unit.test_schema_evolution import col, table
 

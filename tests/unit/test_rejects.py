@@ -19,10 +19,10 @@ from ingest.changes.rejects import (
     split_rejected,
 )
 from ingest.errors import ConfigError, SourceError
-from ingest.sink.types import InvalidTemporal, SourceColumn, map_column, rows_to_record_batch
+from ingest.model.changes import RowChange
+from ingest.model.columns import InvalidTemporal, SourceColumn, map_column, rows_to_record_batch
+from ingest.model.position import BinlogPosition
 from ingest.source import row_events
-from ingest.source.binlog import RowChange
-from ingest.source.position import BinlogPosition
 
 COLUMNS = [
     SourceColumn("id", "int", "int", False),
@@ -166,7 +166,7 @@ def test_a_value_a_chunk_read_is_named_by_its_chunk_and_key_whatever_its_waterma
     """A chunk read again after a crash (at a later high watermark) gives the same `seq`, so the rejected table's
     MERGE on (`seq`, `column_name`) adds its values once."""
     from ingest.changes.rejects import Unrepresentable, chunk_rejected
-    from ingest.source.position import Watermark
+    from ingest.model.position import Watermark
 
     found = [Unrepresentable("d", "0000-00-00", REASON_ZERO_DATE), Unrepresentable("ts", "2020-02-31", "x")]
     first = chunk_rejected(["id"], (7,), found, 3, Watermark(AT, None))
@@ -182,9 +182,9 @@ def test_the_window_of_a_chunk_decides_for_the_keys_it_changed() -> None:
     """A row the SELECT found rejected but the binlog window fixed is kept; one the window broke is rejected; a
     deleted one is neither (ingest/source/chunk_reader.py)."""
     from ingest.changes.rejects import Unrepresentable
+    from ingest.model.schema import TableSchema
     from ingest.sink.targets import target_columns
     from ingest.source.chunk_reader import _iceberg_keys, _judge_window
-    from ingest.source.mysql import TableSchema
 
     schema = TableSchema("shop", "t", tuple(COLUMNS), ("id",), ("id",), (None,))
     zero = Unrepresentable("d", "0000-00-00", REASON_ZERO_DATE)

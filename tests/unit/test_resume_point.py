@@ -1,7 +1,7 @@
 """Where the binlog phase starts, from the recorded offset and each table's chunks and commits."""
 
-from ingest.source.mysql import TableSchema
-from ingest.source.position import BinlogPosition
+from ingest.model.position import BinlogPosition
+from ingest.model.schema import TableSchema
 from ingest.streaming import TableStream, _resume_at
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 
-from ingest.sink.types import SourceColumn
+from ingest.model.columns import SourceColumn
 from ingest.source.row_events import RowEvents, TableDecoder, column_reader
 
 

@@ -8,6 +8,8 @@ from decimal import Decimal
 import pytest
 
 from ingest.errors import SchemaChangeError
+from ingest.model.columns import SourceColumn
+from ingest.model.schema import TableSchema
 from ingest.sink.evolution import (
     AddedColumn,
     SchemaPlan,
@@ -19,9 +21,7 @@ from ingest.sink.evolution import (
     schema_to_json,
     spark_string,
 )
-from ingest.sink.types import SourceColumn
 from ingest.source.ddl import ddl_tables, named_tables, statement_tables
-from ingest.source.mysql import TableSchema
 
 
 def col(name: str, column_type: str, nullable: bool = True, **kw: object) -> SourceColumn:

@@ -6,11 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.sink.maintenance import commits_since_compaction
 from ingest.sink.merge import committed_offset, offset_from_summary, offset_summary, stream_history
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target
-from ingest.source.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.state.table import _quote, snapshots_to_expire
 
 # --------------------------------------------------------------------------------------------------

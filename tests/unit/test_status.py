@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.source.position import BinlogPosition
+from ingest.model.position import BinlogPosition
 from ingest.status import bytes_behind, lag_seconds
 
 

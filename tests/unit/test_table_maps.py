@@ -11,7 +11,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.table import Table
 
 from ingest.errors import SchemaChangeError
-from ingest.sink.types import SourceColumn
+from ingest.model.columns import SourceColumn
 from ingest.source.row_events import TableDecoder
 from ingest.source.table_maps import by_position, names_logged
 

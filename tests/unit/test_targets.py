@@ -7,9 +7,9 @@ import pytest
 
 from ingest.config import PartitionField
 from ingest.errors import ConfigError
+from ingest.model.columns import SourceColumn
+from ingest.model.schema import TableSchema
 from ingest.sink.targets import partition_clause
-from ingest.sink.types import SourceColumn
-from ingest.source.mysql import TableSchema
 
 SCHEMA = TableSchema(
     "db",

@@ -1,4 +1,4 @@
-"""MySQL/MariaDB column -> Iceberg column mapping and PyMySQL value conversion (ingest/sink/types.py)."""
+"""MySQL/MariaDB column -> Iceberg column mapping and PyMySQL value conversion (ingest/model/columns.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from ingest.errors import SourceError, UnsupportedTableError
-from ingest.sink.types import (
+from ingest.model.columns import (
     SourceColumn,
     TargetColumn,
     arrow_schema,

@@ -1,0 +1,77 @@
+"""What the binlog says happened, as both sides see it: row changes, transactions, DDL statements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ingest.model.position import BinlogPosition, MariadbGtidPos
+
+TableName = tuple[str, str]
+"""(database, table)"""
+
+
+@dataclass(frozen=True)
+class AlterColumns:
+    """What one ALTER TABLE says about its columns by name (the rest is read from the server afterwards)."""
+
+    renamed: dict[str, str] = field(default_factory=dict)
+    """old name -> new name (RENAME COLUMN, and CHANGE to another name)"""
+    dropped: tuple[str, ...] = ()
+    table_renamed_to: TableName | None = None
+    """ALTER TABLE ... RENAME TO: the table's new name."""
+
+
+class RowChange(NamedTuple):
+    """One row change (a tuple: the reader makes one per binlog row, so it is cheap to build)."""
+
+    table_id: str
+    position: BinlogPosition
+    """End of the row event that carried this change."""
+    row_index: int
+    before: tuple[Any, ...] | None
+    after: tuple[Any, ...] | None
+
+
+@dataclass
+class Transaction:
+    """The row changes of one committed transaction to captured tables, and where it ends."""
+
+    end: BinlogPosition
+    gtid: str | None = None
+    changes: list[RowChange] = field(default_factory=list)
+    commit_time: int = 0
+    """Seconds since the epoch, from the commit event's header."""
+    gtid_after: MariadbGtidPos | None = None
+    """The server's GTID position once this transaction is applied (MariaDB; None where not tracked)."""
+
+
+@dataclass(frozen=True)
+class DdlStatement:
+    """A DDL statement on captured tables; it is a transaction of its own, from `start` to `end`."""
+
+    query: str
+    tables: tuple[tuple[str, str], ...]
+    start: BinlogPosition
+    end: BinlogPosition
+    gtid_after: MariadbGtidPos | None = None
+    """The server's GTID position right after the statement (MariaDB; None where not tracked)."""
+    kind: str = "alter"
+    """One of FOLLOWED; or, when the reader is to `recopy`, the `ddl.ddl_kind` of a statement it cannot follow."""
+    said: AlterColumns | None = None
+    """What the statement (for a swap: the ALTERs of the helper table) says of columns by name; None: unknown."""
+
+
+@dataclass(frozen=True)
+class TablesNamed:
+    """A DDL statement that gave tables names the pipeline matches, tables it does not capture (a CREATE TABLE
+    or a RENAME while the job runs); a transaction of its own, ending at `end`."""
+
+    tables: tuple[tuple[str, str], ...]
+    end: BinlogPosition
+    gtid_after: MariadbGtidPos | None = None
+
+
+def changes_in(item: Any) -> int:
+    """Row changes in one item of `BinlogReader.transactions` (a DDL statement holds none)."""
+    return len(item.changes) if isinstance(item, Transaction) else 0

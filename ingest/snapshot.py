@@ -1,0 +1,364 @@
+"""The snapshot: plan each table into chunks, read them on executors, commit each batch to Iceberg exactly once.
+
+Crash safety: a batch of chunks is one Iceberg commit to the target whose snapshot summary carries the
+cumulative set of chunks done and this batch's watermarks; the state table is written strictly after. On
+restart, a chunk counts as done if either says so, so no committed chunk is read again and no uncommitted one
+is skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ingest import errors, metrics
+from ingest.changes.rejects import RejectedValue
+from ingest.config import PipelineConfig
+from ingest.errors import IngestError, SinkError
+from ingest.faults import crash_point
+from ingest.model.position import Watermark
+from ingest.model.schema import TableSchema
+from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
+from ingest.sink.changelog import ensure_changelog
+from ingest.sink.recopy import finish_branch_copy
+from ingest.sink.rejected import ensure_rejected, merge_rejected
+from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
+from ingest.sink.targets import (
+    chunks_done_in_target,
+    copy_snapshots,
+    copy_under_way,
+    encode_ranges,
+    ensure_target_created,
+    job_head,
+    on_copy_branch,
+    table_of,
+    target_columns,
+)
+from ingest.source.chunk_reader import ChunkHook, ChunkTask
+from ingest.source.chunks import Chunk, split_table
+from ingest.source.mysql import connect
+from ingest.source.snapshot_source import REJECTED_COLUMN, chunk_reports, make_chunk_source
+from ingest.source.throttle import source_throttle
+from ingest.source.watermark import read_watermark
+from ingest.state.table import ChunkRecord, StateTable
+
+log = logging.getLogger(__name__)
+
+SUMMARY_BATCH = "ingest.snapshot.batch"
+
+
+_source_counter = itertools.count()
+
+
+def unfinished(state: StateTable, table_id: str) -> bool:
+    """The table is planned and some of its chunks are not copied yet."""
+    return len(state.done(table_id)) < len(state.plan(table_id) or [])
+
+
+def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def snapshot_table(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schema: TableSchema,
+    hook: ChunkHook | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Copy the table's chunks not copied yet, one commit of `snapshot.chunks_per_commit` chunks after another;
+    before each, wait while the source is above `snapshot.max_source_load`. Once `stop` is set (during a pause
+    too), return after the current commit."""
+    table_id = schema.table_id
+    target = plan_table(spark, config, state, flavor, schema)
+    plan = state.plan(table_id) or []
+    done = reconcile(config, state, schema)
+    todo = [c for c in plan if c.index not in done]
+    metrics.current().snapshot_progress(table_id, len(done), len(plan))
+    if not todo:
+        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
+        finish_copy(spark, config, schema, target)  # a run that stopped between the last chunk and the swap
+        return
+    started = time.monotonic()
+    rows_done = 0
+    throttle = source_throttle(config)
+    stop = stop or threading.Event()
+    for batch in _batched(todo, config.snapshot.chunks_per_commit):
+        # Between commits only: a pause delays the next read, never a commit or its watermarks.
+        if stop.is_set() or (throttle and not throttle.wait(stop, f"{table_id}: chunks {len(done)}/{len(plan)}")):
+            log.info("%s: stopping at chunks %d/%d, as asked", table_id, len(done), len(plan))
+            return
+        records = copy_chunks(spark, config, state, flavor, schema, target, batch, done, hook)
+        done.update(r.chunk.index for r in records)
+        rows_done += sum(r.row_count for r in records)
+        metrics.current().snapshot_progress(table_id, len(done), len(plan))
+        elapsed = max(time.monotonic() - started, 1e-6)
+        paused = f", paused {throttle.seconds():.1f} s for source load" if throttle and throttle.seconds() else ""
+        log.info(
+            "%s: chunks %d/%d, %d rows, %.0f rows/s%s",
+            table_id,
+            len(done),
+            len(plan),
+            rows_done,
+            rows_done / elapsed,
+            paused,
+        )
+    finish_copy(spark, config, schema, target)
+
+
+def plan_table(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schema: TableSchema,
+    schema_read_after: Watermark | None = None,
+) -> str:
+    """Create the target (and changelog table) if missing, and split the table into chunks unless it was.
+
+    The plan records a binlog position earlier than every chunk: `schema_read_after`, a position read before
+    `schema` was loaded, when given, else the position now. With it, a DDL statement before that position is
+    known to be in the target already (see streaming.TableStream.contained_until).
+
+    Returns the Spark name the table's chunks are written to: the target's copy branch while one exists."""
+    table_id = schema.table_id
+    target, created = ensure_target_created(spark, config, schema)
+    if _copying_into_branch(config, state, schema):
+        target = on_copy_branch(target)
+    if created and state.done(table_id):
+        raise SinkError(
+            f"{table_id}: the state table records {len(state.done(table_id))} chunks copied, but the target {target} "
+            f"did not exist (dropped?): the rows they hold are gone. Snapshot the table again: `ingest resnapshot "
+            f"--config ... --table {table_id}`, then `ingest run`"
+        )
+    ensure_changelog(spark, config, schema)  # the changelog starts with the binlog phase (docs/config.md)
+    if state.plan(table_id) is None:
+        chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
+        with connect(config.source) as conn:
+            planned_at = schema_read_after or read_watermark(conn, flavor)
+            plan = split_table(conn, schema, chunk_size)
+        state.save_plan(table_id, plan, planned_at)
+        crash_point("snapshot.after_plan")
+        log.info("%s: planned %d chunks of up to %d rows", table_id, len(plan), chunk_size)
+    return target
+
+
+def _copying_into_branch(config: PipelineConfig, state: StateTable, schema: TableSchema) -> bool:
+    """Whether the target is being copied again into its branch. A branch that lacks chunks the state table
+    records was started over (`ingest resnapshot` stopped between its two steps, see resnapshot.py): those
+    records describe the old copy, so they are forgotten here and the caller plans the table again."""
+    table_id = schema.table_id
+    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    if not copy_under_way(table):
+        return False
+    stale = set(state.done(table_id)) - chunks_done_in_target(table, config.name)
+    if stale:
+        log.info("%s: the copy branch was started over; forgetting %d chunks of the old copy", table_id, len(stale))
+        state.forget(table_id)
+    return True
+
+
+def finish_copy(spark: Any, config: PipelineConfig, schema: TableSchema, target: str) -> None:
+    """Every chunk is in the target: if it was copied into its branch, let readers see the copy (the swap).
+
+    `target` is the name the chunks were written to (`plan_table`'s): only a branch name can need the swap, so
+    a table copied into main costs no look at the catalog."""
+    if target == table_of(target):
+        return
+    names = config.target_for(schema.database, schema.table)
+    finish_branch_copy(cached_pyiceberg_catalog(config.sink), names, spark, target)
+
+
+def copy_chunks(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    flavor: str,
+    schema: TableSchema,
+    target: str,
+    chunks: list[Chunk],
+    done: set[int],
+    hook: ChunkHook | None = None,
+) -> list[ChunkRecord]:
+    """Read `chunks` on the executors, append them to the target in one commit, then record them (`done`: the
+    table's chunks committed before)."""
+    policy = config.options_for(schema.database, schema.table).on_unrepresentable
+    tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
+    with connect(config.source) as conn:
+        floor = read_watermark(conn, flavor)
+    records = _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
+    crash_point("snapshot.after_commit")  # data committed, state table not yet written
+    state.record_chunks(records)
+    crash_point("snapshot.after_state")
+    metrics.current().rows_copied(schema.table_id, sum(r.row_count for r in records))
+    return records
+
+
+_EXECUTOR_ERROR = re.compile(r"ingest\.errors\.(\w+): (.+)")
+
+
+def executor_error(error: BaseException) -> IngestError | None:
+    """The job's own error raised in a chunk read on an executor, as that error again (Spark wraps it in a
+    Java exception whose text holds the Python traceback), so it ends the job with its message and exit code."""
+    match = _EXECUTOR_ERROR.search(str(error))
+    found = getattr(errors, match[1], None) if match else None
+    if match and isinstance(found, type) and issubclass(found, IngestError):
+        return found(match[2].strip())
+    return None
+
+
+def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) -> set[int]:
+    """Chunks done = recorded in the state table, or committed to the target by a run that died before
+    recording them (those are recorded now, from the target's snapshot summaries)."""
+    table_id = schema.table_id
+    recorded = set(state.done(table_id))
+    namespace, name = config.target_for(schema.database, schema.table)
+    table = load_pyiceberg_catalog(config.sink).load_table((namespace, name))
+    committed = chunks_done_in_target(table, config.name)
+    missing = committed - recorded
+    if missing:
+        plan = {c.index: c for c in state.plan(table_id) or []}
+        batches = _batch_records_in_target(table, config.name)
+        records = []
+        for index in sorted(missing):
+            record = batches.get(index)
+            if record is None:
+                # The snapshot holding this batch's watermarks was expired: the plan-time watermark is
+                # earlier than the chunk's real one, which only makes the binlog phase replay more.
+                record = ChunkRecord(plan[index], state.planned_at(table_id))
+            records.append(
+                ChunkRecord(
+                    plan[index],
+                    record.high_watermark,
+                    record.low_watermark,
+                    record.row_count,
+                    record.window_events,
+                    record.target_snapshot_id,
+                )
+            )
+        log.info(
+            "%s: recording %d chunks committed by an earlier run that stopped before recording them",
+            table_id,
+            len(records),
+        )
+        state.record_chunks(records)
+    return recorded | committed
+
+
+def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord]:
+    out: dict[int, ChunkRecord] = {}
+    for snapshot in copy_snapshots(table):
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if props.get(SUMMARY_PIPELINE) != pipeline or SUMMARY_BATCH not in props:
+            continue
+        batch = json.loads(props[SUMMARY_BATCH])
+        if isinstance(batch, dict):  # the batch's floor: earlier than its chunks' watermarks (see _commit_batch)
+            floor = Watermark.from_json(batch["floor"])
+            for index in batch["chunks"]:
+                out[int(index)] = ChunkRecord(
+                    Chunk("", int(index), None, None), floor, floor, 0, 0, snapshot.snapshot_id
+                )
+            continue
+        for item in batch:  # written by versions that took each chunk's own watermarks before the commit
+            out[int(item["i"])] = ChunkRecord(
+                Chunk("", int(item["i"]), None, None),
+                Watermark.from_json(item["high"]),
+                Watermark.from_json(item["low"]),
+                int(item["rows"]),
+                int(item["events"]),
+                snapshot.snapshot_id,
+            )
+    return out
+
+
+def _commit_batch(
+    spark: Any,
+    config: PipelineConfig,
+    target: str,
+    tasks: list[ChunkTask],
+    targets: list[Any],
+    done_before: set[int],
+    floor: Watermark,
+) -> list[ChunkRecord]:
+    """Read a batch of chunks on the executors and append them to the target in one commit.
+
+    `floor` is a binlog position read before any chunk of the batch: earlier than every chunk's low (so
+    high) watermark. The commit's summary carries it, because the chunks' own watermarks are known only
+    once the rows are written (they come back in an accumulator); a run that dies between the commit
+    and the state table's record takes the floor as their high watermark, which is safe: the binlog
+    phase then replays a little more, and replaying changes a chunk already holds repeats upserts.
+    """
+    reports = chunk_reports(spark)
+    source = make_chunk_source(
+        f"ingest_chunks_{next(_source_counter)}", tasks, targets, config.snapshot.parallelism, reports
+    )
+    spark.dataSource.register(source)
+    data = spark.read.format(source.name()).load()
+    by_index = {t.chunk.index: t.chunk for t in tasks}
+    batch_info = {"floor": floor.to_json(), "chunks": sorted(by_index)}
+    try:
+        if tasks[0].on_unrepresentable == "dead_letter":
+            data = _commit_rejected(spark, config, tasks[0].schema, data)
+        crash_point("snapshot.before_commit")
+        (
+            data.writeTo(target)
+            .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
+            .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(by_index)))
+            .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
+            .append()
+        )
+    except Exception as e:
+        ours = executor_error(e)
+        if ours is None:
+            raise
+        raise ours from None
+    metas: dict[int, dict[str, Any]] = reports.value
+    snapshot_id = _current_snapshot_id(config, tasks[0].schema)
+    records = []
+    for index, chunk in sorted(by_index.items()):
+        m = metas.get(index)
+        if m is None:
+            log.warning(
+                "%s: chunk %d sent no report; recording the batch floor %s as its watermark", target, index, floor
+            )
+            records.append(ChunkRecord(chunk, floor, floor, 0, 0, snapshot_id))
+            continue
+        high, low = Watermark.from_json(m["high"]), Watermark.from_json(m["low"])
+        records.append(ChunkRecord(chunk, high, low, m["rows"], m["window_events"], snapshot_id))
+    return records
+
+
+def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, data: Any) -> Any:
+    """`on_unrepresentable: dead_letter`: read the chunks once (kept on the executors), MERGE their rejected values
+    into the rejected table, and return the other rows, for the target. The rejected rows commit first, as in the
+    binlog phase: a target that holds a chunk holds its rejected values too, and a chunk read again after a crash
+    adds none twice (their `seq` names the chunk and the key)."""
+    from pyspark.sql import functions as F
+
+    # Kept, not read again: a second read would see the table later, and the two halves could disagree.
+    data = data.localCheckpoint(eager=True)
+    found = data.where(F.col(REJECTED_COLUMN).isNotNull()).select(REJECTED_COLUMN).collect()
+    rows = [RejectedValue(**item) for (text,) in found for item in json.loads(text)]
+    if rows:
+        name = ensure_rejected(spark, config, schema.database, schema.table)
+        assert name is not None, "dead_letter tables have a rejected table"
+        merge_rejected(spark, name, rows)
+        crash_point("snapshot.after_rejected_commit")
+    return data.where(F.col(REJECTED_COLUMN).isNull()).drop(REJECTED_COLUMN)
+
+
+def _current_snapshot_id(config: PipelineConfig, schema: TableSchema) -> int | None:
+    """The target's head the job writes (its copy branch's while one exists), read with pyiceberg (a Spark query of
+    `.snapshots` costs a Spark job)."""
+    namespace, name = config.target_for(schema.database, schema.table)
+    snapshot = job_head(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)))
+    return None if snapshot is None else int(snapshot.snapshot_id)
