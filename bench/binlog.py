@@ -432,10 +432,12 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
 
 
 class StreamProbe:
-    """Wraps `ingest.streaming.stream` and `ingest.streaming._commit` in the worker to time the binlog phase.
+    """Wraps the binlog phase of each engine and its commits in the worker to time them: `ingest.streaming.stream`
+    and `_commit` (the loop: a batch's preparation and commit), `ingest.structured.stream_structured` and
+    `commit_prepared` (the structured engine: its source's process prepared the batch).
 
-    `run()` imports `stream` when called and `stream` looks `_commit` up in its module, so replacing the
-    module attributes is enough; nothing of the job changes but a timestamp and a CPU reading per call.
+    The module attributes are replaced, also where another module of the job imported them by name; nothing of
+    the job changes but a timestamp and a CPU reading per call.
     """
 
     def __init__(self, root: int) -> None:
@@ -451,14 +453,15 @@ class StreamProbe:
         import ingest.streaming as streaming
         import ingest.structured as structured
 
-        self._wrap(streaming, "stream")
-        self._wrap(structured, "stream_structured")
+        self._wrap(streaming, "stream", "_commit", lambda args: _transactions_changes(args[5]))
+        self._wrap(structured, "stream_structured", "commit_prepared", lambda args: _prepared_changes(args[4]))
 
-    def _wrap(self, module: Any, phase: str) -> None:
-        """Time `module.<phase>` (what run() calls for the binlog phase) and each `module._commit`."""
-        from ingest.model.changes import Transaction
-
-        original_stream, original_commit = getattr(module, phase), module._commit
+    def _wrap(
+        self, module: Any, phase: str, commit_name: str, counts: Callable[[tuple[Any, ...]], tuple[int, ...]]
+    ) -> None:
+        """Time `module.<phase>` (what run() calls for the binlog phase) and each `module.<commit_name>`; `counts`
+        gives a call's (transactions, changes, tables) from its positional arguments."""
+        original_stream, original_commit = getattr(module, phase), getattr(module, commit_name)
         probe = self
 
         def stream(*args: Any, **kwargs: Any) -> BinlogPosition:
@@ -472,23 +475,25 @@ class StreamProbe:
                 probe.ended = time.perf_counter()
                 probe.cpu_end = tree_cpu(probe.root)
 
-        def commit(*args: Any, **kwargs: Any) -> None:
-            # _commit(spark, config, state, tables, filters, batch, end, ...)
-            batch: list[Transaction] = kwargs["batch"] if "batch" in kwargs else args[5]
+        def commit(*args: Any) -> None:
+            transactions, changes, tables = counts(args)
             started_wall, started = time.time(), time.perf_counter()
-            original_commit(*args, **kwargs)
+            original_commit(*args)
             probe.batches.append(
                 {
                     "started_at": round(started_wall, 3),
                     "seconds": round(time.perf_counter() - started, 3),
-                    "transactions": len(batch),
-                    "changes": sum(len(tx.changes) for tx in batch),
-                    "tables": len({c.table_id for tx in batch for c in tx.changes}),
+                    "transactions": transactions,
+                    "changes": changes,
+                    "tables": tables,
                 }
             )
 
-        setattr(module, phase, stream)
-        module._commit = commit
+        # Wherever the phase's function was imported by name (ingest.adhoc, ingest.pipeline), too.
+        for loaded in list(sys.modules.values()):
+            if getattr(loaded, "__name__", "").startswith("ingest") and getattr(loaded, phase, None) is original_stream:
+                setattr(loaded, phase, stream)
+        setattr(module, commit_name, commit)
 
     def summary(self) -> dict[str, Any]:
         wall = None if self.started is None or self.ended is None else self.ended - self.started
@@ -512,6 +517,17 @@ class StreamProbe:
             "after_first_batch": after_first_batch(with_changes),
             "batch_log": self.batches[:500],
         }
+
+
+def _transactions_changes(batch: Sequence[Any]) -> tuple[int, ...]:
+    """A loop batch (`_commit`'s transactions): transactions, row changes, tables."""
+    return len(batch), sum(len(tx.changes) for tx in batch), len({c.table_id for tx in batch for c in tx.changes})
+
+
+def _prepared_changes(prepared: Sequence[Any]) -> tuple[int, ...]:
+    """A structured batch (`commit_prepared`'s tables, prepared in the source's process): the transactions are not
+    seen here (0), the row changes applied, tables."""
+    return 0, sum(p.applied for p in prepared), len(prepared)
 
 
 def after_first_batch(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ target that readers do not see until the copy is complete, or by dropping it, se
 new tables into chunks, and starts the binlog phase again from its committed offset, now with those tables.
 Their chunks are then read one commit at a time between binlog batches. Until a chunk is read, the phase
 drops every change to its keys: the chunk is read later and holds them. Once it is read, the phase applies
-its keys' changes newer than its high watermark (streaming.HighWatermarkFilter). That is the Flink CDC 2.0
+its keys' changes newer than its high watermark (binlog_batch.HighWatermarkFilter). That is the Flink CDC 2.0
 rule the snapshot phase already relies on. A crash anywhere resumes like any run: the next `ingest run`
 copies the chunks still unread before it streams.
 """
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ingest import metrics
+from ingest.binlog_batch import TableStream
 from ingest.config import PipelineConfig
 from ingest.discovery import discover
 from ingest.errors import ConfigError
@@ -38,7 +39,7 @@ from ingest.source.mysql import connect, list_tables, load_schema
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.streaming import StopSignal, TableStream, stream
+from ingest.streaming import StopSignal, stream
 
 log = logging.getLogger(__name__)
 

@@ -127,7 +127,7 @@ def plan_table(
 
     The plan records a binlog position earlier than every chunk: `schema_read_after`, a position read before
     `schema` was loaded, when given, else the position now. With it, a DDL statement before that position is
-    known to be in the target already (see streaming.TableStream.contained_until).
+    known to be in the target already (see binlog_batch.TableStream.contained_until).
 
     Returns the Spark name the table's chunks are written to: the target's copy branch while one exists."""
     table_id = schema.table_id

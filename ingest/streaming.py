@@ -10,15 +10,13 @@ replays the batch; each target and each changelog skips what it already committe
 
 from __future__ import annotations
 
-import bisect
 import logging
 import signal
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -26,16 +24,14 @@ import pymysql.cursors
 from pyiceberg.exceptions import NoSuchTableError
 
 from ingest import metrics
-from ingest.changes.changelog import SourceChange, changelog_rows
-from ingest.changes.materializer import Change, created_keys, materialize
-from ingest.changes.rejects import RejectedValue, split_rejected
+from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
 from ingest.config import PipelineConfig
 from ingest.faults import crash_point
-from ingest.model.changes import DdlStatement, RowChange, TablesNamed, Transaction, changes_in
+from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.model.schema import TableSchema, quote
 from ingest.sink.catalog import cached_pyiceberg_catalog
-from ingest.sink.changelog import append_changelog
+from ingest.sink.changelog import append_changelog_arrow
 from ingest.sink.evolution import (
     SOURCE_SCHEMA_PROPERTY,
     SchemaPlan,
@@ -49,7 +45,7 @@ from ingest.sink.evolution import (
     store_source_schema,
 )
 from ingest.sink.maintenance import commits_since_compaction, maintain
-from ingest.sink.merge import committed_offset, merge_into, stream_history, stream_offset_properties
+from ingest.sink.merge import committed_offset, merge_arrow, stream_history, stream_offset_properties
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import snapshot_properties
 from ingest.sink.targets import (
@@ -61,8 +57,6 @@ from ingest.sink.targets import (
     table_of,
 )
 from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError, check_not_purged
-from ingest.source.chunk_reader import in_chunk
-from ingest.source.chunks import Chunk, Key
 from ingest.source.failover import gtid_at, server_id, to_this_server
 from ingest.source.mysql import connect
 from ingest.source.prefetch import End, Idle, Prefetch, Tick
@@ -71,125 +65,6 @@ from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TableStream:
-    """What the binlog phase knows about one captured table."""
-
-    schema: TableSchema
-    target: str
-    """The Spark name the phase writes the table to: its copy branch while it is copied again (sink/recopy.py)."""
-    chunks: list[Chunk]
-    chunk_highs: list[BinlogPosition | None]
-    """Per chunk, the high watermark it was read at; None while a snapshot asked of the running job has not
-    read it yet (it will hold every change until then: the binlog phase drops them all)."""
-    committed: BinlogPosition | None
-    """The newest batch end this table's target holds (from its snapshot summaries)."""
-    changelog: tuple[str, str] | None = None
-    """(namespace, name) of the table's changelog table, when it has one."""
-    changelog_committed: BinlogPosition | None = None
-    """The newest batch end the changelog table holds."""
-    committed_known: bool = True
-    """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
-    planned_at: BinlogPosition | None = None
-    """A position before the table's schema was loaded and split (earlier than every chunk)."""
-    partition_columns: tuple[str, ...] = ()
-    """Columns other than the key that a partition spec of the target takes values from: a MERGE reads only the
-    partitions its rows' old and new values fall in (ingest/sink/pruning.py)."""
-    since_compaction: dict[str, int] = field(default_factory=dict)
-    """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
-    `sink.maintenance.every_commits`."""
-
-    @property
-    def max_high(self) -> BinlogPosition | None:
-        """Past this every change passes: None while a chunk is unread."""
-        return None if None in self.chunk_highs else max(h for h in self.chunk_highs if h is not None)
-
-    @property
-    def last_read(self) -> BinlogPosition | None:
-        """The newest high watermark of its chunks read (None: none is read yet)."""
-        return max((h for h in self.chunk_highs if h is not None), default=None)
-
-    @property
-    def min_high(self) -> BinlogPosition | None:
-        """Up to this the chunks read hold every change (None: none is read yet)."""
-        return min((h for h in self.chunk_highs if h is not None), default=None)
-
-    @property
-    def unread(self) -> list[Chunk]:
-        return [c for c, h in zip(self.chunks, self.chunk_highs, strict=True) if h is None]
-
-    @property
-    def contained_until(self) -> BinlogPosition | None:
-        """Up to here every chunk holds every change, and the target every DDL statement: the lowest chunk high
-        watermark, or while chunks are unread (a snapshot asked of the running job) the plan's position."""
-        return self.planned_at if self.unread else self.min_high
-
-
-class HighWatermarkFilter:
-    """Keeps of each change what its key's chunk does not hold already: the part of an image whose chunk was
-    read before the change (position > that chunk's high watermark).
-
-    The images of a key-changing update belong to their own chunks, so each side is judged alone: the update
-    stays whole when both chunks were read before it, becomes the delete of the old key when only the old
-    key's chunk was (the new key's chunk, read later, holds the new row and everything after it), becomes the
-    insert of the new key when only the new key's chunk was, and is dropped when neither was.
-
-    Past the table's highest chunk watermark every change passes without a lookup (the "pure binlog"
-    flag). Chunk membership of string keys is decided by the server, as in the chunk reader.
-    """
-
-    def __init__(self, conn: Any, table: TableStream) -> None:
-        self.conn = conn
-        self.table = table
-        self.numeric = all(c is None for c in table.schema.collations)
-        self._lowers: list[Key] = [c.lower for c in table.chunks[1:] if c.lower is not None]
-
-    def keep(self, changes: Sequence[RowChange]) -> list[RowChange]:
-        table = self.table
-        if not changes:
-            return []
-        max_high = table.max_high
-        late = [] if max_high is None else [c for c in changes if c.position > max_high]
-        if len(late) == len(changes):
-            return late
-        early = changes if max_high is None else [c for c in changes if c.position <= max_high]
-        positions = table.schema.key_positions()
-        keys = [tuple(img[i] for i in positions) for c in early for img in (c.before, c.after) if img is not None]
-        index = self._chunk_index(keys)
-
-        def past_its_chunk(change: RowChange, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-            """The image if its chunk was read before the change, else None (the chunk holds it, or will)."""
-            if image is None:
-                return None
-            high = table.chunk_highs[index[tuple(image[i] for i in positions)]]
-            return image if high is not None and change.position > high else None
-
-        kept = []
-        for change in early:
-            before, after = past_its_chunk(change, change.before), past_its_chunk(change, change.after)
-            if before is change.before and after is change.after:
-                kept.append(change)
-            elif before is not None or after is not None:
-                kept.append(change._replace(before=before, after=after))
-        return kept + late
-
-    def _chunk_index(self, keys: list[Key]) -> dict[Key, int]:
-        unique = list(dict.fromkeys(keys))
-        if self.numeric:
-            return {k: bisect.bisect_right(self._lowers, k) for k in unique}
-        # Chunk by chunk, every key not placed yet in one server query (per 200 keys): the number of
-        # queries grows with the chunks, not with keys times chunks.
-        result: dict[Key, int] = {}
-        pending = unique
-        for i, chunk in enumerate(self.table.chunks):
-            if not pending:
-                break
-            inside = in_chunk(self.conn, self.table.schema, chunk, pending)
-            result.update((k, i) for k in pending if inside[k])
-            pending = [k for k in pending if not inside[k]]
-        return result
 
 
 def _table_streams(
@@ -436,14 +311,12 @@ def gone_tables(config: PipelineConfig, state: StateTable, found: Sequence[Table
     return gone
 
 
-def batch_source_time(previous: int | None, batch: Sequence[Transaction], idle_at: float | None) -> int | None:
+def batch_source_time(previous: int | None, last_commit: int | None, idle_at: float | None) -> int | None:
     """When the source was at a batch's end: at the idle report's time when the batch ends on one, else at its
     last transaction's commit, else as before it."""
     if idle_at is not None:
         return int(idle_at)
-    if batch:
-        return max(tx.commit_time for tx in batch)
-    return previous
+    return previous if last_commit is None else last_commit
 
 
 def stream(
@@ -507,7 +380,8 @@ def stream(
             # reading, so under load batches follow each other and lag stays near max(interval, commit).
             started = time.monotonic()
             if end > committed or pending:
-                source_time = batch_source_time(source_time, pending, caught_up_at)
+                last_commit = max((tx.commit_time for tx in pending), default=None)
+                source_time = batch_source_time(source_time, last_commit, caught_up_at)
                 _commit(spark, config, state, by_id, filters, pending, Watermark(end, gtid, here), source_time)
                 committed = end
             pending = []
@@ -796,82 +670,64 @@ def _commit(
     source_time: int | None = None,
 ) -> None:
     started = time.monotonic()
-    per_table: dict[str, list[RowChange]] = defaultdict(list)
-    # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
-    # replace a change with one side of it).
-    transaction_of: dict[BinlogPosition, Transaction] = {}
-    policy = {
-        table_id: config.options_for(t.schema.database, t.schema.table).on_unrepresentable
-        for table_id, t in tables.items()
-    }
-    logged = {
-        table_id for table_id, table in tables.items() if table.changelog is not None or policy[table_id] != "null"
-    }
-    for tx in batch:
-        for change in tx.changes:
-            per_table[change.table_id].append(change)
-            if change.table_id in logged:
-                transaction_of[change.position] = tx
-    work: list[tuple[TableStream, list[RowChange], list[RowChange]]] = []
-    rejected: dict[str, list[RejectedValue]] = {}
-    for table_id, changes in sorted(per_table.items()):
-        table = tables[table_id]
-        # What the target (and the changelog) hold already is skipped, each by its own committed offset.
-        floor = _older(table.committed, table.changelog_committed) if table.changelog else table.committed
-        if floor is not None:
-            changes = [c for c in changes if c.position > floor]
-        changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
-        # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
-        # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
-        changes, rejected[table_id] = split_rejected(
-            changes,
-            table.schema.columns,
-            table.schema.primary_key_positions(),
-            policy[table_id],
-            lambda c: (transaction_of[c.position].gtid, transaction_of[c.position].commit_time),
-        )
-        to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
-        done = table.changelog_committed
-        to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
-        if to_merge or to_log or rejected[table_id]:
-            work.append((table, to_merge, to_log))
+    commit_prepared(
+        spark, config, state, tables, prepare_batch(config, tables, filters, batch), end, source_time, started
+    )
 
-    def apply(table: TableStream, to_merge: list[RowChange], to_log: list[RowChange]) -> bool:
+
+def commit_prepared(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    tables: dict[str, TableStream],
+    prepared: Sequence[TableBatch],
+    end: Watermark,
+    source_time: int | None = None,
+    started: float | None = None,
+) -> None:
+    """Commit a batch made ready by `prepare_batch`: per table its rejected values, its target, its changelog
+    (each skipped when it holds the batch already), all tagged with `end`; then `end` as the job's offset."""
+    started = time.monotonic() if started is None else started
+
+    def apply(part: TableBatch) -> bool:
+        table = tables[part.table_id]
         merged = False
-        rows = rejected[table.schema.table_id]
-        if rows:  # before the target: a target holding the batch implies its rejected rows are held
+        if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
             name = ensure_rejected(spark, config, table.schema.database, table.schema.table)
             assert name is not None
-            merge_rejected(spark, name, rows)
+            merge_rejected(spark, name, part.rejected)
             crash_point("stream.after_rejected_commit")
-        if to_merge:
-            merged = _merge_table(spark, config, table, to_merge, end)
+        if part.rows is not None:
+            merged = _merge_table(spark, config, table, part, end)
             crash_point("stream.after_table_commit")
-        if to_log:
+        if part.changelog is not None:
             crash_point("stream.before_changelog_commit")
-            _append_changelog(spark, config, table, to_log, transaction_of, end)
+            _append_changelog(spark, config, table, part.changelog, end)
             crash_point("stream.after_changelog_commit")
         return merged
 
     # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
     with snapshot_properties(spark, stream_offset_properties(config.name, end)):
-        workers = min(len(work), config.stream.concurrent_merges)
+        workers = min(len(prepared), config.stream.concurrent_merges)
         if workers <= 1:
-            results = [apply(*w) for w in work]
+            results = [apply(part) for part in prepared]
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
-                futures = [pool.submit(apply, *w) for w in work]
+                futures = [pool.submit(apply, part) for part in prepared]
                 wait(futures)
                 results = [f.result() for f in futures]  # the first failure is raised; the state is not written
-    merged = sum(results)
-    applied = sum(len(to_merge) for _, to_merge, _ in work)
     crash_point("stream.before_state")
     state.record_offset(end, source_time)
     crash_point("stream.after_state")
-    applied_to = {t.schema.table_id: len(m) for (t, m, _), ok in zip(work, results, strict=True) if ok and m}
+    applied_to = {p.table_id: p.applied for p, ok in zip(prepared, results, strict=True) if ok and p.applied}
     metrics.current().batch_committed(applied_to, time.monotonic() - started, end.position, source_time)
-    log.info("binlog: committed %d changes to %d tables up to %s", applied, merged, end.position)
-    _maintain_due(spark, config, [table for table, _, _ in work], end)
+    log.info(
+        "binlog: committed %d changes to %d tables up to %s",
+        sum(p.applied for p in prepared),
+        sum(results),
+        end.position,
+    )
+    _maintain_due(spark, config, [tables[p.table_id] for p in prepared], end)
 
 
 def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream], end: Watermark) -> None:
@@ -892,26 +748,8 @@ def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream],
                 table.since_compaction[name] = 0
 
 
-def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition | None:
-    return None if a is None or b is None else min(a, b)
-
-
-def _merge_table(
-    spark: Any, config: PipelineConfig, table: TableStream, changes: list[RowChange], end: Watermark
-) -> bool:
-    folded = [Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes]
-    finals = materialize(folded, table.schema.primary_key_positions())
-    # A batch that only creates rows (inserts of keys absent before it: an event or log table, new orders) is
-    # appended: the target holds exactly the source before the batch, so it cannot hold those keys. Not under
-    # the `ignore` DDL policy, where an ignored TRUNCATE leaves rows behind that re-inserts must overwrite. Nor
-    # when expiry hid the target's newest offset: it may hold this very batch (committed before a crash).
-    append = (
-        table.committed_known
-        and config.stream.on_schema_change != "ignore"
-        and all(row is not None for row in finals.values())
-        and finals.keys() <= created_keys(folded, table.schema.primary_key_positions())
-    )
-
+def _merge_table(spark: Any, config: PipelineConfig, table: TableStream, part: TableBatch, end: Watermark) -> bool:
+    assert part.rows is not None
     attempts = 0
 
     def read_offset() -> BinlogPosition | None:
@@ -923,54 +761,14 @@ def _merge_table(
             return table.committed
         return _committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    located = None if append else _partition_values(config, table, folded)  # an append reads nothing
-    done = merge_into(spark, table.target, table.schema, finals, end, read_offset, append, located)
+    done = merge_arrow(spark, table.target, table.schema, part.rows, part.where, end, read_offset, part.append)
     table.committed, table.committed_known = end.position, True
     return done
 
 
-def _partition_values(config: PipelineConfig, table: TableStream, changes: list[Change]) -> dict[str, set[Any]] | None:
-    """Every value each partition column of the target may hold in the rows the batch changes: those of the rows'
-    images before and after each change. The target holds the source's rows as of the batch's start (or, when a
-    commit's outcome was unknown, its end), so the rows it matches hold one of them. Not under the `ignore` DDL
-    policy nor with `dead_letter`: then the target may keep rows the source no longer has, as they were."""
-    schema = table.schema
-    if (
-        not table.partition_columns
-        or config.stream.on_schema_change == "ignore"
-        or config.options_for(schema.database, schema.table).on_unrepresentable == "dead_letter"
-    ):
-        return None
-    names = schema.column_names
-    positions = {c: names.index(c) for c in table.partition_columns if c in names}
-    images = [image for c in changes for image in (c.before, c.after) if image is not None]
-    return {column: {image[p] for image in images} for column, p in positions.items()}
-
-
-def _append_changelog(
-    spark: Any,
-    config: PipelineConfig,
-    table: TableStream,
-    changes: list[RowChange],
-    transaction_of: dict[BinlogPosition, Transaction],
-    end: Watermark,
-) -> None:
+def _append_changelog(spark: Any, config: PipelineConfig, table: TableStream, rows: Any, end: Watermark) -> None:
     assert table.changelog is not None
     names = table.changelog
-    rows = changelog_rows(
-        SourceChange(
-            c.position.file,
-            c.position.file_number,
-            c.position.pos,
-            c.row_index,
-            c.before,
-            c.after,
-            transaction_of[c.position].gtid,
-            transaction_of[c.position].commit_time,
-        )
-        for c in changes
-    )
-
     attempts = 0
 
     def read_offset() -> BinlogPosition | None:
@@ -981,7 +779,7 @@ def _append_changelog(
             return done
         return _committed_in(config, names, end, done)
 
-    append_changelog(spark, qualified(config, *names), table.schema, rows, config.name, end, read_offset)
+    append_changelog_arrow(spark, qualified(config, *names), rows, config.name, end, read_offset)
     table.changelog_committed = end.position
 
 

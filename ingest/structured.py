@@ -1,6 +1,6 @@
 """The binlog phase as a Spark Structured Streaming query (`stream.engine: structured`).
 
-The source is the binlog Python data source (`ingest.source.binlog_source`); the sink is `foreachBatch`,
+The source is the binlog Python data source (`ingest.binlog_source`); the sink is `foreachBatch`,
 which commits each micro-batch exactly as the driver loop of `ingest.streaming` commits its batches: per
 table, skip what the target already holds and what its chunks hold, materialize, MERGE with the batch's end
 offset in the snapshot summary, append the changelog, then record the offset in the state table. A DDL
@@ -26,16 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from ingest import errors
+from ingest.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
-from ingest.model.changes import DdlStatement, Transaction
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
-from ingest.source.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.streaming import StopPoint, StopSignal, StreamStart, _commit, batch_source_time, follow_ddl, prepare
+from ingest.streaming import StopPoint, StopSignal, StreamStart, batch_source_time, commit_prepared, follow_ddl, prepare
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class _Sink:
                 if self.closing:
                     raise _Closing(f"batch {batch_id} after the stop")
                 started = time.monotonic()
-                # Through Arrow: the payloads come over as a few large buffers, not pickled row by row.
+                # Through Arrow: the payloads come over as a few large buffers, not row by row.
                 table = frame.toArrow()
                 rows = list(zip(*(table.column(name).to_pylist() for name in ("seq", "kind", "payload")), strict=True))
                 log.debug("batch %d: %d rows in %.3f s", batch_id, len(rows), time.monotonic() - started)
@@ -83,20 +82,16 @@ class _Sink:
                 raise
 
     def _apply(self, rows: list[Any]) -> None:
-        items, end_row = decode_batch(rows)
-        end = Watermark.from_json(end_row.offset)
+        batch = decode_batch(rows)
+        end = Watermark.from_json(batch.end.offset)
         begin = self.begin
-        pending: list[Transaction] = []
-        for item in items:
-            if isinstance(item, DdlStatement):
-                # The source begins a batch with a DDL: every change before it is committed already.
-                follow_ddl(self.spark, self.config, self.state, self.conn, self.flavor, begin, item, None)
-                self.committed = item.end
-            else:
-                pending.append(item)
-        if end.position > self.committed or pending:
-            self.source_time = batch_source_time(self.source_time, pending, end_row.at)
-            _commit(self.spark, self.config, self.state, begin.by_id, begin.filters, pending, end, self.source_time)
+        if batch.ddl is not None:
+            # The source begins a batch with a DDL: every change before it is committed already.
+            follow_ddl(self.spark, self.config, self.state, self.conn, self.flavor, begin, batch.ddl, None)
+            self.committed = batch.ddl.end
+        if end.position > self.committed or batch.tables:
+            self.source_time = batch_source_time(self.source_time, batch.end.last_commit, batch.end.at)
+            commit_prepared(self.spark, self.config, self.state, begin.by_id, batch.tables, end, self.source_time)
             self.committed = end.position
         if begin.goal is not None and self.committed >= begin.goal:
             self.closing = True
@@ -125,7 +120,7 @@ def stream_structured(
         spec = BinlogSourceSpec(
             config,
             flavor,
-            tuple(t.schema for t in begin.tables),
+            tuple(begin.tables),
             begin.mark,
             begin.contained_until,
             begin.planned_at,

@@ -103,10 +103,22 @@ def append_changelog(
     Appends never conflict with other writers in Iceberg (the commit is retried by Iceberg itself), so
     the only check is whether an earlier attempt, whose outcome was unknown, committed already.
     """
+    return append_changelog_arrow(spark, table, changelog_arrow(schema, rows), pipeline, end, read_offset)
+
+
+def append_changelog_arrow(
+    spark: Any,
+    table: str,
+    rows: pa.Table,
+    pipeline: str,
+    end: Watermark,
+    read_offset: Callable[[], BinlogPosition | None],
+) -> bool:
+    """`append_changelog` of rows made Arrow already (`changelog_arrow`)."""
     done = read_offset()
     if done is not None and done >= end.position:
         return False
-    frame = spark.createDataFrame(changelog_arrow(schema, rows))
+    frame = spark.createDataFrame(rows)
     (
         frame.writeTo(table)
         .option(f"snapshot-property.{SUMMARY_PIPELINE}", pipeline)

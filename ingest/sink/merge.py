@@ -96,7 +96,8 @@ def stream_offset_properties(pipeline: str, end: Watermark) -> dict[str, str]:
     return {SUMMARY_PIPELINE: pipeline, SUMMARY_STREAM_OFFSET: offset_summary(end)}
 
 
-def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
+def batch_arrow(schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> pa.Table:
+    """The batch's rows for the target, as Arrow: per key its final image (op U) or, for a delete, its key (op D)."""
     targets = [dataclasses.replace(t, nullable=True) for t in target_columns(schema)]
     positions = schema.primary_key_positions()
     width = len(targets)
@@ -112,22 +113,25 @@ def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...
             rows.append(row)
             ops.append("U")
     batch = rows_to_record_batch(targets, rows)
-    table = pa.Table.from_batches([batch]).append_column(OP_COLUMN, pa.array(ops, pa.string()))
-    return spark.createDataFrame(table)
+    return pa.Table.from_batches([batch]).append_column(OP_COLUMN, pa.array(ops, pa.string()))
 
 
-def merge_statement(
-    target: str,
-    view: str,
-    schema: TableSchema,
-    keys: Collection[tuple[Any, ...]],
-    located: Mapping[str, Collection[Any]] | None = None,
-) -> str:
-    """The MERGE of the batch in `view` (`_batch_frame`, whose keys are `keys`) into `target`, reading of the target
-    only what the batch can change (ingest/sink/pruning.py)."""
+def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
+    return spark.createDataFrame(batch_arrow(schema, finals))
+
+
+def batch_where(
+    schema: TableSchema, keys: Collection[tuple[Any, ...]], located: Mapping[str, Collection[Any]] | None = None
+) -> str | None:
+    """What of the target a MERGE of `keys` reads (ingest/sink/pruning.py): None for all of it."""
+    return target_predicate(target_columns(schema), schema.primary_key, keys, located)
+
+
+def merge_statement(target: str, view: str, schema: TableSchema, where: str | None) -> str:
+    """The MERGE of the batch in `view` (`batch_arrow`) into `target`, reading of the target only `where` (the
+    batch's `batch_where`: what the batch can change)."""
     columns = [quote_identifier(c) for c in schema.column_names]
     on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in schema.primary_key)
-    where = target_predicate(target_columns(schema), schema.primary_key, keys, located)
     if where is not None:
         on = f"{on} AND {where}"
     # A filter that keeps every row: Spark builds a Bloom filter of the batch's keys for the target's scan only
@@ -152,24 +156,43 @@ def merge_into(
     append: bool = False,
     located: Mapping[str, Collection[Any]] | None = None,
 ) -> bool:
-    """MERGE the batch; False when the table already holds it. Conflicts are retried from fresh state.
+    """MERGE the batch `finals` (per key its final image, None for a delete): `merge_arrow` of its `batch_arrow`.
 
     The target is read only where the batch's keys can be (ingest/sink/pruning.py), and where `located` says the
     rows live: every value each of these target columns may hold in the rows the batch changes.
 
     With `append`, every row of `finals` has a key the target cannot hold (the batch created it, see
     `created_keys`): the rows are appended, with no scan of the target and no conflict with its rewrites.
+    """
+    if append:
+        assert all(row is not None for row in finals.values()), "only new rows are appended"
+    where = None if append else batch_where(schema, finals.keys(), located)
+    return merge_arrow(spark, target, schema, batch_arrow(schema, finals), where, end, read_offset, append)
+
+
+def merge_arrow(
+    spark: Any,
+    target: str,
+    schema: TableSchema,
+    rows: pa.Table,
+    where: str | None,
+    end: Watermark,
+    read_offset: Any,
+    append: bool = False,
+) -> bool:
+    """MERGE the batch `rows` (`batch_arrow`), reading of the target only `where`; False when the table already
+    holds it. Conflicts are retried from fresh state. With `append`, the rows are inserted.
+
     The caller sets the batch's summary around it (`snapshot_properties` with `stream_offset_properties`),
     once for the MERGEs of several tables running at the same time: the session's settings are shared.
     """
     view = f"ingest_batch_{abs(hash((target, str(end.position))))}"
-    _batch_frame(spark, schema, finals).createOrReplaceTempView(view)
+    spark.createDataFrame(rows).createOrReplaceTempView(view)
     if append:
-        assert all(row is not None for row in finals.values()), "only new rows are appended"
         columns = ", ".join(quote_identifier(c) for c in schema.column_names)
         sql = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {view}"
     else:
-        sql = merge_statement(target, view, schema, finals.keys(), located)
+        sql = merge_statement(target, view, schema, where)
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = read_offset()

@@ -4,43 +4,47 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow as pa
 import pytest
 
+from ingest.binlog_batch import TableBatch
+from ingest.binlog_source import BatchEnd, SourceBatch, _rows, decode_batch
 from ingest.errors import BinlogPurgedError, SchemaChangeError
-from ingest.model.changes import DdlStatement, RowChange, Transaction
+from ingest.model.changes import DdlStatement
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.source.binlog_source import ITEMS_PER_ROW, BatchEnd, _rows, decode_batch, encode
 from ingest.structured import _as_ingest_error, checkpoint_problem
 
 
-def _tx(pos: int) -> Transaction:
-    at = BinlogPosition("mysql-bin.000002", pos)
-    return Transaction(at, "0-1-7", [RowChange("d.t", at, 0, None, (1, "x"))], 1_700_000_000)
+def _part(table_id: str, ids: list[int]) -> TableBatch:
+    rows = pa.table({"id": pa.array(ids, pa.int64()), "__ingest_op": pa.array(["U"] * len(ids))})
+    return TableBatch(table_id, rows, False, "t.`id` IN (1)", len(ids), None, [])
 
 
-def test_a_batch_decodes_to_its_items_in_binlog_order_whatever_order_spark_returns_its_rows() -> None:
+def test_a_batch_decodes_to_its_ddl_its_tables_and_its_end_whatever_order_spark_returns_its_rows() -> None:
     ddl = DdlStatement(
         "ALTER TABLE t ADD c INT",
         (("d", "t"),),
         BinlogPosition("mysql-bin.000002", 90),
         BinlogPosition("mysql-bin.000002", 120),
     )
-    items = [ddl, _tx(200), _tx(300)]
-    end = BatchEnd({"file": "mysql-bin.000002", "pos": 300}, None)
-    rows = _rows([items[0], encode(items[1]), items[2]], end)  # pickled ahead or not, in binlog order
-    assert [r[1] for r in rows] == ["items", "end"]
-    assert decode_batch(list(reversed(rows))) == (items, end)
-    many = [_tx(100 + i) for i in range(2 * ITEMS_PER_ROW + 1)]
-    rows = _rows([encode(t) if i % 3 else t for i, t in enumerate(many)], end)
-    assert [r[1] for r in rows] == ["items", "items", "items", "end"]
-    assert decode_batch(rows[::-1]) == (many, end)
+    end = BatchEnd({"file": "mysql-bin.000002", "pos": 300}, None, 1_700_000_000)
+    batch = SourceBatch(ddl, [_part("d.a", [1, 2]), _part("d.t", [3])], end)
+    rows = _rows(batch)
+    assert [r[1] for r in rows] == ["ddl", "table", "table", "end"]
+    decoded = decode_batch(list(reversed(rows)))
+    assert (decoded.ddl, decoded.end) == (ddl, end)
+    assert [(t.table_id, t.rows.to_pylist() if t.rows is not None else None) for t in decoded.tables] == [
+        ("d.a", [{"id": 1, "__ingest_op": "U"}, {"id": 2, "__ingest_op": "U"}]),
+        ("d.t", [{"id": 3, "__ingest_op": "U"}]),
+    ]
+    assert decode_batch(_rows(SourceBatch(None, [], end))) == SourceBatch(None, [], end)
 
 
 def test_a_batch_without_its_end_row_is_refused() -> None:
-    rows = _rows([encode(_tx(200))], BatchEnd({"file": "f", "pos": 1}))[:-1]
+    rows = _rows(SourceBatch(None, [_part("d.t", [1])], BatchEnd({"file": "f", "pos": 1})))[:-1]
     with pytest.raises(RuntimeError, match="without its end row"):
         decode_batch(rows)
-    assert pickle.loads(_rows([], BatchEnd({"pos": 1}))[0][2]) == BatchEnd({"pos": 1})
+    assert pickle.loads(_rows(SourceBatch(None, [], BatchEnd({"pos": 1})))[0][2]) == BatchEnd({"pos": 1})
 
 
 def test_the_source_processes_error_text_becomes_the_jobs_own_error_class() -> None:

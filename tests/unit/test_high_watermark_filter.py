@@ -1,11 +1,11 @@
 """The binlog phase's chunk high-watermark filter, image by image (integer keys: no server needed)."""
 
+from ingest.binlog_batch import HighWatermarkFilter, TableStream
 from ingest.model.changes import RowChange
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import SourceColumn
-from ingest.streaming import HighWatermarkFilter, TableStream
 
 SCHEMA = TableSchema("db", "t", (SourceColumn("id", "int", "int(11)", False),), ("id",), ("id",), (None,))
 # Chunks [..10), [10..20), [20..): read at positions 100, 200 and 300.

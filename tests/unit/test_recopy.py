@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from ingest import streaming
+from ingest.binlog_batch import TableStream
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.sink.evolution import schema_from_json, schema_to_json
 from ingest.sink.recopy import iceberg_misfit, schema_misfit
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
-from ingest.streaming import TableStream
 from tests.unit.test_schema_evolution import col, table
 
 OLD = table(col("v", "varchar(20)"), col("n", "int(11)"))

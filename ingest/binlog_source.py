@@ -15,18 +15,18 @@ rows after it with the schema right after it.
 `readBetweenOffsets(start, end)`, which Spark calls to run a batch of its checkpoint again after a crash,
 reads the same range from the server again: the same transactions, the same rows, the same end.
 
-A batch is rows of (seq, kind, payload): kind "items" (up to ITEMS_PER_ROW `Transaction`s and `DdlStatement`s in
-pickles one after the other: a large transaction pickled on its own by the parsing thread as soon as it is read,
-runs of small ones pickled together as a list when the batch is handed over), in binlog order, then one "end" row: the
-batch's end offset and the source time it is current to. Events before the point every target holds (the start
-the job computed from Iceberg) are never read: Iceberg, not Spark's checkpoint, says what is done, so a
-checkpoint may be lost or behind (the job refuses one that is ahead, see `ingest.structured`).
+A batch is rows of (seq, kind, payload), each payload a pickle: kind "ddl", the DDL statement the batch begins
+with, if any; kind "table", one table's part of the batch made ready to commit in this process
+(`binlog_batch.prepare_batch`: filtered, folded to one final row per key, as Arrow tables), so that the
+driver only commits; then one "end" row: the batch's end offset and the source time it is current to. Events
+before the point every target holds (the start the job computed from Iceberg) are never read: Iceberg, not
+Spark's checkpoint, says what is done, so a checkpoint may be lost or behind (the job refuses one that is
+ahead, see `ingest.structured`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import pickle
 import time
@@ -34,12 +34,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.config import PipelineConfig
+from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
+from ingest.config import PipelineConfig, SourceConfig
 from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
-from ingest.model.schema import TableSchema
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.source.binlog import BinlogReader, dump_server_id
+from ingest.source.mysql import connect
 from ingest.source.prefetch import End, Idle, Prefetch
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,8 @@ class BinlogSourceSpec:
 
     config: PipelineConfig
     flavor: str
-    schemas: tuple[TableSchema, ...]
-    """Each table's schema at `resume`: the one its target mirrors."""
+    tables: tuple[TableStream, ...]
+    """What each table holds at `resume`; its schema is the one its target mirrors."""
     resume: Watermark
     """Every target holds every change before this point (computed from Iceberg by the job)."""
     contained_until: dict[tuple[str, str], BinlogPosition]
@@ -72,10 +73,9 @@ class BatchEnd:
 
     offset: dict[str, Any]
     at: float | None = None
+    last_commit: int | None = None
+    """The newest commit time of the batch's transactions (None: it has none)."""
 
-
-ITEMS_PER_ROW = 1000
-"""Transactions pickled together into one row: Spark moves a few large rows much faster than many small."""
 
 READ_WAIT_SECONDS = 0.5
 """The longest one `read` waits for the batch to fill or fall due; Spark asks again right after."""
@@ -84,56 +84,31 @@ FIRST_READ_WAIT_SECONDS = 5.0
 """The longest the query's first `read` waits (see `BinlogStreamReader.read`)."""
 
 
-ENCODE_AHEAD_CHANGES = 100
-"""A transaction of at least this many row changes is pickled by the parsing thread, while the previous batch
-commits; smaller items are pickled together when their batch is handed over (one pickle per item would cost
-more in the job's process to load than the list does)."""
+@dataclass(frozen=True)
+class SourceBatch:
+    """A micro-batch as the sink takes it: the DDL it begins with, if any, then its tables' parts."""
+
+    ddl: DdlStatement | None
+    tables: list[TableBatch]
+    end: BatchEnd
 
 
-def encode(item: Transaction | DdlStatement) -> bytes:
-    """One item pickled on its own."""
-    return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def decode_batch(rows: list[Any]) -> tuple[list[Transaction | DdlStatement], BatchEnd]:
-    """The items and the end of one micro-batch, from the rows of its DataFrame (in any order)."""
+def decode_batch(rows: list[Any]) -> SourceBatch:
+    """One micro-batch, from the rows of its DataFrame (in any order)."""
     ordered = sorted(rows, key=lambda r: r[0])
     if not ordered or ordered[-1][1] != "end":
         raise RuntimeError(f"a binlog batch without its end row ({len(ordered)} rows)")
-    end = pickle.loads(bytes(ordered[-1][2]))
-    items: list[Transaction | DdlStatement] = []
-    for row in ordered[:-1]:
-        payload = bytes(row[2])
-        stream = io.BytesIO(payload)
-        while stream.tell() < len(payload):
-            part = pickle.load(stream)  # each pickle has a memo of its own
-            if isinstance(part, list):
-                items.extend(part)
-            else:
-                items.append(part)
-    return items, end
+    ddl = pickle.loads(bytes(ordered[0][2])) if ordered[0][1] == "ddl" else None
+    tables = [pickle.loads(bytes(row[2])) for row in ordered if row[1] == "table"]
+    return SourceBatch(ddl, tables, pickle.loads(bytes(ordered[-1][2])))
 
 
-def _rows(parts: Sequence[bytes | Transaction | DdlStatement], end: BatchEnd) -> list[tuple[int, str, bytes]]:
-    """The rows of a batch: ITEMS_PER_ROW items to a row, each item already pickled or pickled here with the
-    items next to it, then the end row."""
-    rows = []
-    for i, start in enumerate(range(0, len(parts), ITEMS_PER_ROW)):
-        pickles: list[bytes] = []
-        run: list[Transaction | DdlStatement] = []
-        for part in parts[start : start + ITEMS_PER_ROW]:
-            if isinstance(part, bytes):
-                if run:
-                    pickles.append(pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
-                    run = []
-                pickles.append(part)
-            else:
-                run.append(part)
-        if run:
-            pickles.append(pickle.dumps(run, protocol=pickle.HIGHEST_PROTOCOL))
-        rows.append((i, "items", b"".join(pickles)))
-    rows.append((len(rows), "end", pickle.dumps(end)))
-    return rows
+def _rows(batch: SourceBatch) -> list[tuple[int, str, bytes]]:
+    """The rows of a batch: its DDL, each table's part (Arrow tables pickle as their buffers), then its end."""
+    parts: list[tuple[str, Any]] = [("ddl", batch.ddl)] if batch.ddl is not None else []
+    parts += [("table", part) for part in batch.tables]
+    parts.append(("end", batch.end))
+    return [(i, kind, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)) for i, (kind, part) in enumerate(parts)]
 
 
 class BinlogStreamReader:
@@ -143,10 +118,13 @@ class BinlogStreamReader:
     def __init__(self, spec: BinlogSourceSpec) -> None:
         raise_gc_threshold()  # in Spark's Python process that runs the source
         self.spec = spec
-        self._schemas = {(s.database, s.table): s for s in spec.schemas}
+        self._tables = {t.schema.table_id: dataclasses.replace(t) for t in spec.tables}
+        """What each table holds, as of the batches handed over (each is committed before the next is asked)."""
+        self._conn = _LazyConnection(spec.config.source)
+        self._filters = {table_id: HighWatermarkFilter(self._conn, t) for table_id, t in self._tables.items()}
         self._reader: BinlogReader | None = None
         self._prefetch: Prefetch | None = None
-        self._next: _Read | None = None
+        self._next: Transaction | DdlStatement | None = None
         """An item taken from the prefetch but left for the next batch (a DDL after other items)."""
         self._failure: Exception | None = None
         """The reader's error, raised once what it read before is handed over."""
@@ -179,10 +157,23 @@ class BinlogStreamReader:
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
-        return iter(_rows(batch.parts, BatchEnd(batch.end.to_json(), batch.at))), batch.end.to_json()
+        return iter(_rows(self._prepare(batch.items, batch.end, batch.at))), batch.end.to_json()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
-        begin, stop = self._begin(start), Watermark.from_json(end)
+        items = self._replay(self._begin(start), Watermark.from_json(end))
+        return iter(_rows(self._prepare(items, Watermark.from_json(end), None)))
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._close()
+        self._conn.close()
+
+    # -- reading
+
+    def _replay(self, begin: Watermark, stop: Watermark) -> list[Transaction | DdlStatement]:
+        """The items from `begin` to `stop` read again, each DDL among them followed."""
         items: list[Transaction | DdlStatement] = []
         if stop.position > begin.position:
             # Its own replication server id: the source's process may be reading the binlog at the same time, and
@@ -203,15 +194,23 @@ class BinlogStreamReader:
             finally:
                 reader.close()
         log.info("binlog source: replayed %d transactions from %s to %s", len(items), begin.position, stop.position)
-        return iter(_rows(items, BatchEnd(end)))
+        return items
 
-    def commit(self, end: dict[str, Any]) -> None:
-        pass
-
-    def stop(self) -> None:
-        self._close()
-
-    # -- reading
+    def _prepare(self, items: Sequence[Transaction | DdlStatement], end: Watermark, at: float | None) -> SourceBatch:
+        """The batch as the sink commits it; from then on the tables hold it (the sink commits each batch before
+        Spark asks for the next, or the query ends)."""
+        ddl = items[0] if items and isinstance(items[0], DdlStatement) else None
+        batch = [item for item in items if isinstance(item, Transaction)]
+        assert len(batch) + (ddl is not None) == len(items), "a DDL begins its batch"
+        tables = prepare_batch(self.spec.config, self._tables, self._filters, batch)
+        for part in tables:
+            table = self._tables[part.table_id]
+            if part.rows is not None:
+                table.committed, table.committed_known = end.position, True
+            if part.changelog is not None:
+                table.changelog_committed = end.position
+        last_commit = max((tx.commit_time for tx in batch), default=None)
+        return SourceBatch(ddl, tables, BatchEnd(end.to_json(), at, last_commit))
 
     def _begin(self, start: dict[str, Any]) -> Watermark:
         """Where to read from for a batch starting at `start`: never before what every target holds."""
@@ -226,7 +225,7 @@ class BinlogStreamReader:
         gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
         return BinlogReader(
             source if server_id is None else dataclasses.replace(source, server_id=server_id),
-            list(self._schemas.values()),
+            [t.schema for t in self._tables.values()],
             begin.position,
             blocking=blocking,
             heartbeat_seconds=stream.heartbeat_seconds,
@@ -241,17 +240,15 @@ class BinlogStreamReader:
         if not self._positioned and begin.server_id == resume.server_id and begin.position > resume.position:
             # Spark continues a kept checkpoint after the batch it planned last (which it runs again elsewhere).
             # The schemas are those at `resume`: follow the DDLs between there and `begin`, dropping the rows.
-            for _ in self.readBetweenOffsets(resume.to_json(), begin.to_json()):
-                pass
+            self._replay(resume, begin)
         self._positioned = True
         self._close()
         self._reader = self._new_reader(begin, blocking=True)
         self._prefetch = Prefetch(
             self._reader,
             self.spec.config.stream.batch_max_changes,
-            lambda read: changes_in(read.item),
-            pause_after=lambda read: isinstance(read.item, DdlStatement),
-            prepare=lambda item: _Read(item, encode(item) if changes_in(item) >= ENCODE_AHEAD_CHANGES else None),
+            changes_in,
+            pause_after=lambda item: isinstance(item, DdlStatement),
         )
         self._batch = _Batch(begin)
 
@@ -304,40 +301,30 @@ class BinlogStreamReader:
                 continue
             if isinstance(item, End):
                 return batch  # only when the reader was closed
-            read: _Read = item
-            if isinstance(read.item, DdlStatement):
+            if isinstance(item, DdlStatement):
                 if batch.moved:
-                    self._next = read
+                    self._next = item
                     return batch
-                self._follow(self._reader, read.item)
+                self._follow(self._reader, item)
                 self._prefetch.resume()
-            batch.add(read, Watermark(read.item.end, read.item.gtid_after, here))
+            batch.add(item, Watermark(item.end, item.gtid_after, here))
         return batch
 
     def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
         """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets)."""
-        from ingest.source.mysql import connect
         from ingest.source.schema_after import schema_after
 
         config = self.spec.config
         if ddl.kind == "drop":
             for key in ddl.tables:
                 reader.forget(key)
+                del self._tables[".".join(key)], self._filters[".".join(key)]
             return
         with connect(config.source) as conn:
             for key in ddl.tables:
-                live = schema_after(config, conn, self.spec.flavor, self._schemas[key], ddl)
-                self._schemas[key] = live
-                reader.set_schema(live)
-
-
-@dataclass(frozen=True)
-class _Read:
-    """An item of the binlog as the parsing thread hands it over: with its encoding."""
-
-    item: Transaction | DdlStatement
-    payload: bytes | None
-    """The item pickled, for a large transaction (ENCODE_AHEAD_CHANGES)."""
+                table = self._tables[".".join(key)]
+                table.schema = schema_after(config, conn, self.spec.flavor, table.schema, ddl)
+                reader.set_schema(table.schema)
 
 
 @dataclass
@@ -345,8 +332,7 @@ class _Batch:
     """The items taken for the next batch: they start at `begin` and end at `end`."""
 
     begin: Watermark
-    parts: list[bytes | Transaction | DdlStatement] = field(default_factory=list)
-    """Each item, pickled already or as it is (see `_rows`)."""
+    items: list[Transaction | DdlStatement] = field(default_factory=list)
     changes: int = 0
     end: Watermark = field(init=False)
     at: float | None = None
@@ -359,10 +345,29 @@ class _Batch:
     def moved(self) -> bool:
         return self.end != self.begin
 
-    def add(self, read: _Read, end: Watermark) -> None:
-        self.parts.append(read.item if read.payload is None else read.payload)
-        self.changes += changes_in(read.item)
+    def add(self, item: Transaction | DdlStatement, end: Watermark) -> None:
+        self.items.append(item)
+        self.changes += changes_in(item)
         self.end, self.at = end, None
+
+
+class _LazyConnection:
+    """A source connection opened when first used (the high-watermark filter needs one only for string keys
+    inside a snapshot's window)."""
+
+    def __init__(self, source: SourceConfig) -> None:
+        self.source = source
+        self.conn: Any = None
+
+    def cursor(self, *args: Any) -> Any:
+        if self.conn is None:
+            self.conn = connect(self.source)
+        return self.conn.cursor(*args)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def make_binlog_source(name: str, spec: BinlogSourceSpec) -> Any:

@@ -1,0 +1,288 @@
+"""A binlog batch turned into what its commits write, per table (`prepare_batch`).
+
+What the target and its changelog hold already is skipped, each by its own committed offset; so is what the
+table's snapshot chunks hold (the chunk high-watermark filter of Flink CDC 2.0, for changes inside the
+snapshot's window). Each key is folded to its final state (the materializer), values Iceberg cannot hold are
+split off (`on_unrepresentable`), and what is left becomes Arrow tables: the target's rows with the part of the
+target a MERGE of them reads, and the changelog rows. The loop engine prepares its batches in the driver; the
+structured engine in the binlog source's own Python process, so that the driver gets Arrow tables to commit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.changes.changelog import SourceChange, changelog_rows
+from ingest.changes.materializer import Change, created_keys, materialize
+from ingest.changes.rejects import RejectedValue, split_rejected
+from ingest.config import PipelineConfig
+from ingest.model.changes import RowChange, Transaction
+from ingest.model.position import BinlogPosition
+from ingest.model.schema import TableSchema
+from ingest.sink.changelog import changelog_arrow
+from ingest.sink.merge import (
+    batch_arrow,
+    batch_where,
+)
+from ingest.source.chunk_reader import in_chunk
+from ingest.source.chunks import Chunk, Key
+
+
+@dataclass
+class TableStream:
+    """What the binlog phase knows about one captured table."""
+
+    schema: TableSchema
+    target: str
+    """The Spark name the phase writes the table to: its copy branch while it is copied again (sink/recopy.py)."""
+    chunks: list[Chunk]
+    chunk_highs: list[BinlogPosition | None]
+    """Per chunk, the high watermark it was read at; None while a snapshot asked of the running job has not
+    read it yet (it will hold every change until then: the binlog phase drops them all)."""
+    committed: BinlogPosition | None
+    """The newest batch end this table's target holds (from its snapshot summaries)."""
+    changelog: tuple[str, str] | None = None
+    """(namespace, name) of the table's changelog table, when it has one."""
+    changelog_committed: BinlogPosition | None = None
+    """The newest batch end the changelog table holds."""
+    committed_known: bool = True
+    """False when snapshot expiry hid whether the target holds a batch newer than `committed`."""
+    planned_at: BinlogPosition | None = None
+    """A position before the table's schema was loaded and split (earlier than every chunk)."""
+    partition_columns: tuple[str, ...] = ()
+    """Columns other than the key that a partition spec of the target takes values from: a MERGE reads only the
+    partitions its rows' old and new values fall in (ingest/sink/pruning.py)."""
+    since_compaction: dict[str, int] = field(default_factory=dict)
+    """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
+    `sink.maintenance.every_commits`."""
+
+    @property
+    def max_high(self) -> BinlogPosition | None:
+        """Past this every change passes: None while a chunk is unread."""
+        return None if None in self.chunk_highs else max(h for h in self.chunk_highs if h is not None)
+
+    @property
+    def last_read(self) -> BinlogPosition | None:
+        """The newest high watermark of its chunks read (None: none is read yet)."""
+        return max((h for h in self.chunk_highs if h is not None), default=None)
+
+    @property
+    def min_high(self) -> BinlogPosition | None:
+        """Up to this the chunks read hold every change (None: none is read yet)."""
+        return min((h for h in self.chunk_highs if h is not None), default=None)
+
+    @property
+    def unread(self) -> list[Chunk]:
+        return [c for c, h in zip(self.chunks, self.chunk_highs, strict=True) if h is None]
+
+    @property
+    def contained_until(self) -> BinlogPosition | None:
+        """Up to here every chunk holds every change, and the target every DDL statement: the lowest chunk high
+        watermark, or while chunks are unread (a snapshot asked of the running job) the plan's position."""
+        return self.planned_at if self.unread else self.min_high
+
+
+class HighWatermarkFilter:
+    """Keeps of each change what its key's chunk does not hold already: the part of an image whose chunk was
+    read before the change (position > that chunk's high watermark).
+
+    The images of a key-changing update belong to their own chunks, so each side is judged alone: the update
+    stays whole when both chunks were read before it, becomes the delete of the old key when only the old
+    key's chunk was (the new key's chunk, read later, holds the new row and everything after it), becomes the
+    insert of the new key when only the new key's chunk was, and is dropped when neither was.
+
+    Past the table's highest chunk watermark every change passes without a lookup (the "pure binlog"
+    flag). Chunk membership of string keys is decided by the server, as in the chunk reader.
+    """
+
+    def __init__(self, conn: Any, table: TableStream) -> None:
+        self.conn = conn
+        self.table = table
+        self.numeric = all(c is None for c in table.schema.collations)
+        self._lowers: list[Key] = [c.lower for c in table.chunks[1:] if c.lower is not None]
+
+    def keep(self, changes: Sequence[RowChange]) -> list[RowChange]:
+        table = self.table
+        if not changes:
+            return []
+        max_high = table.max_high
+        late = [] if max_high is None else [c for c in changes if c.position > max_high]
+        if len(late) == len(changes):
+            return late
+        early = changes if max_high is None else [c for c in changes if c.position <= max_high]
+        positions = table.schema.key_positions()
+        keys = [tuple(img[i] for i in positions) for c in early for img in (c.before, c.after) if img is not None]
+        index = self._chunk_index(keys)
+
+        def past_its_chunk(change: RowChange, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+            """The image if its chunk was read before the change, else None (the chunk holds it, or will)."""
+            if image is None:
+                return None
+            high = table.chunk_highs[index[tuple(image[i] for i in positions)]]
+            return image if high is not None and change.position > high else None
+
+        kept = []
+        for change in early:
+            before, after = past_its_chunk(change, change.before), past_its_chunk(change, change.after)
+            if before is change.before and after is change.after:
+                kept.append(change)
+            elif before is not None or after is not None:
+                kept.append(change._replace(before=before, after=after))
+        return kept + late
+
+    def _chunk_index(self, keys: list[Key]) -> dict[Key, int]:
+        unique = list(dict.fromkeys(keys))
+        if self.numeric:
+            return {k: bisect.bisect_right(self._lowers, k) for k in unique}
+        # Chunk by chunk, every key not placed yet in one server query (per 200 keys): the number of
+        # queries grows with the chunks, not with keys times chunks.
+        result: dict[Key, int] = {}
+        pending = unique
+        for i, chunk in enumerate(self.table.chunks):
+            if not pending:
+                break
+            inside = in_chunk(self.conn, self.table.schema, chunk, pending)
+            result.update((k, i) for k in pending if inside[k])
+            pending = [k for k in pending if not inside[k]]
+        return result
+
+
+def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition | None:
+    return None if a is None or b is None else min(a, b)
+
+
+@dataclass
+class TableBatch:
+    """One table's part of a binlog batch, ready to commit (pickled whole from the source's process to the
+    driver: Arrow tables pickle as their buffers)."""
+
+    table_id: str
+    rows: pa.Table | None
+    """The target's rows (`batch_arrow`: per key its final image, or its key to delete); None: nothing to apply."""
+    append: bool
+    """Every row has a key the batch created, which the target cannot hold: appended, nothing read."""
+    where: str | None
+    """What of the target the MERGE reads (`batch_where`); None: all of it."""
+    applied: int
+    """Row changes `rows` stand for."""
+    changelog: pa.Table | None
+    """The changelog table's rows (`changelog_arrow`); None: no changelog, or nothing for it."""
+    rejected: list[RejectedValue]
+
+
+def prepare_batch(
+    config: PipelineConfig,
+    tables: Mapping[str, TableStream],
+    filters: Mapping[str, HighWatermarkFilter],
+    batch: Sequence[Transaction],
+) -> list[TableBatch]:
+    """What `batch` writes, per table it changes (in table order), as of what each table holds now."""
+    per_table: dict[str, list[RowChange]] = defaultdict(list)
+    # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
+    # replace a change with one side of it).
+    transaction_of: dict[BinlogPosition, Transaction] = {}
+    policy = {
+        table_id: config.options_for(t.schema.database, t.schema.table).on_unrepresentable
+        for table_id, t in tables.items()
+    }
+    logged = {
+        table_id for table_id, table in tables.items() if table.changelog is not None or policy[table_id] != "null"
+    }
+    for tx in batch:
+        for change in tx.changes:
+            per_table[change.table_id].append(change)
+            if change.table_id in logged:
+                transaction_of[change.position] = tx
+    prepared = []
+    for table_id, changes in sorted(per_table.items()):
+        table = tables[table_id]
+        # What the target (and the changelog) hold already is skipped, each by its own committed offset.
+        floor = _older(table.committed, table.changelog_committed) if table.changelog else table.committed
+        if floor is not None:
+            changes = [c for c in changes if c.position > floor]
+        changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
+        # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
+        # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
+        changes, rejected = split_rejected(
+            changes,
+            table.schema.columns,
+            table.schema.primary_key_positions(),
+            policy[table_id],
+            lambda c: (transaction_of[c.position].gtid, transaction_of[c.position].commit_time),
+        )
+        to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
+        done = table.changelog_committed
+        to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
+        if to_merge or to_log or rejected:
+            rows, append, where = _target_rows(config, table, to_merge)
+            changelog = _changelog_rows(table, to_log, transaction_of) if to_log else None
+            prepared.append(TableBatch(table_id, rows, append, where, len(to_merge), changelog, rejected))
+    return prepared
+
+
+def _target_rows(
+    config: PipelineConfig, table: TableStream, changes: list[RowChange]
+) -> tuple[pa.Table | None, bool, str | None]:
+    """The target's rows of the batch, whether they are appended, and what of the target a MERGE reads."""
+    if not changes:
+        return None, False, None
+    schema = table.schema
+    folded = [Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes]
+    finals = materialize(folded, schema.primary_key_positions())
+    # A batch that only creates rows (inserts of keys absent before it: an event or log table, new orders) is
+    # appended: the target holds exactly the source before the batch, so it cannot hold those keys. Not under
+    # the `ignore` DDL policy, where an ignored TRUNCATE leaves rows behind that re-inserts must overwrite. Nor
+    # when expiry hid the target's newest offset: it may hold this very batch (committed before a crash).
+    append = (
+        table.committed_known
+        and config.stream.on_schema_change != "ignore"
+        and all(row is not None for row in finals.values())
+        and finals.keys() <= created_keys(folded, schema.primary_key_positions())
+    )
+    where = None if append else batch_where(schema, finals.keys(), _partition_values(config, table, folded))
+    return batch_arrow(schema, finals), append, where
+
+
+def _changelog_rows(
+    table: TableStream, changes: list[RowChange], transaction_of: Mapping[BinlogPosition, Transaction]
+) -> pa.Table:
+    return changelog_arrow(
+        table.schema,
+        changelog_rows(
+            SourceChange(
+                c.position.file,
+                c.position.file_number,
+                c.position.pos,
+                c.row_index,
+                c.before,
+                c.after,
+                transaction_of[c.position].gtid,
+                transaction_of[c.position].commit_time,
+            )
+            for c in changes
+        ),
+    )
+
+
+def _partition_values(config: PipelineConfig, table: TableStream, changes: list[Change]) -> dict[str, set[Any]] | None:
+    """Every value each partition column of the target may hold in the rows the batch changes: those of the rows'
+    images before and after each change. The target holds the source's rows as of the batch's start (or, when a
+    commit's outcome was unknown, its end), so the rows it matches hold one of them. Not under the `ignore` DDL
+    policy nor with `dead_letter`: then the target may keep rows the source no longer has, as they were."""
+    schema = table.schema
+    if (
+        not table.partition_columns
+        or config.stream.on_schema_change == "ignore"
+        or config.options_for(schema.database, schema.table).on_unrepresentable == "dead_letter"
+    ):
+        return None
+    names = schema.column_names
+    positions = {c: names.index(c) for c in table.partition_columns if c in names}
+    images = [image for c in changes for image in (c.before, c.after) if image is not None]
+    return {column: {image[p] for image in images} for column, p in positions.items()}
