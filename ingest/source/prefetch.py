@@ -57,9 +57,7 @@ class Prefetch:
     """Items of `reader.transactions(idle=...)`, produced on a thread, in order.
 
     `pause_after(item)` makes the reader wait after handing `item` over until `resume()` (a DDL: rows after
-    it must be decoded with the schema the consumer installs). `prepare(item)`, when given, is what is handed
-    over instead of each transaction or statement, made on the thread (`size_of` and `pause_after` are asked of
-    it). `close()` stops the thread.
+    it must be decoded with the schema the consumer installs). `close()` stops the thread.
     """
 
     def __init__(
@@ -68,10 +66,8 @@ class Prefetch:
         max_changes: int,
         size_of: Callable[[Any], int],
         pause_after: Callable[[Any], bool] = lambda item: False,
-        prepare: Callable[[Any], Any] | None = None,
     ) -> None:
         self._reader = reader
-        self._prepare = prepare
         self._max = max(1, max_changes)
         self._size_of = size_of
         self._pause_after = pause_after
@@ -141,8 +137,7 @@ class Prefetch:
 
     def _run(self) -> None:
         try:
-            for read in self._reader.transactions(idle=self._idle):
-                item = read if self._prepare is None else self._prepare(read)
+            for item in self._reader.transactions(idle=self._idle):
                 if not self._wait_for_room():
                     return  # the consumer is gone: hand nothing more over
                 with self._room:

@@ -359,12 +359,13 @@ def test_a_source_schema_that_no_longer_fits_the_target_drops_it_as_before_and_s
     assert verify(config)
 
 
+@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_through_branches(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
     """`stop` (the default) still stops with the way out: test_binlog_edges.py's purged-binlog test."""
-    db = "recopy_purged"
-    config, _ = _setup(mariadb, db, tmp_path, on_purged="resnapshot")
+    db = f"recopy_purged_{engine}"
+    config, _ = _setup(mariadb, db, tmp_path, on_purged="resnapshot", engine=engine)
     run(config, spark=spark, until_caught_up=True)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 50")
     run(config, spark=spark, until_caught_up=True)
