@@ -33,13 +33,14 @@ from ingest.model.schema import TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
 from ingest.sink.targets import qualified, table_of
-from ingest.snapshot import copy_chunks, finish_copy, plan_table, unfinished
+from ingest.snapshot import copy_chunks, finish_copy, plan_table, snapshot_table, unfinished
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import connect, list_tables, load_schema
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.streaming import StopSignal, stream
+from ingest.structured import PhaseEnds, stream_structured
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,9 @@ def stream_taking_requests(
     stop: StopSignal,
     hook: ChunkHook | None = None,
 ) -> list[TableSchema]:
-    """The loop engine's binlog phase, started again after each request with the tables it adds; return the
-    tables of the last phase."""
+    """The binlog phase, started again after each request with the tables it adds; return the tables of the last
+    phase. The loop engine reads the chunks of the tables added between its batches; the structured engine, whose
+    query cannot, copies them before it starts again (pauses aside: it reads every chunk)."""
     watch = SignalWatch(state, config.stream.signal_poll_seconds)
     copy = LiveCopy(spark, config, state, flavor, hook)
     named: list[TablesNamed] = []
@@ -143,10 +145,15 @@ def stream_taking_requests(
         copy.step(tables, conn, watch.paused)
         return False
 
+    structured = config.stream.engine == "structured"
     while True:
-        end = stream(
-            spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append, recopied.extend
-        )
+        if structured:
+            ends = PhaseEnds(watch.look, named.append)
+            end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, ends)
+        else:
+            end = stream(
+                spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append, recopied.extend
+            )
         log.info("binlog phase stopped at %s", end)
         if stop.event.is_set() or not (watch.asked or named or recopied):
             return schemas
@@ -157,6 +164,9 @@ def stream_taking_requests(
         with connect(config.source) as conn:
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
         schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked, before)
+        if structured:
+            for schema in (s for s in schemas if unfinished(state, s.table_id)):
+                snapshot_table(spark, config, state, flavor, schema, hook=hook, stop=stop.event)
 
 
 def take_requests(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
-from ingest.config import PipelineConfig, SourceConfig
+from ingest.config import PipelineConfig, SourceConfig, TableSelection
 from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.runtime.python_gc import raise_gc_threshold
@@ -64,6 +64,9 @@ class BinlogSourceSpec:
     goal: BinlogPosition | None = None
     """With "stop when caught up": the binlog end when the phase started; a batch reaching it is handed over at
     once."""
+    new_tables: TableSelection | None = None
+    """When given, a DDL statement that names a table these patterns match but the phase does not capture ends
+    a batch of its own (`SourceBatch.named`): the job ends the phase there and copies the table."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class SourceBatch:
     ddl: DdlStatement | None
     tables: list[TableBatch]
     end: BatchEnd
+    named: TablesNamed | None = None
+    """The statement the batch ends with, that named tables to capture (see `BinlogSourceSpec.new_tables`)."""
 
 
 def decode_batch(rows: list[Any]) -> SourceBatch:
@@ -100,13 +105,15 @@ def decode_batch(rows: list[Any]) -> SourceBatch:
         raise RuntimeError(f"a binlog batch without its end row ({len(ordered)} rows)")
     ddl = pickle.loads(bytes(ordered[0][2])) if ordered[0][1] == "ddl" else None
     tables = [pickle.loads(bytes(row[2])) for row in ordered if row[1] == "table"]
-    return SourceBatch(ddl, tables, pickle.loads(bytes(ordered[-1][2])))
+    named = next((pickle.loads(bytes(row[2])) for row in ordered if row[1] == "named"), None)
+    return SourceBatch(ddl, tables, pickle.loads(bytes(ordered[-1][2])), named)
 
 
 def _rows(batch: SourceBatch) -> list[tuple[int, str, bytes]]:
     """The rows of a batch: its DDL, each table's part (Arrow tables pickle as their buffers), then its end."""
     parts: list[tuple[str, Any]] = [("ddl", batch.ddl)] if batch.ddl is not None else []
     parts += [("table", part) for part in batch.tables]
+    parts += [("named", batch.named)] if batch.named is not None else []
     parts.append(("end", batch.end))
     return [(i, kind, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)) for i, (kind, part) in enumerate(parts)]
 
@@ -124,7 +131,7 @@ class BinlogStreamReader:
         self._filters = {table_id: HighWatermarkFilter(self._conn, t) for table_id, t in self._tables.items()}
         self._reader: BinlogReader | None = None
         self._prefetch: Prefetch | None = None
-        self._next: Transaction | DdlStatement | None = None
+        self._next: Transaction | DdlStatement | TablesNamed | None = None
         """An item taken from the prefetch but left for the next batch (a DDL after other items)."""
         self._failure: Exception | None = None
         """The reader's error, raised once what it read before is handed over."""
@@ -157,7 +164,8 @@ class BinlogStreamReader:
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
-        return iter(_rows(self._prepare(batch.items, batch.end, batch.at))), batch.end.to_json()
+        prepared = self._prepare(batch.items, batch.end, batch.at)
+        return iter(_rows(dataclasses.replace(prepared, named=batch.named))), batch.end.to_json()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
         items = self._replay(self._begin(start), Watermark.from_json(end))
@@ -220,7 +228,13 @@ class BinlogStreamReader:
             return resume
         return mark
 
-    def _new_reader(self, begin: Watermark, blocking: bool, server_id: int | None = None) -> BinlogReader:
+    def _new_reader(
+        self,
+        begin: Watermark,
+        blocking: bool,
+        server_id: int | None = None,
+        new_tables: TableSelection | None = None,
+    ) -> BinlogReader:
         stream, source = self.spec.config.stream, self.spec.config.source
         gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
         return BinlogReader(
@@ -233,6 +247,7 @@ class BinlogStreamReader:
             start_gtid=gtid,
             contained_until=self.spec.contained_until,
             planned_at=self.spec.planned_at,
+            new_tables=new_tables,
         )
 
     def _open(self, begin: Watermark) -> None:
@@ -243,7 +258,7 @@ class BinlogStreamReader:
             self._replay(resume, begin)
         self._positioned = True
         self._close()
-        self._reader = self._new_reader(begin, blocking=True)
+        self._reader = self._new_reader(begin, blocking=True, new_tables=self.spec.new_tables)
         self._prefetch = Prefetch(
             self._reader,
             self.spec.config.stream.batch_max_changes,
@@ -301,6 +316,13 @@ class BinlogStreamReader:
                 continue
             if isinstance(item, End):
                 return batch  # only when the reader was closed
+            if isinstance(item, TablesNamed):
+                # It ends a batch of its own: the job ends the phase after committing it.
+                if batch.moved:
+                    self._next = item
+                else:
+                    batch.named, batch.end = item, Watermark(item.end, item.gtid_after, here)
+                return batch
             if isinstance(item, DdlStatement):
                 if batch.moved:
                     self._next = item
@@ -334,6 +356,7 @@ class _Batch:
     begin: Watermark
     items: list[Transaction | DdlStatement] = field(default_factory=list)
     changes: int = 0
+    named: TablesNamed | None = None
     end: Watermark = field(init=False)
     at: float | None = None
     """The source time `end` is current to, when it was moved by an idle report."""

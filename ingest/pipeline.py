@@ -29,7 +29,6 @@ from ingest.source.throttle import check_load_probe
 from ingest.state.table import StateTable
 from ingest.status import bytes_behind_now
 from ingest.streaming import StopSignal, gone_tables
-from ingest.structured import stream_structured
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +144,7 @@ def _stream(
     stop: Any,
     hook: ChunkHook | None,
 ) -> None:
-    """The binlog phase of either engine (the loop engine's takes `ingest snapshot` requests as it goes)."""
-
-    if config.stream.engine == "structured":
-        end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop)
-        log.info("binlog phase stopped at %s", end)
-        return
+    """The binlog phase of either engine, taking `ingest snapshot` requests and new tables as it goes."""
     schemas = stream_taking_requests(spark, config, state, flavor, schemas, until_caught_up, stop, hook)
     if not stop.event.is_set():
         # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up to

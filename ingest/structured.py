@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from ingest import errors
 from ingest.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
+from ingest.model.changes import TablesNamed
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
 from ingest.source.mysql import connect
@@ -39,6 +41,17 @@ from ingest.streaming import StopPoint, StopSignal, StreamStart, batch_source_ti
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PhaseEnds:
+    """When the phase ends before its goal or a stop, after the batch just committed."""
+
+    between: Callable[[], bool] | None = None
+    """Asked after each batch: True ends the phase (requests to take, `ingest snapshot`)."""
+    on_tables_named: Callable[[TablesNamed], None] | None = None
+    """Given a statement that named tables the patterns match but the phase does not capture; the phase ends
+    after it. None: such statements are not looked for (the tables are copied at the next start)."""
+
+
 class _Closing(Exception):
     """A batch started after the job decided to stop: not committed, so a kept checkpoint replays it."""
 
@@ -47,16 +60,23 @@ class _Sink:
     """`foreachBatch`: commits each micro-batch; the job's thread waits on `done` and stops between batches."""
 
     def __init__(
-        self, spark: Any, config: PipelineConfig, state: StateTable, conn: Any, flavor: str, begin: StreamStart
+        self,
+        spark: Any,
+        config: PipelineConfig,
+        state: StateTable,
+        conn: Any,
+        flavor: str,
+        begin: StreamStart,
+        ends: PhaseEnds,
     ) -> None:
         self.spark, self.config, self.state, self.conn, self.flavor = spark, config, state, conn, flavor
-        self.begin = begin
+        self.begin, self.ends = begin, ends
         self.committed = begin.start
         self.source_time = state.offset_source_time()
         self.lock = threading.Lock()
         self.closing = False
         self.done = threading.Event()
-        """The goal is committed (with "stop when caught up")."""
+        """The goal is committed (with "stop when caught up"), or the phase ends to take requests or new tables."""
         self.error: BaseException | None = None
         self.last_batch: int | None = None
         """The id of the last micro-batch committed to the targets."""
@@ -93,7 +113,14 @@ class _Sink:
             self.source_time = batch_source_time(self.source_time, batch.end.last_commit, batch.end.at)
             commit_prepared(self.spark, self.config, self.state, begin.by_id, batch.tables, end, self.source_time)
             self.committed = end.position
-        if begin.goal is not None and self.committed >= begin.goal:
+        if batch.named is not None:
+            assert self.ends.on_tables_named is not None  # the source reports them only then
+            self.ends.on_tables_named(batch.named)
+        if (
+            (begin.goal is not None and self.committed >= begin.goal)
+            or batch.named is not None
+            or (self.ends.between is not None and self.ends.between())
+        ):
             self.closing = True
             self.done.set()
 
@@ -111,8 +138,11 @@ def stream_structured(
     flavor: str,
     until_caught_up: bool,
     stop: StopSignal | None = None,
+    ends: PhaseEnds | None = None,
 ) -> BinlogPosition:
-    """Run the binlog phase as a Structured Streaming query; return the offset committed last."""
+    """Run the binlog phase as a Structured Streaming query; return the offset committed last. `ends` says when
+    the phase ends early, after a batch (as the loop's `between` and `on_tables_named`)."""
+    ends = ends or PhaseEnds()
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
         if begin.goal is not None and begin.start >= begin.goal:
@@ -125,10 +155,11 @@ def stream_structured(
             begin.contained_until,
             begin.planned_at,
             begin.goal,
+            config.tables if ends.on_tables_named is not None else None,
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
-        sink = _Sink(spark, config, state, conn, flavor, begin)
+        sink = _Sink(spark, config, state, conn, flavor, begin, ends)
         kept = config.stream.checkpoint_location
         logs = _CheckpointLogs(spark, kept) if kept else None
         scratch: Path | None = None

@@ -240,14 +240,20 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
     assert captured.returncode == 2 and "already captured" in captured.stderr and "--again" in captured.stderr
 
 
-@pytest.mark.parametrize("crash_at", ["adhoc.after_drop", "adhoc.before_copy:2"])
+@pytest.mark.parametrize(
+    ("engine", "crash_at"),
+    # The structured engine ends its query to take the request and copies the table before starting it again:
+    # killed right after the copy started over (the loop's chunk reads between batches have a kill point of
+    # their own).
+    [("loop", "adhoc.after_drop"), ("loop", "adhoc.before_copy:2"), ("structured", "adhoc.after_drop")],
+)
 def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str, crash_at: str
 ) -> None:
     """A target damaged by hand is copied again (into its branch) while the job runs; the job is killed right after
     the copy started over or between two chunk commits of the copy, and the next run ends with the table equal to
     MySQL."""
-    db = f"adhoc_again_{crash_at.split('.')[1].split(':')[0]}"
+    db = f"adhoc_again_{crash_at.split('.')[1].split(':')[0]}_{engine}"
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -255,7 +261,15 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
         f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_300",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.t", f"again_{len(crash_at)}", LIVE_SNAPSHOT, crash_at, signal_poll_seconds=1
+        mariadb,
+        db,
+        tmp_path,
+        rf"{db}\.t",
+        f"again_{len(crash_at)}_{engine}",
+        LIVE_SNAPSHOT,
+        crash_at,
+        signal_poll_seconds=1,
+        engine=engine,
     )
     try:
         with background_writes(mariadb, db, lambda cur, n: _move_keys(cur, n, "t", 300)):
@@ -274,10 +288,13 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     assert StateTable.open(config).requests().snapshot == {}
 
 
+@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copied_without_a_request(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
 ) -> None:
-    db = "adhoc_auto"
+    """The loop engine reads the new tables' chunks between its batches; the structured engine ends its query at
+    the statement, copies them, and starts again."""
+    db = f"adhoc_auto_{engine}"
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -289,7 +306,7 @@ def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copie
         f"INSERT INTO {db}.staging2 SELECT * FROM {db}.staging",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(t|auto_.*)", "adhoc_auto", LIVE_SNAPSHOT, signal_poll_seconds=1
+        mariadb, db, tmp_path, rf"{db}\.(t|auto_.*)", db, LIVE_SNAPSHOT, signal_poll_seconds=1, engine=engine
     )
     log = _Log(job)
     created, later = threading.Event(), threading.Event()

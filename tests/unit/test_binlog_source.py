@@ -10,7 +10,7 @@ import pytest
 from ingest.binlog_batch import TableBatch
 from ingest.binlog_source import BatchEnd, SourceBatch, _rows, decode_batch
 from ingest.errors import BinlogPurgedError, SchemaChangeError
-from ingest.model.changes import DdlStatement
+from ingest.model.changes import DdlStatement, TablesNamed
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.structured import _as_ingest_error, checkpoint_problem
 
@@ -38,6 +38,10 @@ def test_a_batch_decodes_to_its_ddl_its_tables_and_its_end_whatever_order_spark_
         ("d.t", [{"id": 3, "__ingest_op": "U"}]),
     ]
     assert decode_batch(_rows(SourceBatch(None, [], end))) == SourceBatch(None, [], end)
+    named = TablesNamed((("d", "new"),), BinlogPosition("mysql-bin.000002", 400))
+    rows = _rows(SourceBatch(None, [_part("d.t", [4])], end, named))
+    assert [r[1] for r in rows] == ["table", "named", "end"]
+    assert decode_batch(rows[::-1]).named == named
 
 
 def test_a_batch_without_its_end_row_is_refused() -> None:
