@@ -240,10 +240,10 @@ class Bench:
         return time.perf_counter() - started
 
     def append(self, table: str, rows: Batch) -> float:
-        from ingest.sink.merge import OP_COLUMN, _batch_frame
+        from ingest.sink.merge import OP_COLUMN, batch_arrow
 
         started = time.perf_counter()
-        _batch_frame(self.spark, SCHEMA, rows).drop(OP_COLUMN).writeTo(table).append()
+        self.spark.createDataFrame(batch_arrow(SCHEMA, rows)).drop(OP_COLUMN).writeTo(table).append()
         return time.perf_counter() - started
 
     def scaling(self, version: int, rows: int, append_table: str) -> dict[str, Any]:

@@ -652,7 +652,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: MERGE INTO (the job's `merge_into`) vs append of the same batch, format v2 and v3."""
     from ingest.discovery import discover
     from ingest.sink.catalog import load_pyiceberg_catalog
-    from ingest.sink.merge import OP_COLUMN, _batch_frame, merge_into
+    from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
     from ingest.sink.targets import ensure_target
 
     config = make_config(spec)
@@ -674,7 +674,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
         for mode in ("merge", "append")
     }
     started = time.perf_counter()
-    frame = _batch_frame(spark, schema, base_rows).drop(OP_COLUMN)
+    frame = spark.createDataFrame(batch_arrow(schema, base_rows)).drop(OP_COLUMN)
     for table in names.values():
         frame.writeTo(table).append()
     load_s = time.perf_counter() - started
@@ -683,7 +683,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
         batch, rows = merge_batch(schema, base, r, min(n, MERGE_WARMUP_CHANGES) if r == 0 else n)
         for version in versions if r % 2 else versions[::-1]:  # alternate which format goes first
             t0 = time.perf_counter()
-            _batch_frame(spark, schema, batch)
+            spark.createDataFrame(batch_arrow(schema, batch))
             build = time.perf_counter() - t0
             t0 = time.perf_counter()
             position = BinlogPosition("mysql-bin.000001", 4 + r)
@@ -691,7 +691,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
             merge_s = time.perf_counter() - t0
             summary = _last_summary(spark, names[version, "merge"])
             t0 = time.perf_counter()
-            _batch_frame(spark, schema, rows).drop(OP_COLUMN).writeTo(names[version, "append"]).append()
+            spark.createDataFrame(batch_arrow(schema, rows)).drop(OP_COLUMN).writeTo(names[version, "append"]).append()
             append_s = time.perf_counter() - t0
             if r == 0:
                 continue
@@ -737,7 +737,7 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
     from ingest.discovery import discover
     from ingest.sink.catalog import load_pyiceberg_catalog
     from ingest.sink.maintenance import maintain
-    from ingest.sink.merge import OP_COLUMN, _batch_frame, merge_into
+    from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
     from ingest.sink.targets import ensure_target
 
     config = make_config(spec)
@@ -755,7 +755,7 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
         for mode in modes
     }
     base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}
-    frame = _batch_frame(spark, schema, base_rows).drop(OP_COLUMN)
+    frame = spark.createDataFrame(batch_arrow(schema, base_rows)).drop(OP_COLUMN)
     for table in names.values():
         frame.writeTo(table).append()
     settings = MaintenanceConfig(every_commits=every, expire_after_hours=0)

@@ -18,7 +18,8 @@ reads the same range from the server again: the same transactions, the same rows
 A batch is rows of (seq, kind, payload), each payload a pickle: kind "ddl", the DDL statement the batch begins
 with, if any; kind "table", one table's part of the batch made ready to commit in this process
 (`binlog_batch.prepare_batch`: filtered, folded to one final row per key, as Arrow tables), so that the
-driver only commits; then one "end" row: the batch's end offset and the source time it is current to. Events
+driver only commits; kind "named", a statement that named tables to capture, which ends its batch (see
+`BinlogSourceSpec.new_tables`); then one "end" row: the batch's end offset and the source time it is current to. Events
 before the point every target holds (the start the job computed from Iceberg) are never read: Iceberg, not
 Spark's checkpoint, says what is done, so a checkpoint may be lost or behind (the job refuses one that is
 ahead, see `ingest.structured`).
@@ -164,8 +165,7 @@ class BinlogStreamReader:
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
-        prepared = self._prepare(batch.items, batch.end, batch.at)
-        return iter(_rows(dataclasses.replace(prepared, named=batch.named))), batch.end.to_json()
+        return iter(_rows(self._prepare(batch.items, batch.end, batch.at, batch.named))), batch.end.to_json()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
         items = self._replay(self._begin(start), Watermark.from_json(end))
@@ -204,7 +204,13 @@ class BinlogStreamReader:
         log.info("binlog source: replayed %d transactions from %s to %s", len(items), begin.position, stop.position)
         return items
 
-    def _prepare(self, items: Sequence[Transaction | DdlStatement], end: Watermark, at: float | None) -> SourceBatch:
+    def _prepare(
+        self,
+        items: Sequence[Transaction | DdlStatement],
+        end: Watermark,
+        at: float | None,
+        named: TablesNamed | None = None,
+    ) -> SourceBatch:
         """The batch as the sink commits it; from then on the tables hold it (the sink commits each batch before
         Spark asks for the next, or the query ends)."""
         ddl = items[0] if items and isinstance(items[0], DdlStatement) else None
@@ -218,7 +224,7 @@ class BinlogStreamReader:
             if part.changelog is not None:
                 table.changelog_committed = end.position
         last_commit = max((tx.commit_time for tx in batch), default=None)
-        return SourceBatch(ddl, tables, BatchEnd(end.to_json(), at, last_commit))
+        return SourceBatch(ddl, tables, BatchEnd(end.to_json(), at, last_commit), named)
 
     def _begin(self, start: dict[str, Any]) -> Watermark:
         """Where to read from for a batch starting at `start`: never before what every target holds."""

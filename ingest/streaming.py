@@ -31,7 +31,7 @@ from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.model.schema import TableSchema, quote
 from ingest.sink.catalog import cached_pyiceberg_catalog
-from ingest.sink.changelog import append_changelog_arrow
+from ingest.sink.changelog import append_changelog
 from ingest.sink.evolution import (
     SOURCE_SCHEMA_PROPERTY,
     SchemaPlan,
@@ -779,7 +779,7 @@ def _append_changelog(spark: Any, config: PipelineConfig, table: TableStream, ro
             return done
         return _committed_in(config, names, end, done)
 
-    append_changelog_arrow(spark, qualified(config, *names), rows, config.name, end, read_offset)
+    append_changelog(spark, qualified(config, *names), rows, config.name, end, read_offset)
     table.changelog_committed = end.position
 
 

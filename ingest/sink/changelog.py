@@ -92,29 +92,16 @@ def changelog_arrow(schema: TableSchema, rows: Sequence[ChangelogRow]) -> Any:
 def append_changelog(
     spark: Any,
     table: str,
-    schema: TableSchema,
-    rows: Sequence[ChangelogRow],
-    pipeline: str,
-    end: Watermark,
-    read_offset: Callable[[], BinlogPosition | None],
-) -> bool:
-    """Append one batch's changelog rows; False when the table already holds the batch.
-
-    Appends never conflict with other writers in Iceberg (the commit is retried by Iceberg itself), so
-    the only check is whether an earlier attempt, whose outcome was unknown, committed already.
-    """
-    return append_changelog_arrow(spark, table, changelog_arrow(schema, rows), pipeline, end, read_offset)
-
-
-def append_changelog_arrow(
-    spark: Any,
-    table: str,
     rows: pa.Table,
     pipeline: str,
     end: Watermark,
     read_offset: Callable[[], BinlogPosition | None],
 ) -> bool:
-    """`append_changelog` of rows made Arrow already (`changelog_arrow`)."""
+    """Append one batch's changelog rows (`changelog_arrow`); False when the table already holds the batch.
+
+    Appends never conflict with other writers in Iceberg (the commit is retried by Iceberg itself), so
+    the only check is whether an earlier attempt, whose outcome was unknown, committed already.
+    """
     done = read_offset()
     if done is not None and done >= end.position:
         return False

@@ -116,10 +116,6 @@ def batch_arrow(schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any,
     return pa.Table.from_batches([batch]).append_column(OP_COLUMN, pa.array(ops, pa.string()))
 
 
-def _batch_frame(spark: Any, schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> Any:
-    return spark.createDataFrame(batch_arrow(schema, finals))
-
-
 def batch_where(
     schema: TableSchema, keys: Collection[tuple[Any, ...]], located: Mapping[str, Collection[Any]] | None = None
 ) -> str | None:

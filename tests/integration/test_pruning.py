@@ -125,7 +125,7 @@ def test_a_large_batch_reaches_the_target_scan_as_key_ranges_and_a_bloom_filter_
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     from ingest.discovery import discover
-    from ingest.sink.merge import _batch_frame, batch_where, merge_statement
+    from ingest.sink.merge import batch_arrow, batch_where, merge_statement
     from ingest.sink.targets import ensure_target
 
     db = "prunebloom"
@@ -140,7 +140,7 @@ def test_a_large_batch_reaches_the_target_scan_as_key_ranges_and_a_bloom_filter_
     table = ensure_target(spark, config, schema)
     spark.sql(f"INSERT INTO {table} SELECT id, 0, 'x' FROM range(1, 100001, 1, 4)")
     batch = {(k,): (k, 1, "y") for k in range(50_001, 51_001)} | {(k,): None for k in range(90_001, 90_101)}
-    _batch_frame(spark, schema, batch).createOrReplaceTempView("batch")
+    spark.createDataFrame(batch_arrow(schema, batch)).createOrReplaceTempView("batch")
     statement = merge_statement(table, "batch", schema, batch_where(schema, batch.keys()))
     # The job asks Spark for the Bloom filter once the target's pruned scan is big; this one is small.
     threshold = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
