@@ -33,8 +33,9 @@ from ingest.model.schema import TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
 from ingest.sink.targets import qualified, table_of
-from ingest.snapshot import copy_chunks, finish_copy, plan_table, snapshot_table, unfinished
+from ingest.snapshot import copy_chunks, finish_copy, plan_table, unfinished
 from ingest.source.chunk_reader import ChunkHook
+from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect, list_tables, load_schema
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
@@ -132,8 +133,8 @@ def stream_taking_requests(
     hook: ChunkHook | None = None,
 ) -> list[TableSchema]:
     """The binlog phase, started again after each request with the tables it adds; return the tables of the last
-    phase. The loop engine reads the chunks of the tables added between its batches; the structured engine, whose
-    query cannot, copies them before it starts again (pauses aside: it reads every chunk)."""
+    phase. It reads the chunks of the tables added as it goes: the loop engine between its batches, the structured
+    engine in chunk batches of its query."""
     watch = SignalWatch(state, config.stream.signal_poll_seconds)
     copy = LiveCopy(spark, config, state, flavor, hook)
     named: list[TablesNamed] = []
@@ -148,7 +149,7 @@ def stream_taking_requests(
     structured = config.stream.engine == "structured"
     while True:
         if structured:
-            ends = PhaseEnds(watch.look, named.append)
+            ends = PhaseEnds(watch.look, named.append, recopied.extend, copy.copy, lambda: watch.paused)
             end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, ends)
         else:
             end = stream(
@@ -164,9 +165,6 @@ def stream_taking_requests(
         with connect(config.source) as conn:
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
         schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked, before)
-        if structured:
-            for schema in (s for s in schemas if unfinished(state, s.table_id)):
-                snapshot_table(spark, config, state, flavor, schema, hook=hook, stop=stop.event)
 
 
 def take_requests(
@@ -244,7 +242,8 @@ def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema, targe
 
 
 class LiveCopy:
-    """Reads, between binlog batches, one commit of the chunks not read yet (the first table that has some)."""
+    """Reads chunks of tables still being copied while the binlog phase runs: the loop engine between its batches
+    (`step`), the structured engine in the chunk batches of its query (`copy`)."""
 
     def __init__(
         self, spark: Any, config: PipelineConfig, state: StateTable, flavor: str, hook: ChunkHook | None = None
@@ -254,43 +253,50 @@ class LiveCopy:
         """`snapshot.max_source_load`: asked without waiting, so a busy source holds back chunks, not the binlog."""
 
     def step(self, tables: Sequence[TableStream], conn: Any, paused: Collection[str] = ()) -> None:
+        """One commit of the chunks not read yet, of the first table that has some it can read now."""
         for table in tables:
             unread = table.unread
             if not unread or table.schema.table_id in paused:
                 continue
-            if self.throttle is not None and not self.throttle.ready(
-                f"{table.schema.table_id}: chunks read while streaming"
-            ):
-                return  # sampled again after the next batch
-            schema = table.schema
-            options = self.config.options_for(schema.database, schema.table)
-            follows_ddl = self.config.stream.on_schema_change != "ignore"
-            if follows_ddl and load_schema(conn, schema.database, schema.table, options).columns != schema.columns:
-                # A DDL the binlog phase has not reached yet: chunks read now would hold columns the target
-                # does not have. Read them once the phase has followed it.
-                log.info("%s: chunks wait until the binlog phase has followed a schema change", schema.table_id)
-                continue
-            crash_point("adhoc.before_copy")
-            chunks = unread[: self.config.snapshot.chunks_per_commit]
-            done = {c.index for c, h in zip(table.chunks, table.chunk_highs, strict=True) if h is not None}
-            records = copy_chunks(
-                self.spark, self.config, self.state, self.flavor, schema, table.target, chunks, done, self.hook
-            )
-            slot = {c.index: i for i, c in enumerate(table.chunks)}
-            for record in records:
-                assert record.high_watermark is not None
-                table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
-            if not table.unread:  # the last chunk: readers see the copy now, and the phase writes main again
-                finish_copy(self.spark, self.config, schema, table.target)
-                table.target = table_of(table.target)
-            read = len(table.chunks) - len(table.unread)
-            metrics.current().snapshot_progress(schema.table_id, read, len(table.chunks))
-            waited = self.throttle.seconds() if self.throttle is not None else 0.0
-            log.info(
-                "%s: chunks %d/%d read while streaming%s",
-                schema.table_id,
-                read,
-                len(table.chunks),
-                f", paused {waited:.1f} s for source load" if waited else "",
-            )
-            return
+            held = self.copy(table, unread[: self.config.snapshot.chunks_per_commit], conn)
+            if held != "schema":  # a table whose chunks wait for a DDL lets the next one go first
+                return
+
+    def copy(self, table: TableStream, chunks: Sequence[Chunk], conn: Any) -> Literal["load", "schema"] | None:
+        """Read those of `chunks` not read yet in one commit, and record their high watermarks in `table`; or say
+        what holds them back: the source's load ("load", sampled again after the next batch), or a DDL the binlog
+        phase has not followed yet ("schema": chunks read now would hold columns the target does not have)."""
+        schema = table.schema
+        if self.throttle is not None and not self.throttle.ready(f"{schema.table_id}: chunks read while streaming"):
+            return "load"
+        options = self.config.options_for(schema.database, schema.table)
+        follows_ddl = self.config.stream.on_schema_change != "ignore"
+        if follows_ddl and load_schema(conn, schema.database, schema.table, options).columns != schema.columns:
+            log.info("%s: chunks wait until the binlog phase has followed a schema change", schema.table_id)
+            return "schema"
+        slot = {c.index: i for i, c in enumerate(table.chunks)}
+        unread = [c for c in chunks if table.chunk_highs[slot[c.index]] is None]  # a batch replayed: read already
+        if not unread:
+            return None
+        crash_point("adhoc.before_copy")
+        done = {c.index for c, h in zip(table.chunks, table.chunk_highs, strict=True) if h is not None}
+        records = copy_chunks(
+            self.spark, self.config, self.state, self.flavor, schema, table.target, unread, done, self.hook
+        )
+        for record in records:
+            assert record.high_watermark is not None
+            table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
+        if not table.unread:  # the last chunk: readers see the copy now, and the phase writes main again
+            finish_copy(self.spark, self.config, schema, table.target)
+            table.target = table_of(table.target)
+        read = len(table.chunks) - len(table.unread)
+        metrics.current().snapshot_progress(schema.table_id, read, len(table.chunks))
+        waited = self.throttle.seconds() if self.throttle is not None else 0.0
+        log.info(
+            "%s: chunks %d/%d read while streaming%s",
+            schema.table_id,
+            read,
+            len(table.chunks),
+            f", paused {waited:.1f} s for source load" if waited else "",
+        )
+        return None

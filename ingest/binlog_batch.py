@@ -111,6 +111,8 @@ class HighWatermarkFilter:
         table = self.table
         if not changes:
             return []
+        if table.last_read is None:
+            return []  # no chunk is read yet: they will hold every change (no key needs looking up)
         max_high = table.max_high
         late = [] if max_high is None else [c for c in changes if c.position > max_high]
         if len(late) == len(changes):

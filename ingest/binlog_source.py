@@ -15,14 +15,25 @@ rows after it with the schema right after it.
 `readBetweenOffsets(start, end)`, which Spark calls to run a batch of its checkpoint again after a crash,
 reads the same range from the server again: the same transactions, the same rows, the same end.
 
+Tables whose chunks are not all read (a snapshot asked of the running job, a table created or copied again) are
+read in the same query: between binlog batches the source hands over a chunk batch, one commit of one table's
+chunks not read yet; its end offset is the binlog offset it started at plus those chunks (`source_offset`), so
+that it is replayed as the same chunks. The sink reads them on the executors and records their high
+watermarks in the state table, where the source learns them before it prepares the next binlog batch (whose
+changes to a chunk's keys it then filters by that watermark, as the loop engine does). A binlog batch due
+goes first; while none is, chunk batches follow each other. Tables paused (`ingest snapshot --pause`) are
+left out (looked up every `stream.signal_poll_seconds`); when the sink reads none of a chunk batch (the
+source's load, a DDL not followed yet), the next is offered after the next binlog batch, or
+`stream.batch_interval_seconds` later.
+
 A batch is rows of (seq, kind, payload), each payload a pickle: kind "ddl", the DDL statement the batch begins
 with, if any; kind "table", one table's part of the batch made ready to commit in this process
-(`binlog_batch.prepare_batch`: filtered, folded to one final row per key, as Arrow tables), so that the
-driver only commits; kind "named", a statement that named tables to capture, which ends its batch (see
-`BinlogSourceSpec.new_tables`); then one "end" row: the batch's end offset and the source time it is current to. Events
-before the point every target holds (the start the job computed from Iceberg) are never read: Iceberg, not
-Spark's checkpoint, says what is done, so a checkpoint may be lost or behind (the job refuses one that is
-ahead, see `ingest.structured`).
+(`binlog_batch.prepare_batch`: filtered, folded to one final row per key, as Arrow tables), so that the driver only
+commits; kind "chunks", a chunk batch's chunks (`ChunkBatch`); kind "named", a statement that named tables to
+capture, which ends its batch (see `BinlogSourceSpec.new_tables`); then one "end" row: the batch's end offset and
+the source time it is current to. Events before the point every target holds (the start the job computed from
+Iceberg) are never read: Iceberg, not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind
+(the job refuses one that is ahead, see `ingest.structured`).
 """
 
 from __future__ import annotations
@@ -31,18 +42,21 @@ import dataclasses
 import logging
 import pickle
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
 from ingest.config import PipelineConfig, SourceConfig, TableSelection
+from ingest.errors import SchemaChangeError
 from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.runtime.python_gc import raise_gc_threshold
-from ingest.source.binlog import BinlogReader, dump_server_id
+from ingest.source.binlog import FOLLOWED, BinlogReader, dump_server_id
+from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.prefetch import End, Idle, Prefetch
+from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +82,33 @@ class BinlogSourceSpec:
     new_tables: TableSelection | None = None
     """When given, a DDL statement that names a table these patterns match but the phase does not capture ends
     a batch of its own (`SourceBatch.named`): the job ends the phase there and copies the table."""
+    read_chunks: bool = False
+    """Whether the sink reads chunk batches: the source then hands over the chunks of `tables` not read yet."""
+
+
+@dataclass(frozen=True)
+class ChunkBatch:
+    """A micro-batch of chunks to read: one commit of one table's chunks not read yet."""
+
+    table_id: str
+    chunks: tuple[Chunk, ...]
+
+
+CHUNKS_KEY = "chunks"
+"""The key of a chunk batch's end offset that names its chunks."""
+
+
+def source_offset(mark: Watermark, chunks: ChunkBatch | None = None) -> dict[str, Any]:
+    """The source's offset: the binlog watermark, and for a chunk batch the chunks it reads."""
+    offset: dict[str, Any] = mark.to_json()
+    if chunks is not None:
+        offset[CHUNKS_KEY] = {"table": chunks.table_id, "indices": [c.index for c in chunks.chunks]}
+    return offset
+
+
+def offset_mark(offset: Mapping[str, Any]) -> Watermark:
+    """The binlog watermark of a source offset."""
+    return Watermark.from_json({k: v for k, v in offset.items() if k != CHUNKS_KEY})
 
 
 @dataclass(frozen=True)
@@ -97,6 +138,8 @@ class SourceBatch:
     end: BatchEnd
     named: TablesNamed | None = None
     """The statement the batch ends with, that named tables to capture (see `BinlogSourceSpec.new_tables`)."""
+    chunks: ChunkBatch | None = None
+    """A chunk batch's chunks (it has no DDL and no tables' parts)."""
 
 
 def decode_batch(rows: list[Any]) -> SourceBatch:
@@ -107,7 +150,8 @@ def decode_batch(rows: list[Any]) -> SourceBatch:
     ddl = pickle.loads(bytes(ordered[0][2])) if ordered[0][1] == "ddl" else None
     tables = [pickle.loads(bytes(row[2])) for row in ordered if row[1] == "table"]
     named = next((pickle.loads(bytes(row[2])) for row in ordered if row[1] == "named"), None)
-    return SourceBatch(ddl, tables, pickle.loads(bytes(ordered[-1][2])), named)
+    chunks = next((pickle.loads(bytes(row[2])) for row in ordered if row[1] == "chunks"), None)
+    return SourceBatch(ddl, tables, pickle.loads(bytes(ordered[-1][2])), named, chunks)
 
 
 def _rows(batch: SourceBatch) -> list[tuple[int, str, bytes]]:
@@ -115,6 +159,7 @@ def _rows(batch: SourceBatch) -> list[tuple[int, str, bytes]]:
     parts: list[tuple[str, Any]] = [("ddl", batch.ddl)] if batch.ddl is not None else []
     parts += [("table", part) for part in batch.tables]
     parts += [("named", batch.named)] if batch.named is not None else []
+    parts += [("chunks", batch.chunks)] if batch.chunks is not None else []
     parts.append(("end", batch.end))
     return [(i, kind, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)) for i, (kind, part) in enumerate(parts)]
 
@@ -143,6 +188,14 @@ class BinlogStreamReader:
         self._last_batch = time.monotonic()
         """When the last batch was handed over (the interval counts from there, as the loop's from a commit's
         start)."""
+        self._offered: ChunkBatch | None = None
+        """The chunk batch handed over last, when it is the last batch: its chunks' watermarks are learnt next."""
+        self._held_until = 0.0
+        """When the sink read none of the last chunk batch, when the next may be offered (a binlog batch handed
+        over ends the wait too)."""
+        self._state: StateTable | None = None
+        self._paused: frozenset[str] = frozenset()
+        self._paused_looked = -float("inf")
 
     # -- the Spark interface
 
@@ -154,22 +207,35 @@ class BinlogStreamReader:
         if self._prefetch is None or self._batch is None or self._batch.begin != begin:
             self._open(begin)
         assert self._batch is not None
+        after_chunks = self._learn()
+        if not after_chunks and (chunks := self._next_chunks()) is not None:
+            return self._hand_chunks(begin, chunks)
         # The first read waits for a due batch (up to FIRST_READ_WAIT_SECONDS, so that a stop is not held up
         # long): an offset that did not move would make Spark run an empty first batch (from no offset to the
-        # initial one), a whole micro-batch for nothing.
+        # initial one), a whole micro-batch for nothing. With chunks to read, only a batch due now goes first.
         first = self._batch.begin == self.spec.resume and not self._batch.moved
         interval = self.spec.config.stream.batch_interval_seconds
         wait = min(interval, FIRST_READ_WAIT_SECONDS) if first else READ_WAIT_SECONDS
-        batch = self._take(time.monotonic() + wait)
+        batch = self._take(time.monotonic() + (0.0 if after_chunks else wait))
         if batch is None or not batch.moved:
+            if after_chunks and (chunks := self._next_chunks()) is not None:
+                return self._hand_chunks(begin, chunks)
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
-        return iter(_rows(self._prepare(batch.items, batch.end, batch.at, batch.named))), batch.end.to_json()
+        self._held_until = 0.0
+        rows = _rows(self._prepare(batch.items, batch.end, batch.at, batch.named))
+        return iter(rows), source_offset(batch.end)
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
-        items = self._replay(self._begin(start), Watermark.from_json(end))
-        return iter(_rows(self._prepare(items, Watermark.from_json(end), None)))
+        mark = offset_mark(end)
+        if CHUNKS_KEY in end:  # the same chunks (the sink skips those read already)
+            table = self._tables[end[CHUNKS_KEY]["table"]]
+            by_index = {c.index: c for c in table.chunks}
+            chunks = ChunkBatch(table.schema.table_id, tuple(by_index[i] for i in end[CHUNKS_KEY]["indices"]))
+            return iter(_rows(SourceBatch(None, [], BatchEnd(end), chunks=chunks)))
+        items = self._replay(self._begin(start), mark)
+        return iter(_rows(self._prepare(items, mark, None)))
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -177,6 +243,67 @@ class BinlogStreamReader:
     def stop(self) -> None:
         self._close()
         self._conn.close()
+
+    # -- chunks
+
+    def _next_chunks(self) -> ChunkBatch | None:
+        """One commit of the chunks not read yet of the first table not paused that has some; None: none to offer
+        now."""
+        if not self.spec.read_chunks or time.monotonic() < self._held_until:
+            return None
+        unread = {t: table.unread for t, table in self._tables.items() if table.unread}
+        if not unread:
+            return None
+        paused = self._paused_tables()
+        for table_id, chunks in sorted(unread.items()):
+            if table_id not in paused:
+                return ChunkBatch(table_id, tuple(chunks[: self.spec.config.snapshot.chunks_per_commit]))
+        return None
+
+    def _hand_chunks(
+        self, begin: Watermark, chunks: ChunkBatch
+    ) -> tuple[Iterator[tuple[int, str, bytes]], dict[str, Any]]:
+        self._offered = chunks
+        end = source_offset(begin, chunks)
+        return iter(_rows(SourceBatch(None, [], BatchEnd(end), chunks=chunks))), end
+
+    def _learn(self) -> bool:
+        """After a chunk batch (True), the high watermarks of the chunks the sink read, from the state table; the
+        binlog batches after it keep the changes to their keys past those (`HighWatermarkFilter`)."""
+        offered, self._offered = self._offered, None
+        if offered is None:
+            return False
+        state = self._state_table()
+        state.reload()
+        records = state.done(offered.table_id)
+        table = self._tables.get(offered.table_id)
+        read = 0
+        if table is not None:
+            slot = {c.index: i for i, c in enumerate(table.chunks)}
+            for chunk in offered.chunks:
+                record = records.get(chunk.index)
+                if record is not None and record.high_watermark is not None:
+                    table.chunk_highs[slot[chunk.index]] = record.high_watermark.position
+                    read += 1
+        if read == 0:
+            self._held_until = time.monotonic() + self.spec.config.stream.batch_interval_seconds
+        return True
+
+    def _paused_tables(self) -> frozenset[str]:
+        """The tables `ingest snapshot --pause` holds (looked up at most every `stream.signal_poll_seconds`)."""
+        now = time.monotonic()
+        if now - self._paused_looked >= self.spec.config.stream.signal_poll_seconds:
+            self._paused_looked = now
+            try:
+                self._paused = self._state_table().requests().paused
+            except Exception as e:  # noqa: BLE001 - looked up again later; the binlog goes on meanwhile
+                log.warning("could not look for paused snapshots (looking again later): %s", e)
+        return self._paused
+
+    def _state_table(self) -> StateTable:
+        if self._state is None:
+            self._state = StateTable.open(self.spec.config)
+        return self._state
 
     # -- reading
 
@@ -228,7 +355,7 @@ class BinlogStreamReader:
 
     def _begin(self, start: dict[str, Any]) -> Watermark:
         """Where to read from for a batch starting at `start`: never before what every target holds."""
-        mark = Watermark.from_json(start)
+        mark = offset_mark(start)
         resume = self.spec.resume
         if mark.server_id == resume.server_id and mark.position < resume.position:
             return resume
@@ -254,6 +381,7 @@ class BinlogStreamReader:
             contained_until=self.spec.contained_until,
             planned_at=self.spec.planned_at,
             new_tables=new_tables,
+            recopy=stream.on_unfollowable == "recopy",
         )
 
     def _open(self, begin: Watermark) -> None:
@@ -339,20 +467,27 @@ class BinlogStreamReader:
         return batch
 
     def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
-        """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets)."""
+        """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets). A table
+        dropped, or one the sink copies again (`stream.on_unfollowable: recopy`, which ends the query at the
+        statement), is no longer read."""
         from ingest.source.schema_after import schema_after
 
         config = self.spec.config
-        if ddl.kind == "drop":
-            for key in ddl.tables:
-                reader.forget(key)
-                del self._tables[".".join(key)], self._filters[".".join(key)]
-            return
+        recopy = config.stream.on_unfollowable == "recopy"
         with connect(config.source) as conn:
             for key in ddl.tables:
-                table = self._tables[".".join(key)]
-                table.schema = schema_after(config, conn, self.spec.flavor, table.schema, ddl)
-                reader.set_schema(table.schema)
+                table_id = ".".join(key)
+                if ddl.kind != "drop" and (ddl.kind in FOLLOWED or not recopy):
+                    table = self._tables[table_id]
+                    try:
+                        table.schema = schema_after(config, conn, self.spec.flavor, table.schema, ddl)
+                        reader.set_schema(table.schema)
+                        continue
+                    except SchemaChangeError:
+                        if not recopy:
+                            raise
+                reader.forget(key)
+                del self._tables[table_id], self._filters[table_id]
 
 
 @dataclass

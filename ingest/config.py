@@ -585,10 +585,10 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         on_drop_table=cast(DropTablePolicy, stm.choice("on_drop_table", ("keep", "drop"), "keep")),
         on_unfollowable=cast(UnfollowablePolicy, stm.choice("on_unfollowable", ("fail", "recopy"), "fail")),
     )
-    if stream.on_unfollowable == "recopy" and (stream.engine != "loop" or stream.on_schema_change != "evolve"):
+    if stream.on_unfollowable == "recopy" and stream.on_schema_change != "evolve":
         raise ConfigError(
-            f"`{stm.key('on_unfollowable')}: recopy` copies a table again while the binlog phase runs, which only "
-            f"`{stm.key('engine')}: loop` does, and only with `{stm.key('on_schema_change')}: evolve`"
+            f"`{stm.key('on_unfollowable')}: recopy` copies a table again when a DDL cannot be followed, which only "
+            f"`{stm.key('on_schema_change')}: evolve` follows"
         )
     if stream.checkpoint_location is not None and stream.engine != "structured":
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")

@@ -1,5 +1,6 @@
 """The job: discover the tables, copy what is not copied yet (`ingest.snapshot`), then follow the binlog
-(`ingest.streaming`, `ingest.structured`), taking `ingest snapshot` requests on the way (`ingest.adhoc`)."""
+(`ingest.streaming`, `ingest.structured`), taking `ingest snapshot` requests on the way (`ingest.adhoc`). The
+structured engine's query reads the chunks itself, between its binlog batches: the job only plans them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ingest.runtime.warm_up import start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import ensure_target_created
-from ingest.snapshot import snapshot_table, unfinished
+from ingest.snapshot import ready_table, snapshot_table, unfinished
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import connect
 from ingest.source.startup import resolve_start
@@ -110,14 +111,16 @@ def _run(
             schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
         paused = requests.paused
         while True:
-            # A table paused (`ingest snapshot --pause`) keeps its chunks unread, and the loop engine's binlog phase
-            # holds back its keys' changes; the structured engine cannot read chunks between batches, so reads all.
-            loop = config.stream.engine == "loop"
-            if not _snapshot(
-                spark, config, state, info.flavor, _not_paused(paused, schemas) if loop else schemas, stop, hook
-            ):
+            binlog = not (snapshot_only or config.startup_mode == "snapshot_only")
+            if binlog and config.stream.engine == "structured":
+                # Its query reads the chunks, in chunk batches between its binlog batches.
+                for schema in schemas:
+                    ready_table(spark, config, state, info.flavor, schema)
+            # A table paused (`ingest snapshot --pause`) keeps its chunks unread, and the binlog phase holds back its
+            # keys' changes until it reads them.
+            elif not _snapshot(spark, config, state, info.flavor, _not_paused(paused, schemas), stop, hook):
                 return
-            if snapshot_only or config.startup_mode == "snapshot_only":
+            if not binlog:
                 return
             try:
                 _stream(spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook)

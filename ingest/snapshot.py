@@ -79,14 +79,9 @@ def snapshot_table(
     before each, wait while the source is above `snapshot.max_source_load`. Once `stop` is set (during a pause
     too), return after the current commit."""
     table_id = schema.table_id
-    target = plan_table(spark, config, state, flavor, schema)
-    plan = state.plan(table_id) or []
-    done = reconcile(config, state, schema)
+    target, plan, done = ready_table(spark, config, state, flavor, schema)
     todo = [c for c in plan if c.index not in done]
-    metrics.current().snapshot_progress(table_id, len(done), len(plan))
     if not todo:
-        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
-        finish_copy(spark, config, schema, target)  # a run that stopped between the last chunk and the swap
         return
     started = time.monotonic()
     rows_done = 0
@@ -113,6 +108,23 @@ def snapshot_table(
             paused,
         )
     finish_copy(spark, config, schema, target)
+
+
+def ready_table(
+    spark: Any, config: PipelineConfig, state: StateTable, flavor: str, schema: TableSchema
+) -> tuple[str, list[Chunk], set[int]]:
+    """Make a table ready for its chunks to be read: planned (`plan_table`), the chunks a run that died committed
+    recorded (`reconcile`), and, when every chunk is read, its copy made visible (a run that stopped between the
+    last chunk and the swap). Returns where its chunks go, its plan, and the chunks done."""
+    table_id = schema.table_id
+    target = plan_table(spark, config, state, flavor, schema)
+    plan = state.plan(table_id) or []
+    done = reconcile(config, state, schema)
+    metrics.current().snapshot_progress(table_id, len(done), len(plan))
+    if len(done) == len(plan):
+        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
+        finish_copy(spark, config, schema, target)
+    return target, plan, done
 
 
 def plan_table(

@@ -21,18 +21,20 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ingest import errors
-from ingest.binlog_source import BinlogSourceSpec, decode_batch, make_binlog_source
+from ingest.binlog_batch import TableStream
+from ingest.binlog_source import BinlogSourceSpec, ChunkBatch, decode_batch, make_binlog_source, offset_mark
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.model.changes import TablesNamed
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
+from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
@@ -50,10 +52,19 @@ class PhaseEnds:
     on_tables_named: Callable[[TablesNamed], None] | None = None
     """Given a statement that named tables the patterns match but the phase does not capture; the phase ends
     after it. None: such statements are not looked for (the tables are copied at the next start)."""
+    on_recopy: Callable[[list[str]], None] | None = None
+    """Given the tables a DDL statement makes copy again (`stream.on_unfollowable: recopy`); the phase ends at
+    the statement."""
+    read_chunks: Callable[[TableStream, Sequence[Chunk], Any], object] | None = None
+    """Reads the chunks of a chunk batch (`adhoc.LiveCopy.copy`): given the table, its chunks and a source
+    connection. None: the source hands over no chunk batch (the chunks not read are read at the next start)."""
+    paused: Callable[[], Collection[str]] = field(default=frozenset)
+    """The tables whose chunks `ingest snapshot --pause` holds: "stop when caught up" does not wait for them."""
 
 
 class _Closing(Exception):
-    """A batch started after the job decided to stop: not committed, so a kept checkpoint replays it."""
+    """A batch started after the job decided to stop, or the rest of a batch after a DDL that ends the phase: not
+    committed, so a kept checkpoint replays it."""
 
 
 class _Sink:
@@ -103,12 +114,21 @@ class _Sink:
 
     def _apply(self, rows: list[Any]) -> None:
         batch = decode_batch(rows)
-        end = Watermark.from_json(batch.end.offset)
+        end = offset_mark(batch.end.offset)
         begin = self.begin
+        if batch.chunks is not None:
+            self._read_chunks(batch.chunks)
         if batch.ddl is not None:
             # The source begins a batch with a DDL: every change before it is committed already.
-            follow_ddl(self.spark, self.config, self.state, self.conn, self.flavor, begin, batch.ddl, None)
+            recopy = follow_ddl(self.spark, self.config, self.state, self.conn, self.flavor, begin, batch.ddl, None)
             self.committed = batch.ddl.end
+            if recopy:
+                # The phase ends at the statement; the rest of the batch is read again by the next one.
+                assert self.ends.on_recopy is not None  # recopy is configured only with the job's request handling
+                self.ends.on_recopy(recopy)
+                self.closing = True
+                self.done.set()
+                raise _Closing(f"batch after the DDL at {batch.ddl.end}, which ends the phase to copy tables again")
         if end.position > self.committed or batch.tables:
             self.source_time = batch_source_time(self.source_time, batch.end.last_commit, batch.end.at)
             commit_prepared(self.spark, self.config, self.state, begin.by_id, batch.tables, end, self.source_time)
@@ -116,13 +136,35 @@ class _Sink:
         if batch.named is not None:
             assert self.ends.on_tables_named is not None  # the source reports them only then
             self.ends.on_tables_named(batch.named)
-        if (
-            (begin.goal is not None and self.committed >= begin.goal)
-            or batch.named is not None
-            or (self.ends.between is not None and self.ends.between())
-        ):
+        if self._caught_up() or batch.named is not None or (self.ends.between is not None and self.ends.between()):
             self.closing = True
             self.done.set()
+
+    def _caught_up(self) -> bool:
+        """With "stop when caught up": the goal is committed, and every chunk the phase reads is read."""
+        begin = self.begin
+        return begin.goal is not None and self.committed >= begin.goal and not chunks_left(begin, self.ends)
+
+    def settle(self) -> None:
+        """Between batches: end the phase if it is caught up, or requests wait (after the goal, a table paused, or
+        one whose chunks are all read, leaves no batch to end it)."""
+        if not self.lock.acquire(blocking=False):
+            return  # a batch is being committed: it looks itself
+        try:
+            if self.closing or self.error is not None:
+                return
+            if self._caught_up() or (self.ends.between is not None and self.ends.between()):
+                self.closing = True
+                self.done.set()
+        finally:
+            self.lock.release()
+
+    def _read_chunks(self, chunks: ChunkBatch) -> None:
+        """A chunk batch: its chunks read and committed, their high watermarks recorded in the state table (where
+        the source learns them), unless the source's load or a DDL not followed yet holds them back."""
+        table = self.begin.by_id.get(chunks.table_id)
+        if table is not None and self.ends.read_chunks is not None:
+            self.ends.read_chunks(table, chunks.chunks, self.conn)
 
     def close(self) -> None:
         """Wait for the batch being committed, and refuse later ones."""
@@ -145,7 +187,7 @@ def stream_structured(
     ends = ends or PhaseEnds()
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
-        if begin.goal is not None and begin.start >= begin.goal:
+        if begin.goal is not None and begin.start >= begin.goal and not chunks_left(begin, ends):
             return begin.start
         spec = BinlogSourceSpec(
             config,
@@ -156,6 +198,7 @@ def stream_structured(
             begin.planned_at,
             begin.goal,
             config.tables if ends.on_tables_named is not None else None,
+            ends.read_chunks is not None,
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
@@ -186,6 +229,14 @@ def stream_structured(
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
         return sink.committed
+
+
+def chunks_left(begin: StreamStart, ends: PhaseEnds) -> bool:
+    """Whether the phase has chunks to read (in chunk batches): of a table not paused."""
+    if ends.read_chunks is None:
+        return False
+    paused = ends.paused()
+    return any(t.unread for t in begin.tables if t.schema.table_id not in paused)
 
 
 def _refuse_checkpoint_ahead(logs: _CheckpointLogs, location: str, begin: StreamStart) -> None:
@@ -249,7 +300,7 @@ class _CheckpointLogs:
             text = self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
-        return Watermark.from_json(json.loads(text.strip().splitlines()[-1]))
+        return offset_mark(json.loads(text.strip().splitlines()[-1]))
 
 
 def _source_position(config: PipelineConfig, flavor: str) -> BinlogPosition:
@@ -272,6 +323,7 @@ def _run_until_done(
     try:
         # Woken by the sink as soon as the goal is committed; the query's own end is looked at between waits.
         while not sink.done.wait(0.25):
+            sink.settle()
             if stop is not None and stop.event.is_set():
                 stop_point = stop_point or StopPoint(source_position)
                 if stop_point.reached(sink.committed):

@@ -194,6 +194,13 @@ class StateTable:
                 )
         self._plans = {t: sorted(c, key=lambda c: c.index) for t, c in plans.items()}
 
+    def reload(self) -> None:
+        """Read the table's current snapshot again: what other writers recorded since it was opened or reloaded."""
+        self._planned_at.clear()
+        self._done.clear()
+        self._offset = self._offset_source_time = self._offset_recorded_at = None
+        self._load()
+
     def plan(self, table_id: str) -> list[Chunk] | None:
         return self._plans.get(table_id)
 

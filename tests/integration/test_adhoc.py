@@ -103,19 +103,21 @@ def _move_keys(cur: Any, n: int, table: str, keys: int) -> None:
     cur.execute(f"UPDATE IGNORE {table} SET id = %s WHERE id = %s", (1 + n * 13 % quarter, keys + 1 + n * 29 % keys))
 
 
+@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resumed_while_the_others_stream(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
 ) -> None:
     """The request comes first, for certain: the table is created without a binlog entry, so the job cannot
-    begin to copy it by itself (the other order is the next test)."""
-    db = "adhoc_new"
+    begin to copy it by itself (the other order is the next test). The loop engine reads the chunks between its
+    binlog batches, the structured engine in chunk batches of its query between its binlog batches."""
+    db = f"adhoc_new_{engine}"
     _fresh_db(mariadb, db)
     mariadb.execute(
         f"CREATE TABLE {db}.bal (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {db}.bal SELECT seq, 0 FROM {db}.seq_1_to_300",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", "adhoc_new", LIVE_SNAPSHOT, signal_poll_seconds=1
+        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", db, LIVE_SNAPSHOT, signal_poll_seconds=1, engine=engine
     )
     log = _Log(job)
     config_file = str(tmp_path / "pipeline.yaml")
@@ -242,10 +244,14 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
 
 @pytest.mark.parametrize(
     ("engine", "crash_at"),
-    # The structured engine ends its query to take the request and copies the table before starting it again:
-    # killed right after the copy started over (the loop's chunk reads between batches have a kill point of
-    # their own).
-    [("loop", "adhoc.after_drop"), ("loop", "adhoc.before_copy:2"), ("structured", "adhoc.after_drop")],
+    # Killed right after the copy started over, or between two chunk commits of the copy: the second one, or
+    # with the structured engine, whose query reads the first copy's 8 chunks in chunk batches too, the tenth.
+    [
+        ("loop", "adhoc.after_drop"),
+        ("loop", "adhoc.before_copy:2"),
+        ("structured", "adhoc.after_drop"),
+        ("structured", "adhoc.before_copy:10"),
+    ],
 )
 def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str, crash_at: str
@@ -292,8 +298,8 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
 def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copied_without_a_request(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
 ) -> None:
-    """The loop engine reads the new tables' chunks between its batches; the structured engine ends its query at
-    the statement, copies them, and starts again."""
+    """Either engine ends its binlog phase at the statement, plans the new tables and starts again; the loop engine
+    then reads their chunks between its batches, the structured engine in chunk batches of its query."""
     db = f"adhoc_auto_{engine}"
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",

@@ -276,21 +276,22 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
     assert _target(config, db).metadata.table_uuid == uuid
 
 
+@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_a_ddl_evolve_cannot_follow_copies_the_table_again_through_its_branch_while_the_job_runs(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
 ) -> None:
     """Issue 32, `stream.on_unfollowable: recopy`: a narrowing `MODIFY` (INT to SMALLINT, which evolve refuses)
     reaches the running job under a writer. The job does not stop: every change before the statement is
     committed, the table is copied again into its branch, which its Iceberg columns (still `int`) hold, so readers
     of main keep the old rows, whole, until the swap; the other table streams on meanwhile."""
-    db = "recopy_ddl"
+    db = f"recopy_ddl_{engine}"
     _setup(mariadb, db, tmp_path)
     mariadb.execute(
         f"CREATE TABLE {db}.u (id INT NOT NULL PRIMARY KEY, v INT)",
         f"INSERT INTO {db}.u SELECT seq, 0 FROM {db}.seq_1_to_20",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(t|u)", f"{db}_lake", SNAPSHOT, on_unfollowable="recopy"
+        mariadb, db, tmp_path, rf"{db}\.(t|u)", f"{db}_lake", SNAPSHOT, on_unfollowable="recopy", engine=engine
     )
     log = _Log(job)
 

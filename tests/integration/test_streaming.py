@@ -595,13 +595,17 @@ def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.P
 
 
 def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], each_second: Any = None) -> None:
-    """Until the job has committed a binlog batch (calling `each_second` meanwhile), at most 240 s."""
+    """Until the job has read every chunk and committed a binlog batch (calling `each_second` meanwhile), at most
+    240 s. (The structured engine's query reads chunks between binlog batches: a binlog batch alone does not say
+    the snapshot is complete.)"""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and job.poll() is None:
         if each_second is not None:
             each_second()
         try:
-            if StateTable.open(config).stream_offset() is not None:
+            state = StateTable.open(config)
+            copied = all(len(state.done(t)) == len(state.plan(t) or []) for t in state.tables())
+            if copied and state.stream_offset() is not None:
                 break
         except Exception:  # noqa: BLE001 - the catalog is created by the job
             pass

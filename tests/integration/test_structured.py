@@ -70,6 +70,32 @@ def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_o
     assert acct_before[-1] in tag
 
 
+def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_once(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """The query reads the snapshot in chunk batches. Killed after a chunk batch's rows are committed to the target
+    and before the state table records them: the next run records them from the target's snapshot summary, Spark
+    runs the batch again from its offset log (the same chunks), and the sink reads none of them twice."""
+    db = "schunks"
+    _fresh_db(mariadb, db)
+    write_dml(mariadb, db)  # changes in the binlog too, between and after the chunk batches
+    checkpoint = tmp_path / "checkpoint"
+    settings = {"checkpoint_location": str(checkpoint)}
+    config = _structured(mariadb, db, tmp_path, **settings)
+    config_file = write_config_file(mariadb, db, tmp_path, f"s_{db}", engine="structured", **settings)
+    crashed = run_ingest("run", "--config", str(config_file), crash_at="snapshot.after_commit:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert '"chunks"' in (checkpoint / "offsets" / "0").read_text()  # the batch Spark planned is a chunk batch
+    assert not (checkpoint / "commits" / "0").exists()
+    state = StateTable.open(config)
+    assert state.done(f"{db}.acct") == {} and len(state.plan(f"{db}.acct") or []) == 6
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    state = StateTable.open(config)
+    for table in ("acct", "tag"):
+        assert state.times_recorded(f"{db}.{table}") == {i: 1 for i in range(len(state.plan(f"{db}.{table}") or []))}
+
+
 def test_a_replayed_batch_reads_the_same_events_as_the_first_read(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:

@@ -116,3 +116,24 @@ def test_a_changelog_behind_its_target_gets_the_changes_the_target_holds(held: i
     (part,) = _prepare(table, _tx(300, (None, (1, "a"))), _tx(310, ((1, "a"), (1, "b"))))
     assert part.rows is None and part.applied == 0  # the target holds both
     assert part.changelog is not None and part.changelog.num_rows == (3 if held is None else 2)
+
+
+def test_while_no_chunk_is_read_every_change_is_left_to_the_chunks_without_asking_the_server() -> None:
+    """A table whose copy has not read a chunk yet (the structured engine reads chunks in its query): its chunks,
+    read later, hold every change. A string key would need the server to place it in a chunk; none is asked."""
+    schema = TableSchema(
+        "db", "s", (SourceColumn("k", "varchar", "varchar(10)", False),), ("k",), ("k",), ("utf8mb4_general_ci",)
+    )
+    chunks = [Chunk("db.s", 0, None, ("m",)), Chunk("db.s", 1, ("m",), None)]
+    table = TableStream(schema, "lake.db.s", chunks, [None, None], None)
+    at = BinlogPosition("b.000001", 300)
+    changes = [RowChange("db.s", at, 0, None, ("a",)), RowChange("db.s", at, 1, ("z",), None)]
+    assert HighWatermarkFilter(_NoServer(), table).keep(changes) == []
+    table.chunk_highs = [BinlogPosition("b.000001", 100), None]  # one read: the server places the keys
+    with pytest.raises(AssertionError, match="asked the server"):
+        HighWatermarkFilter(_NoServer(), table).keep(changes)
+
+
+class _NoServer:
+    def cursor(self, *args: Any) -> Any:
+        raise AssertionError("asked the server")

@@ -1,4 +1,5 @@
-"""The pure parts of the binlog Structured Streaming source and its sink: batch rows and error mapping."""
+"""The pure parts of the binlog Structured Streaming source and its sink: batch rows, offsets, the chunk batches the
+source offers, and error mapping."""
 
 from __future__ import annotations
 
@@ -7,11 +8,27 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from ingest.binlog_batch import TableBatch
-from ingest.binlog_source import BatchEnd, SourceBatch, _rows, decode_batch
+from ingest.binlog_batch import TableBatch, TableStream
+from ingest.binlog_source import (
+    CHUNKS_KEY,
+    BatchEnd,
+    BinlogSourceSpec,
+    BinlogStreamReader,
+    ChunkBatch,
+    SourceBatch,
+    _rows,
+    decode_batch,
+    offset_mark,
+    source_offset,
+)
+from ingest.config import parse_config
 from ingest.errors import BinlogPurgedError, SchemaChangeError
 from ingest.model.changes import DdlStatement, TablesNamed
+from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
+from ingest.source.chunks import Chunk
+from ingest.state.table import ChunkRecord, Requests
 from ingest.structured import _as_ingest_error, checkpoint_problem
 
 
@@ -80,3 +97,91 @@ def test_a_kept_checkpoint_is_continued_only_when_it_is_not_ahead_of_the_targets
     assert "hold the source only up to mysql-bin.000003:500" in ahead and "delete the checkpoint directory" in ahead
     moved = checkpoint_problem("ck", mark(100, 7), mark(200, 7), start, 1)
     assert moved is not None and "server_id 7" in moved and "source now is server_id 1" in moved
+
+
+class _State:
+    """The state table as the source reads it: chunk records and pauses (the sink writes them)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[int, ChunkRecord]] = {}
+        self.paused: frozenset[str] = frozenset()
+        self.reloads = 0
+
+    def reload(self) -> None:
+        self.reloads += 1
+
+    def done(self, table_id: str) -> dict[int, ChunkRecord]:
+        return dict(self.records.get(table_id, {}))
+
+    def requests(self) -> Requests:
+        return Requests({}, self.paused)
+
+
+def _reader(monkeypatch: pytest.MonkeyPatch) -> tuple[BinlogStreamReader, _State]:
+    monkeypatch.setenv("INGEST_UT_SOURCE_PASSWORD", "pw")
+    config = parse_config(
+        {
+            "source": {"host": "db.example", "user": "cdc", "password": {"env": "INGEST_UT_SOURCE_PASSWORD"}},
+            "tables": {"include": [r"db\..*"]},
+            "sink": {"catalog": {"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db"}},
+            "snapshot": {"chunks_per_commit": 2},
+        }
+    )
+    tables = []
+    for name, read in (("a", 3), ("b", 0), ("c", 0)):
+        schema = TableSchema("db", name, (SourceColumn("id", "int", "int(11)", False),), ("id",), ("id",), (None,))
+        chunks = [Chunk(f"db.{name}", i, None if i == 0 else (10 * i,), (10 * i + 10,)) for i in range(3)]
+        highs = [BinlogPosition("b.000001", 100)] * read + [None] * (3 - read)
+        tables.append(TableStream(schema, f"lake.db.{name}", chunks, highs, None))
+    mark = Watermark(BinlogPosition("b.000001", 50), None, 1)
+    reader = BinlogStreamReader(BinlogSourceSpec(config, "mariadb", tuple(tables), mark, {}, read_chunks=True))
+    state = _State()
+    reader._state = state  # type: ignore[assignment]
+    return reader, state
+
+
+def test_the_source_offers_one_commit_of_chunks_of_the_first_table_not_paused_and_learns_what_was_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader, state = _reader(monkeypatch)
+    state.paused = frozenset({"db.b"})
+    offered = reader._next_chunks()
+    assert offered is not None and offered.table_id == "db.c"  # db.a is read, db.b paused
+    assert [c.index for c in offered.chunks] == [0, 1]  # snapshot.chunks_per_commit
+    mark = Watermark(BinlogPosition("b.000001", 70), None, 1)
+    rows, end = reader._hand_chunks(mark, offered)
+    assert offset_mark(end) == mark and end[CHUNKS_KEY] == {"table": "db.c", "indices": [0, 1]}
+    assert reader._begin(end) == mark  # the next batch reads the binlog from where the chunk batch began
+    assert decode_batch(list(rows)).chunks == offered
+    assert list(reader.readBetweenOffsets(mark.to_json(), end)) == _rows(
+        SourceBatch(None, [], BatchEnd(end), chunks=offered)
+    )  # a replay is the same chunks
+    state.records["db.c"] = {0: ChunkRecord(offered.chunks[0], Watermark(BinlogPosition("b.000001", 90), None, 1))}
+    assert reader._learn() and state.reloads == 1
+    assert reader._tables["db.c"].chunk_highs == [BinlogPosition("b.000001", 90), None, None]
+    assert not reader._learn()  # only right after a chunk batch
+    state.paused = frozenset()
+    reader._paused_looked = -float("inf")  # `stream.signal_poll_seconds` later
+    again = reader._next_chunks()
+    assert again is not None and again.table_id == "db.b"
+
+
+def test_a_chunk_batch_the_sink_read_none_of_is_offered_again_only_after_a_binlog_batch_or_an_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader, _ = _reader(monkeypatch)
+    offered = reader._next_chunks()
+    assert offered is not None
+    reader._hand_chunks(Watermark(BinlogPosition("b.000001", 70), None, 1), offered)
+    assert reader._learn()  # the sink read none: the source's load, or a DDL not followed yet
+    assert reader._next_chunks() is None
+    reader._held_until -= reader.spec.config.stream.batch_interval_seconds  # the interval passed
+    assert reader._next_chunks() == offered
+
+
+def test_a_source_offset_is_a_watermark_and_only_a_chunk_batch_adds_its_chunks() -> None:
+    mark = Watermark(BinlogPosition("b.000002", 4), None, 7)
+    assert source_offset(mark) == mark.to_json() and offset_mark(source_offset(mark)) == mark
+    chunks = ChunkBatch("db.t", (Chunk("db.t", 3, (1,), (2,)),))
+    assert offset_mark(source_offset(mark, chunks)) == mark
+    assert source_offset(mark, chunks)[CHUNKS_KEY] == {"table": "db.t", "indices": [3]}
