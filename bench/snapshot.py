@@ -1,11 +1,12 @@
 """Snapshot throughput, CPU and memory of the job against a plain PyMySQL read of the same table, in one run.
 
     .venv/bin/python -m bench.snapshot [--rows N] [--chunk-size 8192] [--parallelism 1,2]
-                                       [--memory-sizes 1000000,4000000] [--update-rate 500] [--keep-logs]
-                                       [--spark-conf KEY=VALUE ...]
+                                       [--memory-sizes 1000000,4000000] [--update-rate 500] [--in-query 2]
+                                       [--keep-logs] [--spark-conf KEY=VALUE ...]
 
 Starts a private MariaDB, fills `bench.items`, measures the baselines in this process, then runs
-`ingest.pipeline.run(snapshot_only=True)` once per measurement in a child process
+`ingest.pipeline.run(snapshot_only=True)` once per measurement in a child process (and, for `--in-query`,
+`run(until_caught_up=True)` with `stream.engine: structured`, whose query reads the chunks in chunk batches)
 (`python -m bench.snapshot --worker SPEC`): a Spark session's master cannot change, and the child's
 process tree (driver, JVM, Python workers) is exactly the job, without MariaDB. The child announces
 the start and end of `run` and its JSON result on stdout; its stderr (Spark and job logs) goes to a
@@ -388,7 +389,8 @@ def make_config(spec: dict[str, Any]) -> PipelineConfig:
             },
             "snapshot": {"chunk_size": int(spec["chunk_size"]), "parallelism": parallelism},
             "spark": spark_section(f"local[{parallelism}]"),
-            "startup_mode": "snapshot_only",
+            # The structured engine's query reads the chunks itself (chunk batches), then catches up.
+            **({"stream": {"engine": "structured"}} if spec.get("query") else {"startup_mode": "snapshot_only"}),
         }
     )
 
@@ -523,7 +525,10 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     cpu_before = tree_cpu(root)
     print(STARTED_LINE, flush=True)  # the parent's TreeMonitor samples the tree from here to DONE_LINE
     started = time.perf_counter()
-    run(config, snapshot_only=True, spark=spark)
+    if spec.get("query"):
+        run(config, until_caught_up=True, spark=spark)
+    else:
+        run(config, snapshot_only=True, spark=spark)
     wall = time.perf_counter() - started
     cpu_after = tree_cpu(root)
     print(DONE_LINE, flush=True)
@@ -540,6 +545,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "label": spec["label"],
         "table": table_id,
         "parallelism": int(spec["parallelism"]),
+        "query": bool(spec.get("query")),
         "rows": rows,
         "seconds": round(wall, 3),
         "rows_per_s": rows / wall,
@@ -704,6 +710,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "parallelism": parallelisms,
             "memory_sizes": memory_sizes,
             "update_rate": args.update_rate,
+            "in_query": args.in_query,
             "spark_conf": spark_conf,
         },
         "table": f"{DATABASE}.{TABLE}: INT UNSIGNED AUTO_INCREMENT key + BIGINT, VARCHAR(64), DECIMAL(12,2), "
@@ -714,7 +721,9 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     keep_scratch = False
     idle: dict[int, dict[str, Any]] = {}
 
-    def job(label: str, table: str, table_rows: int, parallelism: int, **hooks: Any) -> dict[str, Any]:
+    def job(
+        label: str, table: str, table_rows: int, parallelism: int, query: bool = False, **hooks: Any
+    ) -> dict[str, Any]:
         warehouse = scratch / f"warehouse-{label}"
         warehouse.mkdir()  # the SQLite catalog file's directory must exist (pyiceberg does not create it)
         spec = {
@@ -726,6 +735,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "parallelism": parallelism,
             "chunk_size": chunk_size,
             "warehouse": str(warehouse),
+            "query": query,
         }
         _progress(f"ours {label}: {table_rows:,} rows at parallelism {parallelism} (log {scratch}/{label}.log)")
         out: dict[str, Any] = {}
@@ -752,6 +762,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             if FIXED_PARALLELISM not in idle and (args.update_rate > 0 or memory_sizes):
                 idle[FIXED_PARALLELISM] = job(f"p{FIXED_PARALLELISM}", TABLE, rows, FIXED_PARALLELISM)
             results["ours"] = [idle[p] for p in sorted(idle)]
+            results["in_query"] = [job(f"query-p{p}", TABLE, rows, p, query=True) for p in args.in_query]
 
             if args.update_rate > 0:
                 writer = UpdateWriter(server, TABLE, rows, args.update_rate)
@@ -809,6 +820,12 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     if reader:
         out["chunk_reader_rows_per_s_vs_baseline"] = reader["rows_per_s"] / base["rows_per_s"]
         out["chunk_reader_cpu_per_row_vs_baseline"] = reader["cpu_s_per_million_rows"] / base["cpu_s_per_million_rows"]
+    for run in results.get("in_query", []):
+        p = run["parallelism"]
+        out[f"in_query_p{p}_rows_per_s_vs_baseline"] = run["rows_per_s"] / base["rows_per_s"]
+        alone = next((r for r in results.get("ours", []) if r["parallelism"] == p), None)
+        if alone is not None:
+            out[f"in_query_p{p}_rows_per_s_vs_snapshot_phase"] = run["rows_per_s"] / alone["rows_per_s"]
     correction = results.get("watermark_correction")
     if correction:
         out["writer_run_rows_per_s_vs_idle"] = correction["rows_per_s_vs_idle"]
@@ -864,6 +881,8 @@ def render(results: dict[str, Any]) -> str:
     lines.append(row("chunk reader + Arrow, no Spark", reader))
     for run in results.get("ours", []):
         lines.append(row(f"ours: run() at parallelism {run['parallelism']}", run, run["peak_rss_mib"]))
+    for run in results.get("in_query", []):
+        lines.append(row(f"ours: the query's chunk batches p{run['parallelism']}", run, run["peak_rss_mib"]))
     correction = results.get("watermark_correction")
     if correction:
         lines.append(row(f"ours: p{correction['parallelism']} + update writer", correction, correction["peak_rss_mib"]))
@@ -872,7 +891,7 @@ def render(results: dict[str, Any]) -> str:
         f"chunk reader breakdown ({reader['chunks']} chunks, serial): select {reader['read_chunk_select_s']:.1f}s, "
         f"window {reader['read_chunk_window_s']:.1f}s, Arrow conversion and the rest {reader['arrow_and_other_s']:.1f}s"
     )
-    for run in [*results.get("ours", []), *([correction] if correction else [])]:
+    for run in [*results.get("ours", []), *results.get("in_query", []), *([correction] if correction else [])]:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in run["cpu_s_by_part"].items())
         rss = ", ".join(f"{k} {v:,.0f}" for k, v in run["peak_rss_mib_by_part"].items())
         check = "" if run["rows_recorded"] == run["rows_in_iceberg"] == run["rows"] else "  <-- ROW COUNT MISMATCH"
@@ -968,6 +987,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=500.0,
         help="updates/s of the writer during the watermark-correction run (500; 0 skips that run)",
+    )
+    parser.add_argument(
+        "--in-query",
+        type=_int_list,
+        default=[2],
+        help="comma-separated parallelisms of runs whose structured query reads the chunks (2; '' for none)",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
     add_spark_conf_option(parser)

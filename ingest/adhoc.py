@@ -6,7 +6,8 @@ The loop engine looks for requests between batches, at most every `stream.signal
 ends the binlog phase after the current commit, starts a table to copy again over (into a branch of its
 target that readers do not see until the copy is complete, or by dropping it, see sink/recopy.py), splits the
 new tables into chunks, and starts the binlog phase again from its committed offset, now with those tables.
-Their chunks are then read one commit at a time between binlog batches. Until a chunk is read, the phase
+Their chunks are then read one commit at a time between binlog batches (the structured engine, which ends its
+query after the batch that finds a request, reads them in chunk batches of its query). Until a chunk is read, the phase
 drops every change to its keys: the chunk is read later and holds them. Once it is read, the phase applies
 its keys' changes newer than its high watermark (binlog_batch.HighWatermarkFilter). That is the Flink CDC 2.0
 rule the snapshot phase already relies on. A crash anywhere resumes like any run: the next `ingest run`
@@ -41,7 +42,7 @@ from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from ingest.streaming import StopSignal, stream
-from ingest.structured import PhaseEnds, stream_structured
+from ingest.structured import PhaseHooks, stream_structured
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +150,8 @@ def stream_taking_requests(
     structured = config.stream.engine == "structured"
     while True:
         if structured:
-            ends = PhaseEnds(watch.look, named.append, recopied.extend, copy.copy, lambda: watch.paused)
-            end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, ends)
+            hooks = PhaseHooks(watch.look, named.append, recopied.extend, copy.copy, lambda: watch.paused)
+            end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, hooks)
         else:
             end = stream(
                 spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append, recopied.extend

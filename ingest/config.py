@@ -230,7 +230,8 @@ class StreamConfig:
     checkpoint_location: str | None = None
     """With the `structured` engine: Spark's checkpoint directory (None: a fresh one per run)."""
     signal_poll_seconds: float = 10.0
-    """How often the loop engine looks for snapshots asked with `ingest snapshot` (between batches)."""
+    """How often the binlog phase looks for snapshots asked with `ingest snapshot` (between batches), and the
+    structured engine's source for pauses."""
     on_purged: PurgedPolicy = "stop"
     """The binlog to resume from is purged: stop with the way out, or copy every table again and go on."""
     on_unfollowable: UnfollowablePolicy = "fail"
@@ -420,6 +421,8 @@ SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
 
 
 def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
+    """The pipeline file's contents, checked: every key known, every value of its type and range, or a
+    `ConfigError` that names the key. Sections are read in the file's documented order."""
     top = _Section(
         data,
         "",
@@ -431,7 +434,24 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     name = str(top.get("name", str, "pipeline"))
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         raise ConfigError(f"`name` must be 1-64 letters, digits, '_' or '-'; got {name!r}")
+    source = _source(top, base_dir)
+    tables = _tables(top)
+    sink = _sink(top, base_dir)
+    snapshot = _snapshot(top, source.tls.mode)
+    spark = _spark(top)
+    stream = _stream(top)
+    startup_mode = cast(StartupMode, top.choice("startup_mode", STARTUP_MODES, "initial"))
+    startup = _startup(top.section("startup", _STARTUP_KEYS), startup_mode)
+    table_options = _table_options(top)
+    metrics = _metrics(top.section("metrics", ("port", "host")))
+    top.done()
+    return PipelineConfig(
+        name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup, metrics
+    )
 
+
+def _source(top: _Section, base_dir: Path) -> SourceConfig:
+    """`source`: the MySQL server and the CDC user."""
     src = top.section("source", ("host", "port", "user", "password", "flavor", "server_id", "tls", "connect_timeout"))
     tls = src.section("tls", ("mode", "ca_file"))
     tls_mode = cast(TlsMode, tls.choice("mode", ("disabled", "required", "verify_ca", "verify_identity"), "disabled"))
@@ -456,14 +476,22 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         connect_timeout=src.positive_int("connect_timeout", 10),
     )
     src.done()
+    return source
 
+
+def _tables(top: _Section) -> TableSelection:
+    """`tables`: the patterns of the tables to capture."""
     tab = top.section("tables", ("include", "exclude"))
     tables = TableSelection(
         include=_compile(tab.get("include", (list, str), required=True), "tables.include"),
         exclude=_compile(tab.get("exclude", (list, str), []), "tables.exclude"),
     )
     tab.done()
+    return tables
 
+
+def _sink(top: _Section, base_dir: Path) -> SinkConfig:
+    """`sink`: the Iceberg catalog and how targets are named and kept."""
     snk = top.section(
         "sink",
         (
@@ -478,21 +506,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "maintenance",
         ),
     )
-    cat = snk.section("catalog")
-    catalog: dict[str, str | Secret] = {}
-    for k, v in cat.data.items():
-        cat.seen.add(k)
-        key = f"sink.catalog.{k}"
-        if isinstance(v, Mapping):
-            catalog[str(k)] = resolve_secret(v, key, base_dir)
-        elif SECRET_CATALOG_KEYS.search(str(k)) and not str(k).endswith("-provider"):
-            catalog[str(k)] = resolve_secret(v, key, base_dir)
-        elif isinstance(v, (str, int, float, bool)):
-            catalog[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
-        else:
-            raise ConfigError(f"`{key}` must be a string, number or boolean")
-    if "type" not in catalog and "catalog-impl" not in catalog:
-        raise ConfigError("`sink.catalog.type` is required (jdbc, rest, glue, hive, hadoop)")
+    catalog = _catalog(snk.section("catalog"), base_dir)
     props = snk.section("table_properties")
     table_properties = {str(k): str(v) for k, v in props.data.items()}
     props.seen.update(props.data)
@@ -524,7 +538,30 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
                 f"`sink.{template_key}` may use only {{database}}, {{table}} and {{pipeline}}; {template!r}: {e}"
             ) from None
     snk.done()
+    return sink
 
+
+def _catalog(cat: _Section, base_dir: Path) -> dict[str, str | Secret]:
+    """`sink.catalog`: Iceberg catalog properties, passed on as they are; secrets resolved (never kept as text)."""
+    catalog: dict[str, str | Secret] = {}
+    for k, v in cat.data.items():
+        cat.seen.add(k)
+        key = f"sink.catalog.{k}"
+        if isinstance(v, Mapping):
+            catalog[str(k)] = resolve_secret(v, key, base_dir)
+        elif SECRET_CATALOG_KEYS.search(str(k)) and not str(k).endswith("-provider"):
+            catalog[str(k)] = resolve_secret(v, key, base_dir)
+        elif isinstance(v, (str, int, float, bool)):
+            catalog[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+        else:
+            raise ConfigError(f"`{key}` must be a string, number or boolean")
+    if "type" not in catalog and "catalog-impl" not in catalog:
+        raise ConfigError("`sink.catalog.type` is required (jdbc, rest, glue, hive, hadoop)")
+    return catalog
+
+
+def _snapshot(top: _Section, tls_mode: TlsMode) -> SnapshotConfig:
+    """`snapshot`: how chunks are cut and read (`tls_mode`: the source's, which a driver may not keep to)."""
     snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit", "driver", "max_source_load"))
     snapshot = SnapshotConfig(
         chunk_size=snp.positive_int("chunk_size", 8192),
@@ -544,7 +581,11 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             "use `auto` or `pymysql`, or `tls.mode: verify_identity`"
         )
     snp.done()
+    return snapshot
 
+
+def _spark(top: _Section) -> SparkConfig:
+    """`spark`: the master and settings of the session the job starts."""
     spk = top.section("spark", ("master", "conf"))
     conf = spk.section("conf")
     conf.seen.update(conf.data)
@@ -553,7 +594,11 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
         conf={str(k): str(v) for k, v in conf.data.items()},
     )
     spk.done()
+    return spark
 
+
+def _stream(top: _Section) -> StreamConfig:
+    """`stream`: the binlog phase."""
     stm = top.section(
         "stream",
         (
@@ -593,10 +638,11 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
     if stream.checkpoint_location is not None and stream.engine != "structured":
         raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")
     stm.done()
+    return stream
 
-    startup_mode = cast(StartupMode, top.choice("startup_mode", STARTUP_MODES, "initial"))
-    startup = _startup(top.section("startup", _STARTUP_KEYS), startup_mode)
 
+def _table_options(top: _Section) -> dict[str, TableOptions]:
+    """`table_options`: per `database.table`."""
     opts = top.section("table_options")
     table_options: dict[str, TableOptions] = {}
     for table_name, raw in opts.data.items():
@@ -625,11 +671,7 @@ def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
             partition_by=_partition_by(o),
         )
         o.done()
-    metrics = _metrics(top.section("metrics", ("port", "host")))
-    top.done()
-    return PipelineConfig(
-        name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup, metrics
-    )
+    return table_options
 
 
 def _partition_by(options: _Section) -> tuple[PartitionField, ...]:

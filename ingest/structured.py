@@ -1,14 +1,15 @@
-"""The binlog phase as a Spark Structured Streaming query (`stream.engine: structured`).
+"""The job as a Spark Structured Streaming query (`stream.engine: structured`): the snapshot's chunks and the binlog.
 
-The source is the binlog Python data source (`ingest.binlog_source`); the sink is `foreachBatch`,
-which commits each micro-batch exactly as the driver loop of `ingest.streaming` commits its batches: per
-table, skip what the target already holds and what its chunks hold, materialize, MERGE with the batch's end
-offset in the snapshot summary, append the changelog, then record the offset in the state table. A DDL
-begins its batch and is followed first, as in the loop.
+The source is the binlog Python data source (`ingest.binlog_source`); the sink is `foreachBatch`. A binlog batch
+is committed exactly as the driver loop of `ingest.streaming` commits its batches: per table, skip what the target
+already holds and what its chunks hold, materialize, MERGE with the batch's end offset in the snapshot summary,
+append the changelog, then record the offset in the state table. A DDL begins its batch and is followed first, as
+in the loop. A chunk batch names chunks of one table: the sink reads them on the executors and appends them to
+the target in one commit, recording their watermarks in the state table (`PhaseHooks.read_chunks`).
 
 Iceberg stays the only durable state. Without `stream.checkpoint_location` every run starts a fresh query
 at the point the targets hold; with one, Spark replays the batch a crash interrupted from its offset log
-(`readBetweenOffsets`: the same events), and the targets skip what they already hold.
+(`readBetweenOffsets`: the same events, or the same chunks), and the targets skip what they already hold.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class PhaseEnds:
-    """When the phase ends before its goal or a stop, after the batch just committed."""
+class PhaseHooks:
+    """What the phase calls on the way: to read a chunk batch, and to learn whether it ends before its goal or a
+    stop, after the batch just committed."""
 
     between: Callable[[], bool] | None = None
     """Asked after each batch: True ends the phase (requests to take, `ingest snapshot`)."""
@@ -78,10 +80,10 @@ class _Sink:
         conn: Any,
         flavor: str,
         begin: StreamStart,
-        ends: PhaseEnds,
+        hooks: PhaseHooks,
     ) -> None:
         self.spark, self.config, self.state, self.conn, self.flavor = spark, config, state, conn, flavor
-        self.begin, self.ends = begin, ends
+        self.begin, self.hooks = begin, hooks
         self.committed = begin.start
         self.source_time = state.offset_source_time()
         self.lock = threading.Lock()
@@ -124,8 +126,8 @@ class _Sink:
             self.committed = batch.ddl.end
             if recopy:
                 # The phase ends at the statement; the rest of the batch is read again by the next one.
-                assert self.ends.on_recopy is not None  # recopy is configured only with the job's request handling
-                self.ends.on_recopy(recopy)
+                assert self.hooks.on_recopy is not None  # recopy is configured only with the job's request handling
+                self.hooks.on_recopy(recopy)
                 self.closing = True
                 self.done.set()
                 raise _Closing(f"batch after the DDL at {batch.ddl.end}, which ends the phase to copy tables again")
@@ -134,16 +136,16 @@ class _Sink:
             commit_prepared(self.spark, self.config, self.state, begin.by_id, batch.tables, end, self.source_time)
             self.committed = end.position
         if batch.named is not None:
-            assert self.ends.on_tables_named is not None  # the source reports them only then
-            self.ends.on_tables_named(batch.named)
-        if self._caught_up() or batch.named is not None or (self.ends.between is not None and self.ends.between()):
+            assert self.hooks.on_tables_named is not None  # the source reports them only then
+            self.hooks.on_tables_named(batch.named)
+        if self._caught_up() or batch.named is not None or (self.hooks.between is not None and self.hooks.between()):
             self.closing = True
             self.done.set()
 
     def _caught_up(self) -> bool:
         """With "stop when caught up": the goal is committed, and every chunk the phase reads is read."""
         begin = self.begin
-        return begin.goal is not None and self.committed >= begin.goal and not chunks_left(begin, self.ends)
+        return begin.goal is not None and self.committed >= begin.goal and not chunks_left(begin, self.hooks)
 
     def settle(self) -> None:
         """Between batches: end the phase if it is caught up, or requests wait (after the goal, a table paused, or
@@ -153,7 +155,7 @@ class _Sink:
         try:
             if self.closing or self.error is not None:
                 return
-            if self._caught_up() or (self.ends.between is not None and self.ends.between()):
+            if self._caught_up() or (self.hooks.between is not None and self.hooks.between()):
                 self.closing = True
                 self.done.set()
         finally:
@@ -163,8 +165,8 @@ class _Sink:
         """A chunk batch: its chunks read and committed, their high watermarks recorded in the state table (where
         the source learns them), unless the source's load or a DDL not followed yet holds them back."""
         table = self.begin.by_id.get(chunks.table_id)
-        if table is not None and self.ends.read_chunks is not None:
-            self.ends.read_chunks(table, chunks.chunks, self.conn)
+        if table is not None and self.hooks.read_chunks is not None:
+            self.hooks.read_chunks(table, chunks.chunks, self.conn)
 
     def close(self) -> None:
         """Wait for the batch being committed, and refuse later ones."""
@@ -180,14 +182,15 @@ def stream_structured(
     flavor: str,
     until_caught_up: bool,
     stop: StopSignal | None = None,
-    ends: PhaseEnds | None = None,
+    hooks: PhaseHooks | None = None,
 ) -> BinlogPosition:
-    """Run the binlog phase as a Structured Streaming query; return the offset committed last. `ends` says when
-    the phase ends early, after a batch (as the loop's `between` and `on_tables_named`)."""
-    ends = ends or PhaseEnds()
+    """Run the job's query: the chunks not read yet and the binlog; return the offset committed last. `hooks` read
+    the chunk batches and say when the phase ends early, after a batch (as the loop's `between` and
+    `on_tables_named`)."""
+    hooks = hooks or PhaseHooks()
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
-        if begin.goal is not None and begin.start >= begin.goal and not chunks_left(begin, ends):
+        if begin.goal is not None and begin.start >= begin.goal and not chunks_left(begin, hooks):
             return begin.start
         spec = BinlogSourceSpec(
             config,
@@ -197,12 +200,12 @@ def stream_structured(
             begin.contained_until,
             begin.planned_at,
             begin.goal,
-            config.tables if ends.on_tables_named is not None else None,
-            ends.read_chunks is not None,
+            config.tables if hooks.on_tables_named is not None else None,
+            hooks.read_chunks is not None,
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
-        sink = _Sink(spark, config, state, conn, flavor, begin, ends)
+        sink = _Sink(spark, config, state, conn, flavor, begin, hooks)
         kept = config.stream.checkpoint_location
         logs = _CheckpointLogs(spark, kept) if kept else None
         scratch: Path | None = None
@@ -231,11 +234,11 @@ def stream_structured(
         return sink.committed
 
 
-def chunks_left(begin: StreamStart, ends: PhaseEnds) -> bool:
+def chunks_left(begin: StreamStart, hooks: PhaseHooks) -> bool:
     """Whether the phase has chunks to read (in chunk batches): of a table not paused."""
-    if ends.read_chunks is None:
+    if hooks.read_chunks is None:
         return False
-    paused = ends.paused()
+    paused = hooks.paused()
     return any(t.unread for t in begin.tables if t.schema.table_id not in paused)
 
 
