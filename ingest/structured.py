@@ -128,8 +128,7 @@ class _Sink:
                 # The phase ends at the statement; the rest of the batch is read again by the next one.
                 assert self.hooks.on_recopy is not None  # recopy is configured only with the job's request handling
                 self.hooks.on_recopy(recopy)
-                self.closing = True
-                self.done.set()
+                self._end_phase()
                 raise _Closing(f"batch after the DDL at {batch.ddl.end}, which ends the phase to copy tables again")
         if end.position > self.committed or batch.tables:
             self.source_time = batch_source_time(self.source_time, batch.end.last_commit, batch.end.at)
@@ -138,14 +137,20 @@ class _Sink:
         if batch.named is not None:
             assert self.hooks.on_tables_named is not None  # the source reports them only then
             self.hooks.on_tables_named(batch.named)
-        if self._caught_up() or batch.named is not None or (self.hooks.between is not None and self.hooks.between()):
-            self.closing = True
-            self.done.set()
+        if batch.named is not None or self._phase_over():
+            self._end_phase()
 
-    def _caught_up(self) -> bool:
-        """With "stop when caught up": the goal is committed, and every chunk the phase reads is read."""
+    def _phase_over(self) -> bool:
+        """Caught up (with "stop when caught up": the goal committed, and every chunk the phase reads read), or
+        requests wait (`PhaseHooks.between`)."""
         begin = self.begin
-        return begin.goal is not None and self.committed >= begin.goal and not chunks_left(begin, self.hooks)
+        if begin.goal is not None and self.committed >= begin.goal and not chunks_left(begin, self.hooks):
+            return True
+        return self.hooks.between is not None and self.hooks.between()
+
+    def _end_phase(self) -> None:
+        self.closing = True
+        self.done.set()
 
     def settle(self) -> None:
         """Between batches: end the phase if it is caught up, or requests wait (after the goal, a table paused, or
@@ -155,9 +160,8 @@ class _Sink:
         try:
             if self.closing or self.error is not None:
                 return
-            if self._caught_up() or (self.hooks.between is not None and self.hooks.between()):
-                self.closing = True
-                self.done.set()
+            if self._phase_over():
+                self._end_phase()
         finally:
             self.lock.release()
 
