@@ -16,6 +16,8 @@ from ingest.errors import ConfigError, SinkError
 # pyiceberg's SQL catalog must reach the same database; a MySQL-backed one would need the password in its
 # URL, so only the two whose password can stay out of every URL are supported.
 _JDBC_TO_SQLALCHEMY = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg2"}
+SCHEMA_VERSION = "jdbc.schema-version"
+"""The JDBC catalog's own tables: V1 (the default here; a V0 catalog is migrated, one column added) has views."""
 
 
 def spark_catalog_conf(sink: SinkConfig) -> tuple[dict[str, str], dict[str, str]]:
@@ -29,6 +31,10 @@ def spark_catalog_conf(sink: SinkConfig) -> tuple[dict[str, str], dict[str, str]
     # dropping a target) at once; it loads each table once per MERGE, which costs little next to the MERGE.
     plain = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
     secret: dict[str, str] = {}
+    if sink.catalog.get("type") == "jdbc":
+        # Iceberg's JDBC catalog creates (and keeps) its tables without view support unless asked: Spark's
+        # tableExists then fails for every table not there yet, since it also asks for a view of that name.
+        plain[f"{prefix}.{SCHEMA_VERSION}"] = "V1"
     for key, value in sink.catalog.items():
         if isinstance(value, Secret):
             secret[f"{prefix}.{key}"] = value.reveal()
@@ -66,6 +72,7 @@ def pyiceberg_properties(sink: SinkConfig) -> dict[str, str]:
         props["type"] = "sql"
         props["uri"] = _jdbc_to_sqlalchemy(props.get("uri", ""), sink.catalog)
         props.pop("jdbc.user", None)
+        props["schema_version"] = props.pop(SCHEMA_VERSION, "V1").lower()
     return props
 
 

@@ -182,7 +182,9 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
                         break
                     time.sleep(1)
                 time.sleep(0 if named else rng.uniform(0, 3))
-            assert (job.poll() is not None) == named, f"attempt {attempt}: the kill must hit a running job"
+            assert (job.poll() is not None) == named, (
+                f"attempt {attempt}: the kill must hit a running job\n" + log_file.read_text()[-3000:]
+            )
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=60)
             err = log_file.read_text()

@@ -48,6 +48,7 @@ def test_spark_conf_splits_plain_and_secret_settings() -> None:
     assert plain == {
         "spark.sql.catalog.s3lake": "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.catalog.s3lake.cache-enabled": "false",
+        "spark.sql.catalog.s3lake.jdbc.schema-version": "V1",
         "spark.sql.catalog.s3lake.type": "jdbc",
         "spark.sql.catalog.s3lake.uri": "jdbc:postgresql://h:5432/db",
         "spark.sql.catalog.s3lake.jdbc.user": "u",
@@ -91,7 +92,7 @@ def test_sqlite_jdbc_becomes_sql_catalog(pgpassword: str) -> None:
             }
         )
     )
-    assert props == {"type": "sql", "uri": "sqlite:////x/c.db", "warehouse": "file:///x/wh"}
+    assert props == {"type": "sql", "uri": "sqlite:////x/c.db", "warehouse": "file:///x/wh", "schema_version": "v1"}
     assert os.environ["PGPASSWORD"] == pgpassword
 
 
@@ -99,6 +100,7 @@ def test_sqlite_jdbc_with_file_prefix() -> None:
     assert pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:sqlite:file:/x/c.db"})) == {
         "type": "sql",
         "uri": "sqlite:////x/c.db",
+        "schema_version": "v1",
     }
 
 
@@ -114,7 +116,12 @@ def test_postgresql_jdbc_keeps_the_password_out_of_every_property(pgpassword: st
             }
         )
     )
-    assert props == {"type": "sql", "uri": "postgresql+psycopg2://u@h:5432/db", "warehouse": "s3://bucket/wh"}
+    assert props == {
+        "type": "sql",
+        "uri": "postgresql+psycopg2://u@h:5432/db",
+        "warehouse": "s3://bucket/wh",
+        "schema_version": "v1",
+    }
     assert all(PG_PW not in value for value in props.values())
     assert all(PG_PW not in key for key in props)
     assert os.environ["PGPASSWORD"] == pgpassword  # not handed to child processes either
@@ -134,7 +141,7 @@ def test_the_postgresql_password_is_given_to_the_driver_alone() -> None:
 
 def test_postgresql_jdbc_without_user_or_password(pgpassword: str) -> None:
     props = pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:postgresql://h/db"}))
-    assert props == {"type": "sql", "uri": "postgresql+psycopg2://h/db"}
+    assert props == {"type": "sql", "uri": "postgresql+psycopg2://h/db", "schema_version": "v1"}
     assert os.environ["PGPASSWORD"] == pgpassword
 
 
@@ -149,7 +156,23 @@ def test_other_secrets_are_revealed_to_pyiceberg(pgpassword: str) -> None:
             }
         )
     )
-    assert props == {"type": "sql", "uri": "postgresql+psycopg2://h:5432/db", "s3.secret-access-key": S3_PW}
+    assert props == {
+        "type": "sql",
+        "uri": "postgresql+psycopg2://h:5432/db",
+        "s3.secret-access-key": S3_PW,
+        "schema_version": "v1",
+    }
+
+
+def test_a_jdbc_catalog_keeps_its_tables_with_view_support_unless_the_user_says_otherwise() -> None:
+    # V1: Spark's tableExists asks for a view too, which a V0 catalog refuses (UnsupportedOperationException).
+    plain, _ = spark_catalog_conf(sink({"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db"}))
+    assert plain["spark.sql.catalog.lake.jdbc.schema-version"] == "V1"
+    assert pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db"}))["schema_version"] == "v1"
+    own = sink({"type": "jdbc", "uri": "jdbc:sqlite:/x/c.db", "jdbc.schema-version": "V0"})
+    assert spark_catalog_conf(own)[0]["spark.sql.catalog.lake.jdbc.schema-version"] == "V0"
+    assert pyiceberg_properties(own)["schema_version"] == "v0"
+    assert "spark.sql.catalog.lake.jdbc.schema-version" not in spark_catalog_conf(sink({"type": "rest"}))[0]
 
 
 def test_mysql_jdbc_catalog_is_refused_by_name(pgpassword: str) -> None:
