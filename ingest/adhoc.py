@@ -2,23 +2,21 @@
 started, or one to copy again, is copied while the binlog keeps flowing for every other table.
 
 The request is a row in the state table (Iceberg, like all the job's state: nothing is written to MySQL).
-The loop engine looks for requests between batches, at most every `stream.signal_poll_seconds`. On one it
-ends the binlog phase after the current commit, starts a table to copy again over (into a branch of its
-target that readers do not see until the copy is complete, or by dropping it, see sink/recopy.py), splits the
-new tables into chunks, and starts the binlog phase again from its committed offset, now with those tables.
-Their chunks are then read one commit at a time between binlog batches (the structured engine, which ends its
-query after the batch that finds a request, reads them in chunk batches of its query). Until a chunk is read, the phase
-drops every change to its keys: the chunk is read later and holds them. Once it is read, the phase applies
-its keys' changes newer than its high watermark (binlog_batch.HighWatermarkFilter). That is the Flink CDC 2.0
-rule the snapshot phase already relies on. A crash anywhere resumes like any run: the next `ingest run`
-copies the chunks still unread before it streams.
+The job's query looks for requests between batches, at most every `stream.signal_poll_seconds`. On one it
+ends after the batch that found it; the job starts a table to copy again over (into a branch of its target
+that readers do not see until the copy is complete, or by dropping it, see sink/recopy.py), splits the new
+tables into chunks, and starts the query again from its committed offset, now with those tables, whose chunks
+it reads in chunk batches between its binlog batches. Until a chunk is read, the query drops every change to
+its keys: the chunk is read later and holds them. Once it is read, the query applies its keys' changes newer
+than its high watermark (binlog_batch.HighWatermarkFilter). That is the Flink CDC 2.0 rule the snapshot
+relies on. A crash anywhere resumes like any run: the next `ingest run` reads the chunks still unread.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,7 +39,7 @@ from ingest.source.mysql import connect, list_tables, load_schema
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.streaming import StopSignal, stream
+from ingest.streaming import StopSignal
 from ingest.structured import PhaseHooks, stream_structured
 
 log = logging.getLogger(__name__)
@@ -133,29 +131,15 @@ def stream_taking_requests(
     stop: StopSignal,
     hook: ChunkHook | None = None,
 ) -> list[TableSchema]:
-    """The binlog phase, started again after each request with the tables it adds; return the tables of the last
-    phase. It reads the chunks of the tables added as it goes: the loop engine between its batches, the structured
-    engine in chunk batches of its query."""
+    """The job's query, started again after each request with the tables it adds; return the tables of the last
+    query. It reads the chunks of the tables added in chunk batches between its binlog batches."""
     watch = SignalWatch(state, config.stream.signal_poll_seconds)
     copy = LiveCopy(spark, config, state, flavor, hook)
     named: list[TablesNamed] = []
     recopied: list[str] = []
-
-    def between(tables: list[TableStream], conn: Any) -> bool:
-        if watch.look():
-            return True
-        copy.step(tables, conn, watch.paused)
-        return False
-
-    structured = config.stream.engine == "structured"
     while True:
-        if structured:
-            hooks = PhaseHooks(watch.look, named.append, recopied.extend, copy.copy, lambda: watch.paused)
-            end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, hooks)
-        else:
-            end = stream(
-                spark, config, state, schemas, flavor, until_caught_up, stop, between, named.append, recopied.extend
-            )
+        hooks = PhaseHooks(watch.look, named.append, recopied.extend, copy.copy, lambda: watch.paused)
+        end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, hooks)
         log.info("binlog phase stopped at %s", end)
         if stop.event.is_set() or not (watch.asked or named or recopied):
             return schemas
@@ -243,8 +227,7 @@ def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema, targe
 
 
 class LiveCopy:
-    """Reads chunks of tables still being copied while the binlog phase runs: the loop engine between its batches
-    (`step`), the structured engine in the chunk batches of its query (`copy`)."""
+    """Reads chunks of tables still being copied while the binlog phase runs, in the chunk batches of the query."""
 
     def __init__(
         self, spark: Any, config: PipelineConfig, state: StateTable, flavor: str, hook: ChunkHook | None = None
@@ -252,16 +235,6 @@ class LiveCopy:
         self.spark, self.config, self.state, self.flavor, self.hook = spark, config, state, flavor, hook
         self.throttle = source_throttle(config)
         """`snapshot.max_source_load`: asked without waiting, so a busy source holds back chunks, not the binlog."""
-
-    def step(self, tables: Sequence[TableStream], conn: Any, paused: Collection[str] = ()) -> None:
-        """One commit of the chunks not read yet, of the first table that has some it can read now."""
-        for table in tables:
-            unread = table.unread
-            if not unread or table.schema.table_id in paused:
-                continue
-            held = self.copy(table, unread[: self.config.snapshot.chunks_per_commit], conn)
-            if held != "schema":  # a table whose chunks wait for a DDL lets the next one go first
-                return
 
     def copy(self, table: TableStream, chunks: Sequence[Chunk], conn: Any) -> Literal["load", "schema"] | None:
         """Read those of `chunks` not read yet in one commit, and record their high watermarks in `table`; or say

@@ -4,8 +4,8 @@ What the target and its changelog hold already is skipped, each by its own commi
 table's snapshot chunks hold (the chunk high-watermark filter of Flink CDC 2.0, for changes inside the
 snapshot's window). Each key is folded to its final state (the materializer), values Iceberg cannot hold are
 split off (`on_unrepresentable`), and what is left becomes Arrow tables: the target's rows with the part of the
-target a MERGE of them reads, and the changelog rows. The loop engine prepares its batches in the driver; the
-structured engine in the binlog source's own Python process, so that the driver gets Arrow tables to commit.
+target a MERGE of them reads, and the changelog rows. The job's query
+prepares its batches in the binlog source's own Python process, so that the driver gets Arrow tables to commit.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Offsets are watermarks in JSON (`Watermark.to_json`: binlog file and position, MariaDB GTID position, server
 id), always at a transaction boundary. Spark runs the reader in a Python process of its own on the driver,
 for the whole query: a thread there parses the binlog ahead (`Prefetch`), and `read(start)` decides
-the batches as the loop engine does: it hands over the whole transactions parsed since `start` once they hold
+the batches: it hands over the whole transactions parsed since `start` once they hold
 `stream.batch_max_changes` row changes, or once `stream.batch_interval_seconds` have passed since the last
 batch was handed over and nothing more is parsed yet, and says where they end. Until then it keeps what it
 took and returns no new offset (after at most `READ_WAIT_SECONDS`, so that a query being stopped is not kept
@@ -20,7 +20,7 @@ read in the same query: between binlog batches the source hands over a chunk bat
 chunks not read yet; its end offset is the binlog offset it started at plus those chunks (`source_offset`), so
 that it is replayed as the same chunks. The sink reads them on the executors and records their high
 watermarks in the state table, where the source learns them before it prepares the next binlog batch (whose
-changes to a chunk's keys it then filters by that watermark, as the loop engine does). A binlog batch due
+changes to a chunk's keys it then filters by that watermark). A binlog batch due
 goes first; while none is, chunk batches follow each other. Tables paused (`ingest snapshot --pause`) are
 left out (looked up every `stream.signal_poll_seconds`); when the sink reads none of a chunk batch (the
 source's load, a DDL not followed yet), the next is offered after the next binlog batch, or
@@ -186,8 +186,7 @@ class BinlogStreamReader:
         self._batch: _Batch | None = None
         """What the prefetch handed over since the last batch's end, kept until the batch is due."""
         self._last_batch = time.monotonic()
-        """When the last batch was handed over (the interval counts from there, as the loop's from a commit's
-        start)."""
+        """When the last batch was handed over (the interval counts from there)."""
         self._offered: ChunkBatch | None = None
         """The chunk batch handed over last, when it is the last batch: its chunks' watermarks are learnt next."""
         self._held_until = 0.0
@@ -320,7 +319,7 @@ class BinlogStreamReader:
                     position = item.end
                     if position > stop.position:
                         break
-                    assert not isinstance(item, TablesNamed)  # reported only to readers that ask (the loop engine)
+                    assert not isinstance(item, TablesNamed)  # reported only to readers that ask (not this replay)
                     if isinstance(item, DdlStatement):
                         self._follow(reader, item)
                     items.append(item)
@@ -411,7 +410,7 @@ class BinlogStreamReader:
     def _take(self, deadline: float) -> _Batch | None:
         """The batch, once it is due; None when it is not due by `deadline` (what was taken is kept).
 
-        Due, as in the loop engine: `batch_max_changes` changes taken, or the interval passed since the last
+        Due: `batch_max_changes` changes taken, or the interval passed since the last
         batch and nothing more is ready; at once for a DDL (it ends the batch before it, or begins its own), at
         the goal of a catch-up, and when the reader failed after items were taken (they are handed over first).
         """
@@ -436,7 +435,7 @@ class BinlogStreamReader:
             except Exception as e:
                 if not batch.moved:
                     raise
-                # What was read before the failure is handed over first (the job commits it, as the loop does).
+                # What was read before the failure is handed over first (the job commits it).
                 self._failure = e
                 return batch
             if item is None:

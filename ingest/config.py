@@ -26,7 +26,6 @@ STARTUP_MODES: tuple[StartupMode, ...] = ("initial", "snapshot_only", "latest", 
 # The modes that copy nothing: the first run creates the targets empty and reads the binlog from a point.
 BINLOG_START_MODES: tuple[StartupMode, ...] = ("latest", "binlog_position", "gtid", "timestamp")
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
-StreamEngine = Literal["loop", "structured"]
 PurgedPolicy = Literal["stop", "resnapshot"]
 DropTablePolicy = Literal["keep", "drop"]
 UnfollowablePolicy = Literal["fail", "recopy"]
@@ -225,13 +224,11 @@ class StreamConfig:
     """DDL on a captured table: evolve the target where Iceberg allows it (else stop), stop, or ignore."""
     concurrent_merges: int = 4
     """Tables of one batch MERGEd at the same time (each is its own Iceberg commit)."""
-    engine: StreamEngine = "loop"
-    """`loop`: a driver loop reads the binlog; `structured`: a Spark Structured Streaming query does."""
     checkpoint_location: str | None = None
-    """With the `structured` engine: Spark's checkpoint directory (None: a fresh one per run)."""
+    """Spark's checkpoint directory for the job's streaming query (None: a fresh one per run)."""
     signal_poll_seconds: float = 10.0
-    """How often the binlog phase looks for snapshots asked with `ingest snapshot` (between batches), and the
-    structured engine's source for pauses."""
+    """How often the query looks for snapshots asked with `ingest snapshot` (between batches), and its source
+    for pauses."""
     on_purged: PurgedPolicy = "stop"
     """The binlog to resume from is purged: stop with the way out, or copy every table again and go on."""
     on_unfollowable: UnfollowablePolicy = "fail"
@@ -623,7 +620,6 @@ def _stream(top: _Section) -> StreamConfig:
             SchemaChangePolicy, stm.choice("on_schema_change", ("evolve", "fail", "ignore"), "evolve")
         ),
         concurrent_merges=stm.positive_int("concurrent_merges", 4),
-        engine=cast(StreamEngine, stm.choice("engine", ("loop", "structured"), "loop")),
         checkpoint_location=stm.get("checkpoint_location", str),
         signal_poll_seconds=_positive_float(stm, "signal_poll_seconds", 10.0),
         on_purged=cast(PurgedPolicy, stm.choice("on_purged", ("stop", "resnapshot"), "stop")),
@@ -635,8 +631,11 @@ def _stream(top: _Section) -> StreamConfig:
             f"`{stm.key('on_unfollowable')}: recopy` copies a table again when a DDL cannot be followed, which only "
             f"`{stm.key('on_schema_change')}: evolve` follows"
         )
-    if stream.checkpoint_location is not None and stream.engine != "structured":
-        raise ConfigError(f"`{stm.key('checkpoint_location')}` is only used with `{stm.key('engine')}: structured`")
+    if "engine" in stm.data:
+        raise ConfigError(
+            f"`{stm.key('engine')}` is gone: the job always runs as one Spark Structured Streaming query (the driver "
+            "loop, `loop`, was removed, and `structured` is what runs); delete the setting"
+        )
     stm.done()
     return stream
 

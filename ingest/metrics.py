@@ -1,12 +1,12 @@
-"""What a monitoring system scrapes from a running job: counters and gauges the snapshot and both binlog engines
-keep, served in the Prometheus text exposition format (version 0.0.4) on `metrics.port` (docs/config.md).
+"""What a monitoring system scrapes from a running job: counters and gauges the snapshot and the binlog
+phase keep, served in the Prometheus text exposition format (version 0.0.4) on `metrics.port` (docs/config.md).
 
 The format is a few lines of text per metric, so it is written here with the standard library (`http.server`
 on a daemon thread) rather than with a client library. This module imports nothing else of the job: the sink
 counts its commit retries here without depending on the job's layer.
 
 One `JobMetrics` is current per process (`current()`), as a logger is: the job installs a fresh one for each run
-(`recording`), and the places that count (the snapshot's commits, the binlog engines' batch commit, the MERGE
+(`recording`), and the places that count (the snapshot's commits, the binlog phase's batch commit, the MERGE
 retry loop) report to it whether or not a port is open. Bookkeeping is a dictionary update under a lock.
 """
 
@@ -108,11 +108,10 @@ class JobMetrics:
     def __init__(
         self,
         pipeline: str = "",
-        engine: str = "",
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.pipeline, self.engine = pipeline, engine
+        self.pipeline = pipeline
         self._clock, self._monotonic = clock, monotonic
         self._paused = 0
         """Snapshot readers paused by `snapshot.max_source_load` now (one at a time in practice)."""
@@ -244,8 +243,8 @@ class JobMetrics:
                 MetricFamily(
                     "ingest_pipeline_info",
                     "gauge",
-                    "The pipeline this job runs and its binlog engine (always 1).",
-                    [("", {"pipeline": self.pipeline, "engine": self.engine}, 1)],
+                    "The pipeline this job runs (always 1).",
+                    [("", {"pipeline": self.pipeline}, 1)],
                 ),
                 MetricFamily(
                     "ingest_snapshot_rows_total",

@@ -1,6 +1,6 @@
-"""The job: discover the tables, copy what is not copied yet (`ingest.snapshot`), then follow the binlog
-(`ingest.streaming`, `ingest.structured`), taking `ingest snapshot` requests on the way (`ingest.adhoc`). The
-structured engine's query reads the chunks itself, between its binlog batches: the job only plans them."""
+"""The job: discover the tables, plan their chunks (`ingest.snapshot`), then run one Structured Streaming query
+(`ingest.structured`) that reads the chunks not read yet in chunk batches between its binlog batches, taking
+`ingest snapshot` requests on the way (`ingest.adhoc`). `snapshot_only` copies the chunks without a query."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ingest.runtime.warm_up import start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import ensure_target_created
-from ingest.snapshot import ready_table, snapshot_table, unfinished
+from ingest.snapshot import ready_table, snapshot_table
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.mysql import connect
 from ingest.source.startup import resolve_start
@@ -52,7 +52,7 @@ def run(
     if config.snapshot.max_source_load is not None:  # a bound the CDC user cannot sample is refused, not ignored
         with connect(config.source) as conn:
             check_load_probe(conn, config.snapshot.max_source_load, info.flavor)
-    job_metrics = JobMetrics(config.name, config.stream.engine)
+    job_metrics = JobMetrics(config.name)
     job_metrics.bytes_behind_probe = lambda committed: bytes_behind_now(config, info.flavor, committed)
     with recording(job_metrics), _metrics_server(config, job_metrics):
         _run(config, info, snapshot_only, until_caught_up, hook, spark)
@@ -111,19 +111,18 @@ def _run(
             schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
         paused = requests.paused
         while True:
-            binlog = not (snapshot_only or config.startup_mode == "snapshot_only")
-            if binlog and config.stream.engine == "structured":
-                # Its query reads the chunks, in chunk batches between its binlog batches.
-                for schema in schemas:
-                    ready_table(spark, config, state, info.flavor, schema)
-            # A table paused (`ingest snapshot --pause`) keeps its chunks unread, and the binlog phase holds back its
-            # keys' changes until it reads them.
-            elif not _snapshot(spark, config, state, info.flavor, _not_paused(paused, schemas), stop, hook):
+            if snapshot_only or config.startup_mode == "snapshot_only":
+                # A table paused (`ingest snapshot --pause`) keeps its chunks unread.
+                _snapshot(spark, config, state, info.flavor, _not_paused(paused, schemas), stop, hook)
                 return
-            if not binlog:
-                return
+            # The query reads the chunks, in chunk batches between its binlog batches (a paused table's chunks stay
+            # unread, and its keys' changes are held back until they are read).
+            for schema in schemas:
+                ready_table(spark, config, state, info.flavor, schema)
             try:
-                _stream(spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook)
+                stream_taking_requests(
+                    spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook
+                )
                 return
             except BinlogPurgedError as e:
                 if config.stream.on_purged != "resnapshot":
@@ -137,25 +136,6 @@ def _run(
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop()
 
 
-def _stream(
-    spark: Any,
-    config: PipelineConfig,
-    state: StateTable,
-    flavor: str,
-    schemas: list[TableSchema],
-    until_caught_up: bool,
-    stop: Any,
-    hook: ChunkHook | None,
-) -> None:
-    """The binlog phase of either engine, taking `ingest snapshot` requests and new tables as it goes."""
-    schemas = stream_taking_requests(spark, config, state, flavor, schemas, until_caught_up, stop, hook)
-    if not stop.event.is_set():
-        # Caught up: tables asked while the job ran are copied to the end (their chunks hold every change up to
-        # when they are read, later than the offset just committed).
-        unread = [s for s in _not_paused(state.requests().paused, schemas) if unfinished(state, s.table_id)]
-        _snapshot(spark, config, state, flavor, unread, stop, hook)
-
-
 def _snapshot(
     spark: Any,
     config: PipelineConfig,
@@ -164,14 +144,14 @@ def _snapshot(
     schemas: Sequence[TableSchema],
     stop: Any,
     hook: ChunkHook | None,
-) -> bool:
-    """Copy every chunk not copied yet, table by table; False if asked to stop (after the current commit)."""
+) -> None:
+    """`snapshot_only`: copy every chunk not copied yet, table by table, until asked to stop (after the current
+    commit)."""
     for schema in schemas:
         snapshot_table(spark, config, state, flavor, schema, hook=hook, stop=stop.event)
         if stop.event.is_set():
             log.info("stopping after the current commit, as asked")
-            return False
-    return True
+            return
 
 
 def start_empty(

@@ -1,11 +1,9 @@
-"""The binlog phase: after the snapshot, every committed transaction lands in Iceberg exactly once.
-
-Loop: read whole transactions from the last offset every target committed, filter what a table
-already holds (its own committed offset, and the chunk high-watermark filter of Flink CDC 2.0 for
-changes inside the snapshot's window), materialize per table, MERGE each table with the batch's end
-offset in its snapshot summary (then append the uncollapsed changes to its changelog table, if it has
-one, tagged the same way), then record the offset in the state table. A crash anywhere in between
-replays the batch; each target and each changelog skips what it already committed.
+"""The binlog phase's commit side, which the job's query (`ingest.structured`) drives: where a phase starts
+(`prepare`: each table's committed offset, the chunk high watermarks), DDL statements followed (`follow_ddl`:
+targets evolved, truncated, ended), and a batch committed (`commit_prepared`): per table its target MERGEd
+with the batch's end offset in its snapshot summary (then its changelog appended, tagged the same way), then
+the offset recorded in the state table. A crash anywhere in between replays the batch; each target and each
+changelog skips what it already committed.
 """
 
 from __future__ import annotations
@@ -24,10 +22,10 @@ import pymysql.cursors
 from pyiceberg.exceptions import NoSuchTableError
 
 from ingest import metrics
-from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
+from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream
 from ingest.config import PipelineConfig
 from ingest.faults import crash_point
-from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
+from ingest.model.changes import DdlStatement
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.model.schema import TableSchema, quote
 from ingest.sink.catalog import cached_pyiceberg_catalog
@@ -58,8 +56,6 @@ from ingest.sink.targets import (
 )
 from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError, check_not_purged
 from ingest.source.failover import gtid_at, server_id, to_this_server
-from ingest.source.mysql import connect
-from ingest.source.prefetch import End, Idle, Prefetch, Tick
 from ingest.source.schema_after import schema_after
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
@@ -158,7 +154,7 @@ class StopSignal:
 
 @dataclass
 class StreamStart:
-    """Where the binlog phase starts and what each table holds there: what both engines begin with."""
+    """Where the binlog phase starts and what each table holds there: what the query begins with."""
 
     tables: list[TableStream]
     by_id: dict[str, TableStream]
@@ -212,7 +208,7 @@ def prepare(
     by_id = {t.schema.table_id: t for t in tables}
     filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
     metrics.current().offset_committed(start, state.offset_source_time())
-    log.info("binlog phase (%s) from %s%s", config.stream.engine, start, f" until {goal}" if goal else "")
+    log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
     return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)
 
 
@@ -317,158 +313,6 @@ def batch_source_time(previous: int | None, last_commit: int | None, idle_at: fl
     if idle_at is not None:
         return int(idle_at)
     return previous if last_commit is None else last_commit
-
-
-def stream(
-    spark: Any,
-    config: PipelineConfig,
-    state: StateTable,
-    schemas: Sequence[TableSchema],
-    flavor: str,
-    until_caught_up: bool,
-    stop: StopSignal | None = None,
-    between: Callable[[list[TableStream], Any], bool] | None = None,
-    on_tables_named: Callable[[TablesNamed], None] | None = None,
-    on_recopy: Callable[[list[str]], None] | None = None,
-) -> BinlogPosition:
-    """Run the binlog phase; return the offset committed last.
-
-    `between` is called after each commit with the phase's tables and its source connection (to read chunks of
-    tables still being copied); when it returns True the phase ends, committing what it has read. With
-    `on_tables_named`, a DDL statement that names a table the pipeline matches but does not capture ends the
-    phase there, after that call.
-    """
-    with connect(config.source) as conn:
-        begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
-        tables, by_id, filters, here, goal = begin.tables, begin.by_id, begin.filters, begin.here, begin.goal
-        start, start_gtid = begin.start, begin.start_gtid
-        reader = BinlogReader(
-            config.source,
-            [t.schema for t in tables],
-            start,
-            blocking=not until_caught_up,
-            heartbeat_seconds=config.stream.heartbeat_seconds,
-            on_ddl=config.stream.on_schema_change,
-            start_gtid=start_gtid,
-            contained_until=begin.contained_until,
-            new_tables=None if on_tables_named is None else config.tables,
-            planned_at=begin.planned_at,
-            recopy=config.stream.on_unfollowable == "recopy",
-        )
-        # Parsing runs on a thread of its own, up to one batch ahead, while the previous batch commits.
-        prefetch = Prefetch(
-            reader,
-            config.stream.batch_max_changes,
-            changes_in,
-            pause_after=lambda item: isinstance(item, DdlStatement),
-        )
-        pending: list[Transaction] = []
-        pending_changes = 0
-        last_flush = time.monotonic()
-        committed = start
-        taken = start
-        """Every captured change before this position has been taken from the reader (commits stop here)."""
-        taken_gtid = start_gtid
-        """The GTID position at `taken` (MariaDB)."""
-
-        source_time = state.offset_source_time()
-        asked_to_end = False
-
-        def flush(end: BinlogPosition, gtid: MariadbGtidPos | None, caught_up_at: float | None = None) -> None:
-            nonlocal asked_to_end, committed, last_flush, pending, pending_changes, source_time
-            # The interval counts from the start of a commit, not its end: while it runs the reader keeps
-            # reading, so under load batches follow each other and lag stays near max(interval, commit).
-            started = time.monotonic()
-            if end > committed or pending:
-                last_commit = max((tx.commit_time for tx in pending), default=None)
-                source_time = batch_source_time(source_time, last_commit, caught_up_at)
-                _commit(spark, config, state, by_id, filters, pending, Watermark(end, gtid, here), source_time)
-                committed = end
-            pending = []
-            pending_changes = 0
-            last_flush = started
-            if between is not None and not asked_to_end:
-                asked_to_end = between(tables, conn)
-
-        stop_point: StopPoint | None = None
-
-        def stop_now() -> bool:
-            """Asked to stop, and what the source wrote before the signal has been read (see StopPoint)."""
-            nonlocal stop_point
-            if asked_to_end:
-                return True
-            if stop is None or not stop.event.is_set():
-                return False
-            if stop_point is None:
-                stop_point = StopPoint(lambda: read_watermark(conn, flavor).position)
-            return stop_point.reached(taken)
-
-        def batch_due() -> bool:
-            return time.monotonic() - last_flush >= config.stream.batch_interval_seconds
-
-        try:
-            try:
-                for item in prefetch:
-                    if isinstance(item, Tick):
-                        if stop_now():
-                            break
-                        continue
-                    if isinstance(item, Idle):
-                        # Captured tables idle (a heartbeat, or other tables' writes): move the offset, look at the
-                        # stop flag.
-                        taken, taken_gtid = item.position, item.gtid
-                        if batch_due():
-                            flush(taken, taken_gtid, caught_up_at=item.at)
-                        # An idle reader stops the job only if it idles past the position of the signal: an
-                        # Idle queued before the signal may be older than the source's last writes.
-                        if stop_now():
-                            break
-                        continue
-                    if isinstance(item, End):
-                        taken, taken_gtid = item.position, item.gtid
-                        break
-                    if isinstance(item, TablesNamed):
-                        taken, taken_gtid = item.end, item.gtid_after
-                        assert on_tables_named is not None  # the reader reports them only then
-                        on_tables_named(item)
-                        break
-                    if isinstance(item, DdlStatement):
-                        # The reader waits (pause_after) until the schema it must decode later rows with is set.
-                        # The batch boundary is the DDL: rows before it use the old schema.
-                        flush(item.start, taken_gtid)
-                        recopy = follow_ddl(spark, config, state, conn, flavor, begin, item, reader)
-                        committed = taken = item.end
-                        taken_gtid = item.gtid_after
-                        if recopy:
-                            # The phase ends at the statement; the next one starts with the tables copied again.
-                            assert on_recopy is not None  # recopy is only configured with the loop engine
-                            on_recopy(recopy)
-                            break
-                        prefetch.resume()
-                        if goal is not None and item.end >= goal:
-                            break
-                        continue
-                    tx = item
-                    pending.append(tx)
-                    pending_changes += len(tx.changes)
-                    taken, taken_gtid = tx.end, tx.gtid_after
-                    # A due batch first takes what the reader has already parsed: when commits take longer
-                    # than the interval, flushing at once would commit one transaction per batch.
-                    if pending_changes >= config.stream.batch_max_changes or (batch_due() and not prefetch.has_ready()):
-                        flush(tx.end, tx.gtid_after)
-                    if goal is not None and tx.end >= goal and not pending:
-                        break
-                    if stop_now():
-                        break
-            except SchemaChangeError:
-                # Everything before the DDL is committed; the job stops at the statement.
-                flush(taken, taken_gtid)
-                raise
-            flush(taken, taken_gtid)
-        finally:
-            prefetch.close()
-            reader.close()
-    return committed
 
 
 def evolve_table(
@@ -633,7 +477,7 @@ STOP_GRACE_SECONDS = 10.0
 
 
 class StopPoint:
-    """Where a stop asked by SIGTERM ends, for both engines.
+    """Where a stop asked by SIGTERM ends.
 
     At the first look after the signal the source's position is read: the stop comes once everything up to it
     is taken (a transaction or an idle heartbeat at or past it), and at the latest STOP_GRACE_SECONDS later,
@@ -657,22 +501,6 @@ class StopPoint:
             log.info("stopping: %.0f s after the signal, before reaching %s", STOP_GRACE_SECONDS, self.position)
             return True
         return False
-
-
-def _commit(
-    spark: Any,
-    config: PipelineConfig,
-    state: StateTable,
-    tables: dict[str, TableStream],
-    filters: dict[str, HighWatermarkFilter],
-    batch: list[Transaction],
-    end: Watermark,
-    source_time: int | None = None,
-) -> None:
-    started = time.monotonic()
-    commit_prepared(
-        spark, config, state, tables, prepare_batch(config, tables, filters, batch), end, source_time, started
-    )
 
 
 def commit_prepared(

@@ -1,11 +1,11 @@
-"""The job as a Spark Structured Streaming query (`stream.engine: structured`): the snapshot's chunks and the binlog.
+"""The job as one Spark Structured Streaming query: the snapshot's chunks and the binlog.
 
 The source is the binlog Python data source (`ingest.binlog_source`); the sink is `foreachBatch`. A binlog batch
-is committed exactly as the driver loop of `ingest.streaming` commits its batches: per table, skip what the target
-already holds and what its chunks hold, materialize, MERGE with the batch's end offset in the snapshot summary,
-append the changelog, then record the offset in the state table. A DDL begins its batch and is followed first, as
-in the loop. A chunk batch names chunks of one table: the sink reads them on the executors and appends them to
-the target in one commit, recording their watermarks in the state table (`PhaseHooks.read_chunks`).
+is committed by `ingest.streaming.commit_prepared`: per table, skip what the target already holds and what its
+chunks hold, materialize, MERGE with the batch's end offset in the snapshot summary, append the changelog, then
+record the offset in the state table. A DDL begins its batch and is followed first. A chunk batch names chunks
+of one table: the sink reads them on the executors and appends them to the target in one commit, recording
+their watermarks in the state table (`PhaseHooks.read_chunks`).
 
 Iceberg stays the only durable state. Without `stream.checkpoint_location` every run starts a fresh query
 at the point the targets hold; with one, Spark replays the batch a crash interrupted from its offset log
@@ -189,8 +189,8 @@ def stream_structured(
     hooks: PhaseHooks | None = None,
 ) -> BinlogPosition:
     """Run the job's query: the chunks not read yet and the binlog; return the offset committed last. `hooks` read
-    the chunk batches and say when the phase ends early, after a batch (as the loop's `between` and
-    `on_tables_named`)."""
+    the chunk batches and say when the phase ends early, after a batch (a request found, a table named by a
+    DDL, a table to copy again)."""
     hooks = hooks or PhaseHooks()
     with connect(config.source) as conn:
         begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
@@ -225,8 +225,8 @@ def stream_structured(
                 spark.readStream.format(name)
                 .load()
                 .writeStream.foreachBatch(sink)
-                # The source says when a batch is due (batch_max_changes, batch_interval_seconds), as the loop
-                # does; a trigger interval would hold a ready batch back until its next tick.
+                # The source says when a batch is due (batch_max_changes, batch_interval_seconds); a trigger
+                # interval would hold a ready batch back until its next tick.
                 .trigger(processingTime="0 seconds")
                 .option("checkpointLocation", checkpoint)
                 .start()

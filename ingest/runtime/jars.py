@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 SCALA_BINARY = "2.13"
 ICEBERG_VERSION = "1.11.0"
 # Spark minor versions the job runs on. Spark 3.5 lacks the Python data source API the snapshot and the
-# structured engine are built on (pyspark.sql.datasource, Spark 4.0+); Iceberg 1.11 has no runtime for 4.2+.
+# job's streaming query are built on (pyspark.sql.datasource, Spark 4.0+); Iceberg 1.11 has no runtime for 4.2+.
 SUPPORTED_SPARK = ("4.0", "4.1")
 
 

@@ -103,21 +103,20 @@ def _move_keys(cur: Any, n: int, table: str, keys: int) -> None:
     cur.execute(f"UPDATE IGNORE {table} SET id = %s WHERE id = %s", (1 + n * 13 % quarter, keys + 1 + n * 29 % keys))
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resumed_while_the_others_stream(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """The request comes first, for certain: the table is created without a binlog entry, so the job cannot
-    begin to copy it by itself (the other order is the next test). The loop engine reads the chunks between its
-    binlog batches, the structured engine in chunk batches of its query between its binlog batches."""
-    db = f"adhoc_new_{engine}"
+    begin to copy it by itself (the other order is the next test). The query reads the chunks in chunk batches
+    between its binlog batches."""
+    db = "adhoc_new"
     _fresh_db(mariadb, db)
     mariadb.execute(
         f"CREATE TABLE {db}.bal (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {db}.bal SELECT seq, 0 FROM {db}.seq_1_to_300",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", db, LIVE_SNAPSHOT, signal_poll_seconds=1, engine=engine
+        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", db, LIVE_SNAPSHOT, signal_poll_seconds=1
     )
     log = _Log(job)
     config_file = str(tmp_path / "pipeline.yaml")
@@ -243,19 +242,18 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
 
 
 @pytest.mark.parametrize(
-    ("engine", "crash_at"),
-    # Killed between two chunk commits of the copy: the second one, or with the structured engine, whose query
-    # reads the first copy's 8 chunks in chunk batches too, the tenth; or right after the copy started over (in
-    # the request handling both engines share).
-    [("loop", "adhoc.before_copy:2"), ("structured", "adhoc.before_copy:10"), ("structured", "adhoc.after_drop")],
+    "crash_at",
+    # Killed between two chunk commits of the copy (the query reads the first copy's 8 chunks in chunk batches too:
+    # the tenth is the second of the copy again), or right after the copy started over.
+    ["adhoc.before_copy:10", "adhoc.after_drop"],
 )
 def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str, crash_at: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
 ) -> None:
     """A target damaged by hand is copied again (into its branch) while the job runs; the job is killed right after
     the copy started over or between two chunk commits of the copy, and the next run ends with the table equal to
     MySQL."""
-    db = f"adhoc_again_{crash_at.split('.')[1].split(':')[0]}_{engine}"
+    db = f"adhoc_again_{crash_at.split('.')[1].split(':')[0]}"
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -267,11 +265,10 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
         db,
         tmp_path,
         rf"{db}\.t",
-        f"again_{len(crash_at)}_{engine}",
+        f"again_{len(crash_at)}",
         LIVE_SNAPSHOT,
         crash_at,
         signal_poll_seconds=1,
-        engine=engine,
     )
     try:
         with background_writes(mariadb, db, lambda cur, n: _move_keys(cur, n, "t", 300)):
@@ -290,13 +287,12 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     assert StateTable.open(config).requests().snapshot == {}
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copied_without_a_request(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """Either engine ends its binlog phase at the statement, plans the new tables and starts again; the loop engine
-    then reads their chunks between its batches, the structured engine in chunk batches of its query."""
-    db = f"adhoc_auto_{engine}"
+    """The job ends its query at the statement, plans the new tables and starts it again; the query then reads
+    their chunks in chunk batches between its binlog batches."""
+    db = "adhoc_auto"
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -308,7 +304,7 @@ def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copie
         f"INSERT INTO {db}.staging2 SELECT * FROM {db}.staging",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(t|auto_.*)", db, LIVE_SNAPSHOT, signal_poll_seconds=1, engine=engine
+        mariadb, db, tmp_path, rf"{db}\.(t|auto_.*)", db, LIVE_SNAPSHOT, signal_poll_seconds=1
     )
     log = _Log(job)
     created, later = threading.Event(), threading.Event()

@@ -1,8 +1,8 @@
 """Chaos: a random DML workload runs while the job is SIGKILLed (its whole process group) at random moments,
 again and again, and restarted each time, on the S3 profile (MinIO through S3FileIO, the JDBC catalog on
-PostgreSQL). The binlog-phase runs alternate between the two engines (`stream.engine`: the loop, and the
-Structured Streaming query with a checkpoint kept across its runs, which the loop's runs leave behind). The
-kills land in the snapshot, in binlog apply and in the job's own maintenance (some at random, every fifth
+PostgreSQL). The runs alternate between a fresh query each (no `stream.checkpoint_location`: Iceberg alone
+says where to resume) and a Spark checkpoint kept across runs (which the fresh runs leave behind). The kills
+land in the snapshot, in binlog apply and in the job's own maintenance (some at random, every fifth
 binlog-phase kill at a named point inside a compaction). One target is partitioned, one is not. The server
 writes its binlog at each `row_metadata` setting. At the end Iceberg equals MySQL row for row, no chunk was
 recorded twice, and no table committed the same binlog batch twice.
@@ -54,7 +54,7 @@ MAINTENANCE_POINTS = ("maintenance.after_data_rewrite:1", "maintenance.before_ex
 # The lines of the job's log that say which phase it is in, the latest one seen naming where a kill landed.
 PHASE_LINES = (
     (" chunks ", "snapshot"),  # planned N chunks, chunks n/N
-    ("binlog phase (", "apply"),
+    ("binlog phase from ", "apply"),
     ("maintenance starts", "maintenance"),
     ("maintenance in", "apply"),
     ("maintenance failed", "apply"),
@@ -149,13 +149,13 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
     try:
         for attempt in range(KILLS):
             before = _offset(data, tmp_path)
-            engine = "structured" if attempt % 2 else "loop"
-            kept = {"checkpoint_location": str(tmp_path / "checkpoint")} if engine == "structured" else {}
-            config_file.write_text(yaml.safe_dump({**data, "stream": {**data["stream"], "engine": engine, **kept}}))
+            checkpoint = "kept" if attempt % 2 else "fresh"
+            kept = {"checkpoint_location": str(tmp_path / "checkpoint")} if checkpoint == "kept" else {}
+            config_file.write_text(yaml.safe_dump({**data, "stream": {**data["stream"], **kept}}))
             env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
             named = attempt >= SNAPSHOT_KILLS and (attempt - SNAPSHOT_KILLS) % 5 == 4
             if named:  # the job kills its own process group there, as a SIGKILL from outside would
-                env[CRASH_ENV] = MAINTENANCE_POINTS[attempt // 10 % 2]  # each point under both engines
+                env[CRASH_ENV] = MAINTENANCE_POINTS[attempt // 10 % 2]  # each point in both kinds of run
             log_file = tmp_path / f"run-{attempt}.log"
             with log_file.open("w") as stderr:
                 job = subprocess.Popen(
@@ -170,7 +170,7 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
             if attempt < SNAPSHOT_KILLS:
                 # The first kills land in the snapshot: once this run is copying, at a random moment.
                 while time.monotonic() < deadline and job.poll() is None:
-                    if any(marker in log_file.read_text() for marker in (" chunks ", "binlog phase (")):
+                    if any(marker in log_file.read_text() for marker in (" chunks ", "binlog phase from ")):
                         break
                     time.sleep(0.2)
                 time.sleep(rng.uniform(0, 2))
@@ -190,14 +190,14 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
             err = log_file.read_text()
             assert job.returncode == -signal.SIGKILL, err[-2000:]
             phase = _phase_at_kill(err)
-            phases.append(f"{phase}/{engine}" if phase in ("apply", "maintenance") else phase)
+            phases.append(f"{phase}/{checkpoint}" if phase in ("apply", "maintenance") else phase)
     finally:
         stop.set()
         writer.join()
     print(f"{row_metadata}: {KILLS} kills, {Counter(phases)}, workload {dict(done)}")
     assert phases.count("snapshot") >= 1, phases
-    for engine in ("loop", "structured"):
-        assert sum(p.endswith(f"/{engine}") for p in phases) >= 2, phases
+    for checkpoint in ("fresh", "kept"):
+        assert sum(p.endswith(f"/{checkpoint}") for p in phases) >= 2, phases
     assert sum(p.startswith("maintenance") for p in phases) >= 1, phases
     assert sum(done.values()) > 200, done
 

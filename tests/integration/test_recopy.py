@@ -276,22 +276,21 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
     assert _target(config, db).metadata.table_uuid == uuid
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_a_ddl_evolve_cannot_follow_copies_the_table_again_through_its_branch_while_the_job_runs(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """Issue 32, `stream.on_unfollowable: recopy`: a narrowing `MODIFY` (INT to SMALLINT, which evolve refuses)
     reaches the running job under a writer. The job does not stop: every change before the statement is
     committed, the table is copied again into its branch, which its Iceberg columns (still `int`) hold, so readers
     of main keep the old rows, whole, until the swap; the other table streams on meanwhile."""
-    db = f"recopy_ddl_{engine}"
+    db = "recopy_ddl"
     _setup(mariadb, db, tmp_path)
     mariadb.execute(
         f"CREATE TABLE {db}.u (id INT NOT NULL PRIMARY KEY, v INT)",
         f"INSERT INTO {db}.u SELECT seq, 0 FROM {db}.seq_1_to_20",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(t|u)", f"{db}_lake", SNAPSHOT, on_unfollowable="recopy", engine=engine
+        mariadb, db, tmp_path, rf"{db}\.(t|u)", f"{db}_lake", SNAPSHOT, on_unfollowable="recopy"
     )
     log = _Log(job)
 
@@ -360,13 +359,12 @@ def test_a_source_schema_that_no_longer_fits_the_target_drops_it_as_before_and_s
     assert verify(config)
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_through_branches(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`stop` (the default) still stops with the way out: test_binlog_edges.py's purged-binlog test."""
-    db = f"recopy_purged_{engine}"
-    config, _ = _setup(mariadb, db, tmp_path, on_purged="resnapshot", engine=engine)
+    db = "recopy_purged"
+    config, _ = _setup(mariadb, db, tmp_path, on_purged="resnapshot")
     run(config, spark=spark, until_caught_up=True)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 50")
     run(config, spark=spark, until_caught_up=True)

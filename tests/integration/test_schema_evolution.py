@@ -130,17 +130,17 @@ def test_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlog_acro
     columns of its moment (by name at FULL, by position at NO_LOG), Iceberg columns keep their field ids, the
     TRUNCATE is one commit carrying its offset. Killed after the Iceberg schema change (before the source schema
     is stored) and after the TRUNCATE's commit (before the offset is), the job ends equal to MySQL, column for
-    column and in MySQL's order. The engine that follows it: the loop at FULL, the structured engine at NO_LOG."""
+    column and in MySQL's order."""
     db = "evo_rename"
     catalog = f"evo_rename_{row_metadata}"
-    engine = {"stream": {"engine": "loop" if row_metadata == "FULL" else "structured", "batch_interval_seconds": 1}}
+    stream = {"stream": {"batch_interval_seconds": 1}}
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
         f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT, note VARCHAR(10), w INT)",
         f"INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, 'x', -seq FROM {db}.seq_1_to_120",
     )
-    section = {**_section(mariadb, db, tmp_path, catalog), **engine}
+    section = {**_section(mariadb, db, tmp_path, catalog), **stream}
     config = parse_config(section)
     run(config, spark=spark, until_caught_up=True)
     before = {f.name: f.field_id for f in _iceberg(config, db).schema().fields}

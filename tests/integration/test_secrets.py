@@ -1,7 +1,7 @@
 """FAILURES.md "Security": no secret of the pipeline leaves the places it was given to. The job runs on the S3
 profile (MinIO through S3FileIO, the JDBC catalog on PostgreSQL) with all three of its secrets read from files:
 the MySQL password, the catalog database's password and the S3 secret key. While it snapshots and streams
-with the Structured Streaming engine, every process of its tree (the Python driver, the JVM, Python workers)
+in its Structured Streaming query, every process of its tree (the Python driver, the JVM, Python workers)
 is read from /proc; afterwards its output at DEBUG, the JVM's log at DEBUG, Spark's event log, every file it
 wrote, every object in its bucket and every row of the catalog database are searched."""
 
@@ -106,7 +106,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_or_anything_writt
         "tables": {"include": [r"hush\..*"]},
         "sink": {**sink, "catalog_name": "hushlake", "state_table": "ingest_meta.state_hush"},
         "snapshot": {"chunk_size": 100, "parallelism": 2},
-        "stream": {"engine": "structured", "batch_interval_seconds": 1, "checkpoint_location": str(tmp_path / "cp")},
+        "stream": {"batch_interval_seconds": 1, "checkpoint_location": str(tmp_path / "cp")},
         "spark": {
             "conf": {
                 "spark.eventLog.enabled": "true",
@@ -141,7 +141,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_or_anything_writt
                 for name, value in secrets.items():
                     assert value.encode() not in cmdline, f"the {name} secret is on the command line of {cmdline!r}"
                     assert value.encode() not in environ, f"the {name} secret is in the environment of {cmdline!r}"
-            if "binlog phase (structured)" in err.read_text():
+            if "binlog phase from " in err.read_text():
                 # Changes keep arriving, so the streaming query keeps running batches in Python workers.
                 mariadb.execute(f"UPDATE hush.acct SET n = n + 1 WHERE id = {updates + 1}")
                 updates += 1

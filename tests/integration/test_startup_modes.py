@@ -40,24 +40,20 @@ def _fresh_db(mariadb: MariaDBServer, db: str) -> None:
     )
 
 
-def _data(
-    mariadb: MariaDBServer, db: str, base: Path, mode: str, engine: str = "loop", **startup: Any
-) -> dict[str, Any]:
+def _data(mariadb: MariaDBServer, db: str, base: Path, mode: str, **startup: Any) -> dict[str, Any]:
     return {
         "name": db,
         "source": source_section(mariadb),
         "tables": {"include": [rf"{db}\..*"]},
         "sink": {**embedded_sink(base), "catalog_name": f"lake_{db}"},
-        "stream": {"batch_interval_seconds": 1, "engine": engine},
+        "stream": {"batch_interval_seconds": 1},
         "startup_mode": mode,
         **({"startup": startup} if startup else {}),
     }
 
 
-def _config(
-    mariadb: MariaDBServer, db: str, base: Path, mode: str, engine: str = "loop", **startup: Any
-) -> PipelineConfig:
-    return parse_config(_data(mariadb, db, base, mode, engine, **startup))
+def _config(mariadb: MariaDBServer, db: str, base: Path, mode: str, **startup: Any) -> PipelineConfig:
+    return parse_config(_data(mariadb, db, base, mode, **startup))
 
 
 def _write_after(mariadb: MariaDBServer, db: str) -> list[int]:
@@ -134,15 +130,14 @@ def test_binlog_position_reads_from_the_given_file_and_position(
     _assert_only_changed_keys(mariadb, config, db, changed)
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_gtid_reads_from_the_transaction_after_the_given_gtid_position(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    db = f"st_gtid_{engine}"
+    db = "st_gtid"
     _fresh_db(mariadb, db)
     _, _, gtid = _position(mariadb)
     changed = _write_after(mariadb, db)
-    config = _config(mariadb, db, tmp_path, "gtid", engine, gtid=gtid)
+    config = _config(mariadb, db, tmp_path, "gtid", gtid=gtid)
     run(config, spark=spark, until_caught_up=True)
     _assert_only_changed_keys(mariadb, config, db, changed)
 

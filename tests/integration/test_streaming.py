@@ -129,13 +129,12 @@ def write_dml(mariadb: MariaDBServer, db: str) -> None:
 
 
 @pytest.mark.spark_compat
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_changes_after_the_snapshot_are_applied_exactly_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str, row_metadata: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
     db = "flow"
     _fresh_db(mariadb, db)
-    config = _config(mariadb, db, tmp_path, catalog=f"flow_{engine}_{row_metadata}", engine=engine)
+    config = _config(mariadb, db, tmp_path, catalog=f"flow_{row_metadata}")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     write_dml(mariadb, db)
@@ -353,18 +352,17 @@ def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest
 STREAM_CRASH_POINTS = ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"]
 
 
-@pytest.mark.parametrize(
-    ("engine", "point"), [("loop", "stream.after_table_commit"), ("structured", "stream.before_state")]
-)
+@pytest.mark.parametrize("point", ["stream.after_table_commit", "stream.before_state"])
 def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_nothing_twice(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str, point: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
     """FAILURES.md "commit outcome unknown": a table's commit succeeded, then the job failed in its own process
     (not killed: its error handling runs, the Spark session lives on). In the same session the retry finds
     what the failed run committed, with its files, and commits nothing twice."""
     db = "failflow"
     _fresh_db(mariadb, db)
-    config = _config(mariadb, db, tmp_path, catalog=f"fail_{engine}", engine=engine, concurrent_merges=1)
+    catalog = f"fail_{point.split('.')[1]}"
+    config = _config(mariadb, db, tmp_path, catalog=catalog, concurrent_merges=1)
     run(config, spark=spark, snapshot_only=True)
     write_dml(mariadb, db)
     reset_fault_counts()
@@ -376,7 +374,7 @@ def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_no
     committed = _stream_offsets(config, db, "acct")
     assert committed, "the failure came after the first table's commit"
     # Every file the committed snapshot references is still there (nothing was cleaned up as if it failed).
-    assert spark.sql(f"SELECT count(*) FROM fail_{engine}.{db}.acct").collect()[0][0] > 0
+    assert spark.sql(f"SELECT count(*) FROM {catalog}.{db}.acct").collect()[0][0] > 0
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     for table in ("acct", "tag"):
@@ -596,8 +594,8 @@ def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.P
 
 def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], each_second: Any = None) -> None:
     """Until the job has read every chunk and committed a binlog batch (calling `each_second` meanwhile), at most
-    240 s. (The structured engine's query reads chunks between binlog batches: a binlog batch alone does not say
-    the snapshot is complete.)"""
+    240 s. (The query reads chunks between binlog batches: a binlog batch alone does not say the snapshot is
+    complete.)"""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and job.poll() is None:
         if each_second is not None:
@@ -613,13 +611,12 @@ def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], ea
     assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_sigterm_stops_the_running_job_after_its_current_commit(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     db = "termflow"
     _fresh_db(mariadb, db)
-    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", f"term_{engine}", engine=engine)
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", "term_lake")
     updates = [0]
 
     def update() -> None:  # keep changing the source until the job has committed a binlog batch
@@ -640,12 +637,11 @@ def test_sigterm_stops_the_running_job_after_its_current_commit(
     assert len(offsets) == len(set(offsets))  # no batch half-committed by the stop and committed again
 
 
-@pytest.mark.parametrize("engine", ["loop", "structured"])
 def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, engine: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """The reader never idles here: the stop comes when it has read up to the source's position at the signal."""
-    db = f"termload_{engine}"
+    db = "termload"
     _fresh_db(mariadb, db)
     done_writes = [0]
 
@@ -653,7 +649,7 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
         cur.execute("UPDATE acct SET owner = %s WHERE id = 1", (f"w-{done_writes[0] + 1}",))
         done_writes[0] += 1  # committed (autocommit) before the counter moves
 
-    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", f"termload_{engine}", engine=engine)
+    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "termload_lake")
     with _writes_while(mariadb, db, write, job):
         _wait_until_streaming(config, job)
         written_before_signal = done_writes[0]

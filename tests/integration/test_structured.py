@@ -1,7 +1,6 @@
-"""The binlog phase as a Spark Structured Streaming query (`stream.engine: structured`): the binlog Python data
-source and the foreachBatch commit, in the cases the loop's tests do not cover (test_streaming runs its basic,
-SIGTERM and error-after-commit tests with both engines, test_chaos alternates them). Tests that apply changes
-end with `ingest verify`."""
+"""The job's Structured Streaming query itself: the binlog Python data source, its offsets and chunk batches, the
+foreachBatch commit, a kept checkpoint, and what Spark reports of the query (test_streaming covers the binlog
+phase's behaviour, test_chaos random kills). Tests that apply changes end with `ingest verify`."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "", **stream: Any) -> PipelineConfig:
     """A catalog name of its own per test (a Spark session keeps catalogs by name)."""
-    return _config(mariadb, db, warehouse, catalog=catalog or f"s_{db}", engine="structured", **stream)
+    return _config(mariadb, db, warehouse, catalog=catalog or f"s_{db}", **stream)
 
 
 # Between two tables' commits of a batch, and after the whole batch is committed but before Spark records it.
@@ -57,7 +56,7 @@ def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_o
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
     run(config, spark=spark, snapshot_only=True)
     write_dml(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
-    config_file = write_config_file(mariadb, db, tmp_path, catalog, engine="structured", **settings)
+    config_file = write_config_file(mariadb, db, tmp_path, catalog, **settings)
     crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     acct_before = _stream_offsets(config, db, "acct")
@@ -83,7 +82,7 @@ def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_o
     checkpoint = tmp_path / "checkpoint"
     settings = {"checkpoint_location": str(checkpoint)}
     config = _structured(mariadb, db, tmp_path, **settings)
-    config_file = write_config_file(mariadb, db, tmp_path, f"s_{db}", engine="structured", **settings)
+    config_file = write_config_file(mariadb, db, tmp_path, f"s_{db}", **settings)
     crashed = run_ingest("run", "--config", str(config_file), crash_at="snapshot.after_commit:1")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert '"chunks"' in (checkpoint / "offsets" / "0").read_text()  # the batch Spark planned is a chunk batch
@@ -211,7 +210,7 @@ def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_sc
     db = "sddl"
     _fresh_db(mariadb, db)
     # The target has the column, the source schema it mirrors is not stored yet (test_schema_evolution kills
-    # the loop at every step of a schema change; the steps are the same code here).
+    # the job at every step of a schema change; this one with a kept checkpoint, which Spark replays).
     crash_at = "stream.after_schema_change:1"
     catalog = f"s_ddl_{row_metadata}"
     settings = {"checkpoint_location": str(tmp_path / "checkpoint")}
@@ -223,7 +222,7 @@ def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_sc
         f"INSERT INTO {db}.acct VALUES (3000, 'after', 1, 'new')",
         f"UPDATE {db}.acct SET note = 'set', owner = 'after' WHERE id BETWEEN 5 AND 14",
     )
-    config_file = write_config_file(mariadb, db, tmp_path, catalog, engine="structured", **settings)
+    config_file = write_config_file(mariadb, db, tmp_path, catalog, **settings)
     crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     # The restart runs the DDL's batch again from the checkpoint, and reads on from after it.

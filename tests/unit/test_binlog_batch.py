@@ -119,7 +119,7 @@ def test_a_changelog_behind_its_target_gets_the_changes_the_target_holds(held: i
 
 
 def test_while_no_chunk_is_read_every_change_is_left_to_the_chunks_without_asking_the_server() -> None:
-    """A table whose copy has not read a chunk yet (the structured engine reads chunks in its query): its chunks,
+    """A table whose copy has not read a chunk yet (the query reads chunks in chunk batches): its chunks,
     read later, hold every change. A string key would need the server to place it in a chunk; none is asked."""
     schema = TableSchema(
         "db", "s", (SourceColumn("k", "varchar", "varchar(10)", False),), ("k",), ("k",), ("utf8mb4_general_ci",)

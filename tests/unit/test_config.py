@@ -730,16 +730,14 @@ def test_a_purged_binlog_stops_the_job_unless_told_to_copy_every_table_again() -
     )
 
 
-def test_the_stream_engine_defaults_to_the_loop_and_a_checkpoint_needs_the_structured_engine() -> None:
-    assert parse_config(cfg()).stream.engine == "loop"
+def test_a_checkpoint_is_optional_and_a_file_that_still_names_an_engine_is_told_to_drop_it() -> None:
     assert parse_config(cfg()).stream.checkpoint_location is None
-    structured = parse_config(cfg(stream={"engine": "structured", "checkpoint_location": "s3a://b/ck"})).stream
-    assert (structured.engine, structured.checkpoint_location) == ("structured", "s3a://b/ck")
-    assert error_of(cfg(stream={"engine": "flink"})) == "`stream.engine` must be one of loop, structured; got 'flink'"
-    assert (
-        error_of(cfg(stream={"checkpoint_location": "/tmp/ck"}))
-        == "`stream.checkpoint_location` is only used with `stream.engine: structured`"
-    )
+    assert parse_config(cfg(stream={"checkpoint_location": "s3a://b/ck"})).stream.checkpoint_location == "s3a://b/ck"
+    for engine in ("loop", "structured"):
+        assert error_of(cfg(stream={"engine": engine})) == (
+            "`stream.engine` is gone: the job always runs as one Spark Structured Streaming query (the driver loop, "
+            "`loop`, was removed, and `structured` is what runs); delete the setting"
+        )
 
 
 def test_snapshot_requests_are_looked_for_every_ten_seconds_unless_set() -> None:
@@ -884,7 +882,6 @@ def test_dropped_tables_and_ddl_evolve_cannot_follow_have_their_policies() -> No
     assert error_of(cfg(stream={"on_drop_table": "purge"})) == (
         "`stream.on_drop_table` must be one of keep, drop; got 'purge'"
     )
-    assert parse_config(cfg(stream={"on_unfollowable": "recopy", "engine": "structured"})).stream.engine == "structured"
     assert "which only `stream.on_schema_change: evolve` follows" in error_of(
         cfg(stream={"on_unfollowable": "recopy", "on_schema_change": "fail"})
     )

@@ -1,4 +1,4 @@
-"""The metrics endpoint's pure parts: the Prometheus text format, the bookkeeping both engines report to, the
+"""The metrics endpoint's pure parts: the Prometheus text format, the bookkeeping the job reports to, the
 `metrics` config section and `ingest status --watch`'s loop (ingest/metrics.py, ingest/status.py)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_the_text_format_has_help_type_and_escaped_labels() -> None:
 
 
 def test_bookkeeping_adds_up_per_table() -> None:
-    job = JobMetrics("p", "loop", clock=lambda: 1000.0)
+    job = JobMetrics("p", clock=lambda: 1000.0)
     job.snapshot_progress("db.a", 0, 3)
     job.rows_copied("db.a", 100)
     job.rows_copied("db.a", 50)
@@ -76,7 +76,7 @@ def test_bookkeeping_adds_up_per_table() -> None:
     job.commit_retried("lake.db.a")
     got = samples(job.exposition())
     assert got == {
-        'ingest_pipeline_info{pipeline="p",engine="loop"}': 1,
+        'ingest_pipeline_info{pipeline="p"}': 1,
         'ingest_snapshot_rows_total{table="db.a"}': 150,
         'ingest_snapshot_chunks_done{table="db.a"}': 3,
         'ingest_snapshot_chunks_planned{table="db.a"}': 3,
@@ -93,10 +93,10 @@ def test_bookkeeping_adds_up_per_table() -> None:
 
 
 def test_nothing_known_yet_gives_families_without_samples() -> None:
-    text = JobMetrics("p", "structured").exposition()
+    text = JobMetrics("p").exposition()
     assert "# TYPE ingest_lag_seconds gauge" in text and "# TYPE ingest_binlog_bytes_behind gauge" in text
     assert samples(text) == {
-        'ingest_pipeline_info{pipeline="p",engine="structured"}': 1,
+        'ingest_pipeline_info{pipeline="p"}': 1,
         "ingest_snapshot_paused": 0,
         "ingest_snapshot_throttled_seconds_total": 0,
         "ingest_batch_duration_seconds_sum": 0,
@@ -153,7 +153,7 @@ def test_the_current_metrics_are_those_of_the_run_and_the_merge_retry_counts(mon
 
 
 def test_the_server_answers_metrics_and_nothing_else() -> None:
-    job = JobMetrics("p", "loop")
+    job = JobMetrics("p")
     job.rows_copied("db.t", 7)
     with MetricsServer(job, "127.0.0.1", 0) as server:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as answer:

@@ -61,7 +61,7 @@ def test_the_binlog_line_shows_lag_changes_per_second_over_a_window_and_the_last
 
 def test_job_metrics_give_what_the_display_reads() -> None:
     clock = [1000.0]
-    job = JobMetrics("p", "loop", clock=lambda: clock[0], monotonic=lambda: 50.0)
+    job = JobMetrics("p", clock=lambda: clock[0], monotonic=lambda: 50.0)
     job.snapshot_progress("shop.a", 2, 4)
     job.rows_copied("shop.a", 300)
     job.batch_committed({"shop.a": 7}, 0.5, BinlogPosition("mysql-bin.000002", 120), source_time=998.0)
@@ -146,7 +146,7 @@ def test_plain_mode_logs_the_same_lines_every_interval(caplog: object) -> None:
     from ingest.metrics import recording
 
     assert isinstance(caplog, pytest.LogCaptureFixture)
-    job = JobMetrics("p", "loop")
+    job = JobMetrics("p")
     job.snapshot_progress("shop.a", 1, 3)
     with caplog.at_level(logging.INFO, logger="ingest.progress"), recording(job):
         with showing_progress("plain", _Terminal(), plain_every=0.05):
@@ -158,7 +158,7 @@ def test_plain_mode_logs_the_same_lines_every_interval(caplog: object) -> None:
 def test_the_last_look_after_a_run_reads_that_runs_metrics() -> None:
     from ingest import metrics
 
-    job = JobMetrics("p", "loop")
+    job = JobMetrics("p")
     with metrics.recording(job):
         assert metrics.latest() is job
     assert metrics.current() is not job and metrics.latest() is job

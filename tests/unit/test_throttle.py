@@ -89,7 +89,7 @@ class FakeStop(threading.Event):
 @pytest.fixture
 def job() -> Iterator[JobMetrics]:
     fake = FakeTime()
-    with recording(JobMetrics("p", "loop", monotonic=fake)) as metrics:
+    with recording(JobMetrics("p", monotonic=fake)) as metrics:
         metrics.fake_time = fake  # type: ignore[attr-defined]
         yield metrics
 
