@@ -1,7 +1,6 @@
 """Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run.
 
-    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--lag-engines loop,structured]
-                                     [--duration 60] [--interval 5]
+    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5]
                                      [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
                                      [--merge-rounds 3] [--upkeep-batches 60] [--upkeep-every 20]
                                      [--upkeep-changes 500] [--upkeep-base-rows 30000]
@@ -11,12 +10,11 @@ Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `
 key), snapshots them with `ingest.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
 at least `--changes` row changes with set-based SQL, then measures in this order: the raw
 python-mysql-replication parse of that binlog range (the baseline) and our `BinlogReader` without Spark in
-this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child, with each
-`stream.engine`; the end-to-end lag at each offered load of `--loads` with the job running continuously in
-a child (each engine of `--lag-engines`), stopped by SIGTERM; and MERGE INTO against a plain append of
-the same batch on format-version 2 and 3 tables in a child. The children are
-`python -m bench.binlog --worker SPEC` (their process tree is exactly the job). Nothing here asserts on
-timing. See bench/README.md for what each number means.
+this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child; the
+end-to-end lag at each offered load of `--loads` with the job running continuously in a child, stopped by
+SIGTERM; and MERGE INTO against a plain append of the same batch on format-version 2 and 3 tables in a
+child. The children are `python -m bench.binlog --worker SPEC` (their process tree is exactly the job).
+Nothing here asserts on timing. See bench/README.md for what each number means.
 """
 
 from __future__ import annotations
@@ -77,7 +75,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.model.position import BinlogPosition, Watermark
 
 STREAM_LINE = "BENCH_STREAM_STARTED"
-"""Printed by a worker when the job enters the binlog phase (`ingest.streaming.stream`)."""
+"""Printed by a worker when the job enters the binlog phase (`ingest.structured.stream_structured`)."""
 
 PIPELINE = "bench_binlog"
 JOB_SERVER_ID = 5402
@@ -294,8 +292,6 @@ def make_config(
     stream: dict[str, Any] = {}
     if "interval" in spec:
         stream["batch_interval_seconds"] = float(spec["interval"])
-    if "engine" in spec:
-        stream["engine"] = spec["engine"]
     return parse_config(
         {
             "name": PIPELINE,
@@ -432,9 +428,8 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
 
 
 class StreamProbe:
-    """Wraps the binlog phase of each engine and its commits in the worker to time them: `ingest.streaming.stream`
-    and `_commit` (the loop: a batch's preparation and commit), `ingest.structured.stream_structured` and
-    `commit_prepared` (the structured engine: its source's process prepared the batch).
+    """Wraps the binlog phase (`ingest.structured.stream_structured`, the job's query) and each batch's commit
+    (`commit_prepared`: the query's source process prepared the batch) in the worker to time them.
 
     The module attributes are replaced, also where another module of the job imported them by name; nothing of
     the job changes but a timestamp and a CPU reading per call.
@@ -453,15 +448,7 @@ class StreamProbe:
         import ingest.streaming as streaming
         import ingest.structured as structured
 
-        self._wrap(streaming, "stream", "_commit", lambda args: _transactions_changes(args[5]))
-        self._wrap(structured, "stream_structured", "commit_prepared", lambda args: _prepared_changes(args[4]))
-
-    def _wrap(
-        self, module: Any, phase: str, commit_name: str, counts: Callable[[tuple[Any, ...]], tuple[int, ...]]
-    ) -> None:
-        """Time `module.<phase>` (what run() calls for the binlog phase) and each `module.<commit_name>`; `counts`
-        gives a call's (transactions, changes, tables) from its positional arguments."""
-        original_stream, original_commit = getattr(module, phase), getattr(module, commit_name)
+        original_stream, original_commit = structured.stream_structured, streaming.commit_prepared
         probe = self
 
         def stream(*args: Any, **kwargs: Any) -> BinlogPosition:
@@ -476,24 +463,20 @@ class StreamProbe:
                 probe.cpu_end = tree_cpu(probe.root)
 
         def commit(*args: Any) -> None:
-            transactions, changes, tables = counts(args)
+            prepared = args[4]  # per table, its part of the batch, prepared in the source's process
             started_wall, started = time.time(), time.perf_counter()
             original_commit(*args)
             probe.batches.append(
                 {
                     "started_at": round(started_wall, 3),
                     "seconds": round(time.perf_counter() - started, 3),
-                    "transactions": transactions,
-                    "changes": changes,
-                    "tables": tables,
+                    "changes": sum(p.applied for p in prepared),
+                    "tables": len(prepared),
                 }
             )
 
-        # Wherever the phase's function was imported by name (ingest.adhoc, ingest.pipeline), too.
-        for loaded in list(sys.modules.values()):
-            if getattr(loaded, "__name__", "").startswith("ingest") and getattr(loaded, phase, None) is original_stream:
-                setattr(loaded, phase, stream)
-        setattr(module, commit_name, commit)
+        _rebind("stream_structured", original_stream, stream)
+        _rebind("commit_prepared", original_commit, commit)
 
     def summary(self) -> dict[str, Any]:
         wall = None if self.started is None or self.ended is None else self.ended - self.started
@@ -519,15 +502,13 @@ class StreamProbe:
         }
 
 
-def _transactions_changes(batch: Sequence[Any]) -> tuple[int, ...]:
-    """A loop batch (`_commit`'s transactions): transactions, row changes, tables."""
-    return len(batch), sum(len(tx.changes) for tx in batch), len({c.table_id for tx in batch for c in tx.changes})
-
-
-def _prepared_changes(prepared: Sequence[Any]) -> tuple[int, ...]:
-    """A structured batch (`commit_prepared`'s tables, prepared in the source's process): the transactions are not
-    seen here (0), the row changes applied, tables."""
-    return 0, sum(p.applied for p in prepared), len(prepared)
+def _rebind(name: str, original: Any, replacement: Any) -> None:
+    """Bind `replacement` as `name` in every module of the job that holds `original` under that name: the module
+    that defines it and those that imported it by name (ingest.adhoc calls the phase, ingest.structured the
+    commit)."""
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "__name__", "").startswith("ingest") and getattr(loaded, name, None) is original:
+            setattr(loaded, name, replacement)
 
 
 def after_first_batch(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -1144,7 +1125,6 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "args": {
             "changes": args.changes,
             "loads": args.loads,
-            "lag_engines": args.lag_engines,
             "duration": args.duration,
             "interval": args.interval,
             "initial_rows": args.initial_rows,
@@ -1187,13 +1167,6 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             _progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
             with Worker({**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log") as w:
                 results["snapshot"] = w.finish()
-            # A second warehouse at the same point, for the catch-up of the Structured Streaming engine.
-            warehouse_b = scratch / "warehouse-structured"
-            warehouse_b.mkdir()
-            spec_b = {**base_spec, "warehouse": str(warehouse_b), "engine": "structured"}
-            config_b = make_config(spec_b)
-            with Worker({**spec_b, "kind": "snapshot", "label": "snapshot-b"}, scratch / "snapshot-b.log") as w:
-                w.finish()
 
             _progress(f"recording a binlog of at least {args.changes:,} row changes")
             binlog = record_binlog(server, config, keys, args.changes)
@@ -1207,34 +1180,29 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             _progress("BinlogReader + materialize, no Spark")
             results["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
 
-            for engine, key, the_spec, the_config in (
-                ("loop", "catchup", base_spec, config),
-                ("structured", "catchup_structured", spec_b, config_b),
-            ):
-                log_path = scratch / f"{key}.log"
-                _progress(f"ours: catch-up with run(until_caught_up=True), stream.engine {engine} (log {log_path})")
-                catchup = measure_catchup(server, {**the_spec, "kind": "catchup", "label": key}, the_config, log_path)
-                results[key] = catchup
-                _progress(
-                    f"ours ({engine}): {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, "
-                    f"verify {'OK' if catchup['verify']['ok'] else 'FAILED'}"
-                )
+            log_path = scratch / "catchup.log"
+            _progress(f"ours: catch-up with run(until_caught_up=True) (log {log_path})")
+            catchup = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "catchup"}, config, log_path)
+            results["catchup"] = catchup
+            _progress(
+                f"ours: {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, "
+                f"verify {'OK' if catchup['verify']['ok'] else 'FAILED'}"
+            )
 
             lag_runs: list[dict[str, Any]] = []
             first_id = keys.orders_hi + 1_000_000
-            for engine, rate in [(e, r) for e in args.lag_engines for r in args.loads]:
-                label = f"lag{rate}" + ("" if engine == "loop" else f"-{engine}")
+            for rate in args.loads:
+                label = f"lag{rate}"
                 _progress(
-                    f"lag at {rate}/s for {args.duration:.0f}s, trigger interval {args.interval:g}s, "
-                    f"stream.engine {engine} (log {scratch}/{label}.log)"
+                    f"lag at {rate}/s for {args.duration:.0f}s, trigger interval {args.interval:g}s "
+                    f"(log {scratch}/{label}.log)"
                 )
-                spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval, "engine": engine}
+                spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval}
                 entry = measure_lag(server, spec, rate, args.duration, first_id, scratch / f"{label}.log")
-                entry["engine"] = engine
                 lag_runs.append(entry)
                 first_id += entry["writer"]["rows"] + 1_000_000
                 lc = entry["lag_commit_s"]
-                _progress(f"lag at {rate}/s ({engine}): p50 {_fmt(lc['p50'], '.2f')}s, p95 {_fmt(lc['p95'], '.2f')}s")
+                _progress(f"lag at {rate}/s: p50 {_fmt(lc['p50'], '.2f')}s, p95 {_fmt(lc['p95'], '.2f')}s")
             results["lag"] = lag_runs
 
             if args.merge_changes > 0:
@@ -1299,7 +1267,7 @@ def measure_without_names(
     args: argparse.Namespace,
     scratch: Path,
 ) -> dict[str, Any]:
-    """The raw parse, our reader and the loop engine's catch-up again, over a binlog the server wrote at its
+    """The raw parse, our reader and the job's catch-up again, over a binlog the server wrote at its
     default binlog_row_metadata (NO_LOG: no column names, no signedness or charsets), which the job reads by
     position with the schema it follows (ingest/source/table_maps.py). Last, so the runs before read FULL."""
     out: dict[str, Any] = {}
@@ -1313,7 +1281,7 @@ def measure_without_names(
     out["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
     out["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
     log_path = scratch / "catchup-no-names.log"
-    _progress(f"NO_LOG: ours, catch-up with stream.engine loop (log {log_path})")
+    _progress(f"NO_LOG: ours, catch-up with run(until_caught_up=True) (log {log_path})")
     out["catchup"] = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "no-names"}, config, log_path)
     return out
 
@@ -1328,14 +1296,9 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     if catchup["changes_per_s"]:
         out["ours_changes_per_s_vs_baseline"] = catchup["changes_per_s"] / base["rows_per_s"]
         out["ours_cpu_per_change_vs_baseline"] = catchup["cpu_s_per_million"] / base["cpu_s_per_million"]
-    structured = results.get("catchup_structured") or {}
-    if structured.get("changes_per_s"):
-        out["structured_changes_per_s_vs_baseline"] = structured["changes_per_s"] / base["rows_per_s"]
-        out["structured_cpu_per_change_vs_baseline"] = structured["cpu_s_per_million"] / base["cpu_s_per_million"]
-    for name, run in (("ours", catchup), ("structured", structured)):
-        warm = run.get("after_first_batch") or {}
-        if warm.get("changes_per_s"):
-            out[f"{name}_after_first_batch_changes_per_s_vs_baseline"] = warm["changes_per_s"] / base["rows_per_s"]
+    warm = catchup.get("after_first_batch") or {}
+    if warm.get("changes_per_s"):
+        out["ours_after_first_batch_changes_per_s_vs_baseline"] = warm["changes_per_s"] / base["rows_per_s"]
     for f in (results.get("merge") or {}).get("formats", []):
         if f["merge_vs_append"] is not None:
             out[f"merge_vs_append_v{f['format_version']}"] = f["merge_vs_append"]
@@ -1423,22 +1386,10 @@ def render(results: dict[str, Any]) -> str:
             c["mariadb_cpu_s"],
         )
     )
-    cs = results.get("catchup_structured")
-    if cs:
-        lines.append(
-            row(
-                "ours: the same, stream.engine structured",
-                cs["changes"],
-                cs["changes_per_s"],
-                cs["stream_seconds"],
-                cs["stream_cpu_s"],
-                cs["cpu_s_per_million"],
-                cs["mariadb_cpu_s"],
-            )
-        )
     commits = c["iceberg_commits"]
     target_commits = sum(v for k, v in commits.items() if k != "state_table")
     parts = ", ".join(f"{k} {v:.1f}" for k, v in c["stream_cpu_s_by_part"].items())
+    warm = c.get("after_first_batch")
     lines += [
         "",
         f"ours: {c['batches_with_changes']} batches with changes ({c['batches']} commits of an offset), up to "
@@ -1453,27 +1404,17 @@ def render(results: dict[str, Any]) -> str:
         + ("" if c["verify"]["ok"] else "  <-- " + "; ".join(c["verify"]["output"][-6:])),
         *(
             [
-                f"ours (structured): {cs['batches_with_changes']} batches with changes, commit median "
-                f"{_fmt(cs['batch_commit_seconds_median'], '.1f')}s; verify {'OK' if cs['verify']['ok'] else 'FAILED'}"
-                + ("" if cs["verify"]["ok"] else "  <-- " + "; ".join(cs["verify"]["output"][-6:]))
+                f"ours: after the first batch (a warm JVM): {_fmt(warm['changes'], ',')} changes in "
+                f"{warm['seconds']:.1f}s, {_fmt(warm['changes_per_s'])} changes/s, "
+                f"{_fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
             ]
-            if cs
-            else []
-        ),
-        *(
-            f"{name}: after the first batch (a warm JVM): {_fmt(warm['changes'], ',')} changes in "
-            f"{warm['seconds']:.1f}s, {_fmt(warm['changes_per_s'])} changes/s, "
-            f"{_fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
-            for name, warm in (
-                ("ours", c.get("after_first_batch")),
-                ("ours (structured)", (cs or {}).get("after_first_batch")),
-            )
             if warm
+            else []
         ),
         f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
         f"{reader['batches']} batches folding to {reader['final_rows']:,} final rows",
     ]
-    if base["rows"] != c["changes"] or reader["rows"] != base["rows"] or (cs and cs["changes"] != base["rows"]):
+    if base["rows"] != c["changes"] or reader["rows"] != base["rows"]:
         lines.append(
             f"  <-- CHANGE COUNT MISMATCH: baseline {base['rows']:,}, reader {reader['rows']:,}, job {c['changes']:,}"
         )
@@ -1487,7 +1428,7 @@ def render(results: dict[str, Any]) -> str:
             f"that saw it, every {LAG_POLL_SECONDS:g}s)",
         ]
         head = (
-            f"{'engine':<10} {'offered/s':>9} {'achieved/s':>10} {'interval s':>10} {'trig obs s':>10} "
+            f"{'offered/s':>9} {'achieved/s':>10} {'interval s':>10} {'trig obs s':>10} "
             f"{'rows seen':>9} "
             f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'seen p50':>8} {'seen p95':>8} {'seen max':>8} "
             f"{'commits':>7} {'cores':>5} {'stop s':>6} {'exit s':>6} {'unseen':>6}"
@@ -1496,7 +1437,7 @@ def render(results: dict[str, Any]) -> str:
         for e in lag:
             lc, ls, w = e["lag_commit_s"], e["lag_seen_s"], e["writer"]
             lines.append(
-                f"{e.get('engine', 'loop'):<10} {e['offered_rate']:>9,} {w['achieved_rate_until_sigterm']:>10,.0f} "
+                f"{e['offered_rate']:>9,} {w['achieved_rate_until_sigterm']:>10,.0f} "
                 f"{e['interval_s']:>10g} "
                 f"{_fmt(e['trigger_interval_observed_median_s'], '.1f'):>10} {e['rows_visible']:>9,} "
                 f"{_fmt(lc['p50'], '.2f'):>6} {_fmt(lc['p95'], '.2f'):>6} {_fmt(lc['max'], '.2f'):>6} "
@@ -1517,7 +1458,7 @@ def render(results: dict[str, Any]) -> str:
                 notes.append(f"writer error: {e['writer']['error']}")
             if e["poller"]["errors"]:
                 notes.append(f"{len(e['poller']['errors'])} failed polls, e.g. {e['poller']['errors'][0][:160]}")
-            lines.append(f"  {e.get('engine', 'loop')} at {e['offered_rate']}/s: " + "; ".join(notes))
+            lines.append(f"  at {e['offered_rate']}/s: " + "; ".join(notes))
 
     merge = results.get("merge")
     if merge and merge.get("formats"):
@@ -1616,25 +1557,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _engines(text: str) -> list[str]:
-    engines = [e.strip() for e in text.split(",") if e.strip()]
-    unknown = sorted(set(engines) - {"loop", "structured"})
-    if not engines or unknown:
-        raise argparse.ArgumentTypeError(f"engines are loop and structured, got {text!r}")
-    return engines
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.binlog", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--changes", type=_positive, default=200_000, help="row changes in the recorded binlog")
     parser.add_argument(
         "--loads", type=_int_list, default=[500, 2000], help="comma-separated offered loads, rows/s ('' skips)"
-    )
-    parser.add_argument(
-        "--lag-engines",
-        type=_engines,
-        default=["loop", "structured"],
-        help="comma-separated stream.engine values of the lag runs (loop,structured)",
     )
     parser.add_argument("--duration", type=_seconds, default=60.0, help="seconds of writing per offered load (60)")
     parser.add_argument(

@@ -1,10 +1,10 @@
 """The running job's lag while pt-online-schema-change alters a captured table under load (issue 32).
 
 A private MariaDB holds bench.soak's tables (`--rows` orders, a quarter as many customers, half as many events);
-the job runs as a user runs it (`ingest run`, the loop engine, `--interval`), its /metrics scraped every second,
-while bench.soak's mixed writer offers `--rate` single-row transactions a second to the three tables. After
-`--calm` seconds the real pt-online-schema-change alters `orders` (`--alter`); `--calm` seconds after it ends the
-writer stops, the job is stopped with SIGTERM and `ingest verify` compares every table with MySQL.
+the job runs as a user runs it (`ingest run`, `--interval`), its /metrics scraped every second, while bench.soak's
+mixed writer offers `--rate` single-row transactions a second to the three tables. After `--calm` seconds the real
+pt-online-schema-change alters `orders` (`--alter`); `--calm` seconds after it ends the writer stops, the job is
+stopped with SIGTERM and `ingest verify` compares every table with MySQL.
 
 The baseline is the same run's lag before the migration: the bench prints lag p50/p95/max (`ingest_lag_seconds`)
 before, during (from pt-osc's start until `--interval` seconds after the job logged that it followed the swap) and
@@ -82,7 +82,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
     warehouse = scratch / "warehouse"
     warehouse.mkdir()
     port = free_port()
-    document = pipeline_document(server.host, server.port, warehouse, "loop", args.interval, port)
+    document = pipeline_document(server.host, server.port, warehouse, args.interval, port)
     document["name"] = "bench_osc"
     if args.recopy:
         document["stream"]["on_unfollowable"] = "recopy"

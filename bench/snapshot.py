@@ -6,7 +6,7 @@
 
 Starts a private MariaDB, fills `bench.items`, measures the baselines in this process, then runs
 `ingest.pipeline.run(snapshot_only=True)` once per measurement in a child process (and, for `--in-query`,
-`run(until_caught_up=True)` with `stream.engine: structured`, whose query reads the chunks in chunk batches)
+`run(until_caught_up=True)`, whose streaming query reads the chunks in chunk batches)
 (`python -m bench.snapshot --worker SPEC`): a Spark session's master cannot change, and the child's
 process tree (driver, JVM, Python workers) is exactly the job, without MariaDB. The child announces
 the start and end of `run` and its JSON result on stdout; its stderr (Spark and job logs) goes to a
@@ -389,8 +389,8 @@ def make_config(spec: dict[str, Any]) -> PipelineConfig:
             },
             "snapshot": {"chunk_size": int(spec["chunk_size"]), "parallelism": parallelism},
             "spark": spark_section(f"local[{parallelism}]"),
-            # The structured engine's query reads the chunks itself (chunk batches), then catches up.
-            **({"stream": {"engine": "structured"}} if spec.get("query") else {"startup_mode": "snapshot_only"}),
+            # Without snapshot_only, the job's query reads the chunks itself (chunk batches), then catches up.
+            **({} if spec.get("query") else {"startup_mode": "snapshot_only"}),
         }
     )
 
@@ -992,7 +992,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--in-query",
         type=_int_list,
         default=[2],
-        help="comma-separated parallelisms of runs whose structured query reads the chunks (2; '' for none)",
+        help="comma-separated parallelisms of runs whose streaming query reads the chunks (2; '' for none)",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
     add_spark_conf_option(parser)

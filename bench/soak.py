@@ -1,7 +1,7 @@
 """Soak: the job running for a long time under a steady mixed load, sampled for growth of memory, files and lag.
 
     .venv/bin/python -m bench.soak [--minutes 60] [--rate 500] [--sample-seconds 30]
-                                   [--engine loop|structured] [--interval 5] [--initial-rows 20000] [--keep-logs]
+                                   [--interval 5] [--initial-rows 20000] [--keep-logs]
 
 Starts a private MariaDB with the three tables of `bench.binlog` (`bench.orders`, `bench.customers`,
 `bench.events`), then runs the job as a user does, `ingest run --config soak.yaml`, in a child process of its
@@ -118,9 +118,7 @@ WARNING_LINE = re.compile(r" (WARNING|ERROR) ingest")
 # The pipeline and the job's process.
 
 
-def pipeline_document(
-    host: str, port: int, warehouse: Path, engine: str, interval: float, metrics_port: int
-) -> dict[str, Any]:
+def pipeline_document(host: str, port: int, warehouse: Path, interval: float, metrics_port: int) -> dict[str, Any]:
     """The pipeline file (as a document) of the soak: the three tables into an embedded warehouse, maintenance at
     its defaults, the metrics endpoint on `metrics_port`."""
     return {
@@ -144,7 +142,7 @@ def pipeline_document(
         },
         "snapshot": {"parallelism": 2},
         "spark": spark_section("local[2]"),
-        "stream": {"engine": engine, "batch_interval_seconds": interval},
+        "stream": {"batch_interval_seconds": interval},
         "metrics": {"port": metrics_port},
     }
 
@@ -537,7 +535,7 @@ def soak(
     warehouse = scratch / "warehouse"
     warehouse.mkdir()  # the SQLite catalog file's directory must exist
     port = free_port()
-    document = pipeline_document(server.host, server.port, warehouse, args.engine, args.interval, port)
+    document = pipeline_document(server.host, server.port, warehouse, args.interval, port)
     config_path = scratch / "soak.yaml"
     config_path.write_text(json.dumps(document, indent=2) + "\n")  # JSON is YAML
     config = parse_config(document, scratch)
@@ -666,7 +664,6 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "minutes": args.minutes,
             "rate": args.rate,
             "sample_seconds": args.sample_seconds,
-            "engine": args.engine,
             "interval": args.interval,
             "initial_rows": args.initial_rows,
         },
@@ -713,7 +710,7 @@ def render(results: dict[str, Any]) -> str:
     a = results["args"]
     s = results["job_settings"]
     lines = [
-        f"Soak: stream.engine {a['engine']}, offered {a['rate']:g} changes/s for {a['minutes']:g} min, "
+        f"Soak: offered {a['rate']:g} changes/s for {a['minutes']:g} min, "
         f"trigger interval {a['interval']:g}s, sample every {a['sample_seconds']:g}s; "
         f"maintenance every {s['maintenance_every_commits']} commits, expiry after "
         f"{s['maintenance_expire_after_hours']} h; {results['host']['cpus']} CPUs",
@@ -806,7 +803,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=_positive_float, default=60.0, help="minutes of offered load (60)")
     parser.add_argument("--rate", type=_positive_float, default=500.0, help="offered changes per second (500)")
     parser.add_argument("--sample-seconds", type=_positive_float, default=30.0, help="seconds between two samples (30)")
-    parser.add_argument("--engine", choices=("loop", "structured"), default="loop", help="stream.engine (loop)")
     parser.add_argument(
         "--interval", type=_positive_float, default=5.0, help="stream.batch_interval_seconds (5, the job's default)"
     )
