@@ -1,5 +1,9 @@
 """The pipeline file: one YAML document, validated on load, every key documented in docs/config.md.
 
+Each section is a typed, frozen settings class (pydantic dataclasses): its fields say each key's type, range and
+default; what types cannot say (a secret's reference, a pattern, a key that needs another) its validators check.
+`parse_config` turns pydantic's errors into one message naming the key, e.g. "`source.port` must be int, got 'x'".
+
 Secrets are never literal strings in the file: they are `{env: NAME}` or `{file: PATH}` references,
 resolved into `Secret` values whose repr is redacted, so they cannot leak through logs or errors.
 """
@@ -9,12 +13,25 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from ingest.errors import ConfigError
 from ingest.model.position import BinlogPosition, MariadbGtidPos
@@ -57,34 +74,161 @@ class Secret:
         return hash(self._value)
 
 
-@dataclass(frozen=True)
-class TlsConfig:
+# ---------------------------------------------------------------------------------------------------
+# What a value's validator says is wrong. The message names the key with `{key}` (the value's own path, such as
+# `source.port`) or `{in}` (the path of the section it is checked in, with a trailing dot: `{in}mode` is
+# `source.tls.mode`); `parse_config` fills them in, since a validator does not know where its value sits.
+
+
+def _refuse(message: str) -> PydanticCustomError:
+    return PydanticCustomError("settings", "{message}", {"message": message})
+
+
+def _check(test: Callable[[Any], bool], message: str) -> AfterValidator:
+    """A value that passes `test`, or `message`, where `{value}` stands for the value's repr and `{plain}` for its
+    text."""
+
+    def checked(value: Any) -> Any:
+        if not test(value):
+            raise _refuse(message.replace("{value}", repr(value)).replace("{plain}", str(value)))
+        return value
+
+    return AfterValidator(checked)
+
+
+Text = Annotated[str, Strict()]
+Flag = Annotated[bool, Strict()]
+AtLeastOne = Annotated[int, Strict(), Field(ge=1)]
+Seconds = Annotated[float, Strict(), Field(gt=0)]
+"""A positive number of seconds (an int is taken as a float)."""
+TcpPort = Annotated[
+    int, Strict(), _check(lambda p: 1 <= p <= 65535, "`{key}` must be a TCP port, 1-65535; got {plain}")
+]
+
+
+def _secret(value: Any, info: ValidationInfo) -> Secret:
+    """`{env: NAME}` or `{file: PATH}` (relative to the pipeline file) into a Secret."""
+    if isinstance(value, Secret):
+        return value
+    base_dir = (info.context or {}).get("base_dir", Path("."))
+    return _resolve(value, "{key}", base_dir)
+
+
+def _resolve(value: Any, key: str, base_dir: Path) -> Secret:
+    if isinstance(value, str):
+        raise _refuse(
+            f"`{key}` must not be written in the file; use `{{env: VARIABLE}}` or `{{file: /path/to/secret}}`"
+        )
+    if not isinstance(value, Mapping) or len(value) != 1 or next(iter(value)) not in ("env", "file"):
+        raise _refuse(f"`{key}` must be `{{env: VARIABLE}}` or `{{file: /path/to/secret}}`")
+    kind, ref = next(iter(value.items()))
+    if kind == "env":
+        if str(ref) not in os.environ:
+            raise _refuse(f"`{key}` names environment variable {ref}, which is not set")
+        return Secret(os.environ[str(ref)], f"env:{ref}")
+    path = Path(str(ref))
+    if not path.is_absolute():
+        path = base_dir / path
+    try:
+        return Secret(path.read_text().rstrip("\r\n"), f"file:{path}")
+    except OSError as e:
+        raise _refuse(f"`{key}` names file {path}, which cannot be read: {e.strerror}") from None
+
+
+def resolve_secret(value: Any, key: str, base_dir: Path) -> Secret:
+    """`{env: NAME}` or `{file: PATH}` into a Secret, outside a pipeline file (a ConfigError names `key`)."""
+    try:
+        return _resolve(value, key, base_dir)
+    except PydanticCustomError as e:
+        raise ConfigError(str((e.context or {})["message"])) from None
+
+
+SecretValue = Annotated[Secret, BeforeValidator(_secret)]
+
+
+def _patterns(value: Any) -> tuple[re.Pattern[str], ...]:
+    """One regular expression or a list of them, compiled."""
+    if isinstance(value, tuple) and all(isinstance(p, re.Pattern) for p in value):
+        return value
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
+    if not all(isinstance(p, str) for p in value):
+        raise _refuse("`{key}` must be a list of regular expressions")
+    compiled = []
+    for i, p in enumerate(value):
+        try:
+            compiled.append(re.compile(p))
+        except re.error as e:
+            raise _refuse(f"`{{key}}[{i}]` is not a valid regular expression ({p!r}): {e}") from None
+    return tuple(compiled)
+
+
+Patterns = Annotated[tuple[re.Pattern[str], ...], BeforeValidator(_patterns)]
+
+
+def _strings(value: Any) -> Any:
+    """A mapping passed through as text (`spark.conf`, `sink.table_properties`)."""
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else value
+
+
+StringMap = Annotated[Mapping[str, str], BeforeValidator(_strings)]
+
+
+_SECTION = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+"""Every section refuses keys it does not know; `Secret` and the binlog positions are checked as instances."""
+
+
+@dataclass(frozen=True, config=_SECTION)
+class _Settings:
+    """A section of the pipeline file. A key written as null (YAML `key:` and nothing) takes its default, except
+    those in `NULL_MEANS` (where null says something: `expire_after_hours: null` is "never")."""
+
+    NULL_MEANS: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return {k: v for k, v in data.items() if v is not None or k in cls.NULL_MEANS}
+        return data
+
+
+@dataclass(frozen=True, config=_SECTION)
+class TlsConfig(_Settings):
     """TLS to MySQL; `disabled` is an explicit choice, never a silent fallback."""
 
     mode: TlsMode = "disabled"
-    ca_file: str | None = None
+    ca_file: Text | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode in ("verify_ca", "verify_identity") and not self.ca_file:
+            raise _refuse(f"`{{in}}ca_file` is required when `{{in}}mode` is {self.mode}")
 
 
-@dataclass(frozen=True)
-class SourceConfig:
+@dataclass(frozen=True, config=_SECTION)
+class SourceConfig(_Settings):
     """Where the MySQL/MariaDB server is and who the job connects as (the least-privilege CDC user)."""
 
-    host: str
-    user: str
-    password: Secret
-    port: int = 3306
+    NULL_MEANS: ClassVar[tuple[str, ...]] = ("password",)  # written but empty: told what a reference looks like
+
+    host: Text
+    user: Text
+    password: SecretValue
+    port: TcpPort = 3306
     flavor: Flavor = "auto"
-    server_id: int = 5400
+    server_id: AtLeastOne = 5400
     tls: TlsConfig = TlsConfig()
-    connect_timeout: int = 10
+    connect_timeout: AtLeastOne = 10
 
 
-@dataclass(frozen=True)
-class TableSelection:
+@dataclass(frozen=True, config=_SECTION)
+class TableSelection(_Settings):
     """Regexes matched against `database.table` (whole name); exclude wins over include."""
 
-    include: tuple[re.Pattern[str], ...]
-    exclude: tuple[re.Pattern[str], ...] = ()
+    include: Patterns
+    exclude: Patterns = ()
 
     def matches(self, database: str, table: str) -> bool:
         name = f"{database}.{table}"
@@ -94,12 +238,12 @@ class TableSelection:
 PartitionTransform = Literal["identity", "years", "months", "days", "hours", "bucket", "truncate"]
 
 
-@dataclass(frozen=True)
-class PartitionField:
+@dataclass(frozen=True, config=_SECTION)
+class PartitionField(_Settings):
     """One field of a target's partition spec: an Iceberg transform of a source column."""
 
     transform: PartitionTransform
-    column: str
+    column: Text
     width: int | None = None
     """The number of buckets (`bucket`) or the width (`truncate`); None for the others."""
 
@@ -140,44 +284,130 @@ def parse_partition_field(text: str, key: str) -> PartitionField:
     return PartitionField("identity", match["plain"].strip())
 
 
-@dataclass(frozen=True)
-class TableOptions:
+def _partition_by(value: Any) -> Any:
+    """`partition_by`: partition fields, each written as `parse_partition_field` reads it."""
+    if isinstance(value, tuple):
+        return value
+    fields = [value] if isinstance(value, str) else value
+    if not isinstance(fields, list):
+        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
+    parsed = []
+    for item in fields:
+        if not isinstance(item, str):
+            raise _refuse(f"`{{key}}` must be a list of partition fields such as 'days(created_at)', got {item!r}")
+        try:
+            parsed.append(parse_partition_field(item, "{key}"))
+        except ConfigError as e:
+            raise _refuse(str(e)) from None
+    columns = [f.column for f in parsed]
+    for field_ in parsed:
+        if columns.count(field_.column) > 1 and field_.transform == "identity":
+            raise _refuse(f"`{{key}}`: column {field_.column!r} is partitioned by identity and by a transform")
+    if len(set(map(str, parsed))) < len(parsed):
+        raise _refuse("`{key}` names a partition field twice")
+    return tuple(parsed)
+
+
+def _names(value: Any) -> Any:
+    """One column name or a list of them."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
+    return value
+
+
+def _namespaced(value: str) -> bool:
+    return "." in value
+
+
+@dataclass(frozen=True, config=_SECTION)
+class TableOptions(_Settings):
     """Per-table overrides, keyed by `database.table` in the file."""
 
-    chunk_key: tuple[str, ...] | None = None
-    chunk_size: int | None = None
-    target: str | None = None
-    changelog: bool | None = None
+    chunk_key: Annotated[tuple[Text, ...] | None, BeforeValidator(_names)] = None
+    chunk_size: AtLeastOne | None = None
+    target: Annotated[Text, _check(_namespaced, "`{key}` must be `namespace.table`, got {value}")] | None = None
+    changelog: Flag | None = None
     """Keep a changelog table of this table's changes; None follows `sink.changelog`."""
     on_unrepresentable: UnrepresentablePolicy = "null"
     """A binlog row with a value Iceberg cannot hold exactly (a zero or invalid date): NULL it, stop, or
     write the row to `<target>__rejected` instead of the target (docs/config.md, `table_options`)."""
-    partition_by: tuple[PartitionField, ...] = ()
+    partition_by: Annotated[tuple[PartitionField, ...], BeforeValidator(_partition_by)] = ()
     """The partition spec the job creates the target with; empty: unpartitioned (docs/config.md, "Big tables")."""
 
 
-@dataclass(frozen=True)
-class MaintenanceConfig:
+@dataclass(frozen=True, config=_SECTION)
+class MaintenanceConfig(_Settings):
     """The job's upkeep of its targets and changelog tables (ingest/sink/maintenance.py)."""
 
-    every_commits: int = 50
+    NULL_MEANS: ClassVar[tuple[str, ...]] = ("expire_after_hours",)
+
+    every_commits: Annotated[
+        int, Strict(), _check(lambda n: n >= 0, "`{key}` must be 0 (never) or more, got {plain}")
+    ] = 50
     """Compact a table after this many commits on top of its last rewrite; 0: never (yours to do)."""
-    expire_after_hours: float | None = 24.0
+    expire_after_hours: (
+        Annotated[float, Strict(), _check(lambda h: h >= 0, "`{key}` must be 0 or more (or null: never), got {plain}")]
+        | None
+    ) = 24.0
     """With each compaction, expire snapshots older than this (the newest 10 always stay); None: never."""
 
 
-@dataclass(frozen=True)
-class SinkConfig:
+SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
+
+
+def _catalog(value: Any, info: ValidationInfo) -> Any:
+    """`sink.catalog`: Iceberg catalog properties, passed on as they are; secrets resolved (never kept as text)."""
+    if not isinstance(value, Mapping):
+        return value
+    base_dir = (info.context or {}).get("base_dir", Path("."))
+    catalog: dict[str, str | Secret] = {}
+    for k, v in value.items():
+        key = f"{{key}}.{k}"
+        if isinstance(v, Secret):
+            catalog[str(k)] = v
+        elif isinstance(v, Mapping) or SECRET_CATALOG_KEYS.search(str(k)) and not str(k).endswith("-provider"):
+            catalog[str(k)] = _resolve(v, key, base_dir)
+        elif isinstance(v, (str, int, float, bool)):
+            catalog[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+        else:
+            raise _refuse(f"`{key}` must be a string, number or boolean")
+    if "type" not in catalog and "catalog-impl" not in catalog:
+        raise _refuse("`{key}.type` is required (jdbc, rest, glue, hive, hadoop)")
+    return catalog
+
+
+def _template(value: Any) -> Any:
+    """A target name template: only {database}, {table} and {pipeline} may be used."""
+    if isinstance(value, str):
+        try:
+            value.format(database="d", table="t", pipeline="p")
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            raise _refuse(f"`{{key}}` may use only {{database}}, {{table}} and {{pipeline}}; {value!r}: {e}") from None
+    return value
+
+
+Template = Annotated[Text, AfterValidator(_template)]
+
+
+@dataclass(frozen=True, config=_SECTION, kw_only=True)
+class SinkConfig(_Settings):
     """The Iceberg catalog (properties passed through to Iceberg) and how targets are named."""
 
-    catalog_name: str
-    catalog: Mapping[str, str | Secret]
-    namespace: str = "{database}"
-    table_name: str = "{table}"
-    state_table: str = "ingest_meta.state"
-    format_version: int = 2
-    table_properties: Mapping[str, str] = field(default_factory=dict)
-    changelog: bool = False
+    catalog_name: Annotated[
+        Text,
+        _check(lambda n: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n), "`{key}` must be a plain identifier, got {value}"),
+    ] = "lake"
+    catalog: Annotated[Mapping[str, str | Secret], BeforeValidator(_catalog)]
+    namespace: Template = "{database}"
+    table_name: Template = "{table}"
+    state_table: Annotated[Text, _check(_namespaced, "`{key}` must be `namespace.table`, got {value}")] = (
+        "ingest_meta.state"
+    )
+    format_version: Annotated[int, Strict(), _check(lambda v: v in (2, 3), "`{key}` must be 2 or 3, got {plain}")] = 2
+    table_properties: StringMap = field(default_factory=dict)
+    changelog: Flag = False
     """Default for `table_options.<table>.changelog`: keep a changelog table next to each target."""
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
@@ -186,47 +416,69 @@ class SinkConfig:
 CHANGELOG_SUFFIX = "_changelog"
 
 
-@dataclass(frozen=True)
-class SourceLoadLimit:
+@dataclass(frozen=True, config=_SECTION)
+class SourceLoadLimit(_Settings):
     """`snapshot.max_source_load`: the snapshot waits before reading its next chunks while the source is above
     a bound (ingest/source/throttle.py)."""
 
-    threads_running: int | None = None
+    threads_running: AtLeastOne | None = None
     """Pause while the server's `Threads_running` is above this; None: not checked."""
-    replica_lag_seconds: float | None = None
+    replica_lag_seconds: (
+        Annotated[float, Strict(), _check(lambda s: s >= 0, "`{key}` must be 0 or more, got {plain}")] | None
+    ) = None
     """Pause while the source, a replica, is more than this many seconds behind its primary; None: not checked."""
-    check_seconds: float = 2.0
+    check_seconds: Seconds = 2.0
     """First wait before sampling again while paused; each further wait doubles, up to `max_check_seconds`."""
-    max_check_seconds: float = 30.0
-    """The longest wait between two samples of one pause."""
+    max_check_seconds: Seconds = 30.0
+    """The longest wait between two samples of one pause (in the file: 30, or `check_seconds` if longer)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _longest_at_least_first(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and data.get("max_check_seconds") is None:
+            check = data.get("check_seconds")
+            if isinstance(check, (int, float)) and not isinstance(check, bool):
+                return {**data, "max_check_seconds": max(30.0, float(check))}
+        return data
+
+    def __post_init__(self) -> None:
+        if self.threads_running is None and self.replica_lag_seconds is None:
+            raise _refuse(
+                "`{in}threads_running` or `{in}replica_lag_seconds` is required (the bound the snapshot pauses above)"
+            )
+        if self.max_check_seconds < self.check_seconds:
+            raise _refuse(
+                f"`{{in}}max_check_seconds` must be at least `check_seconds` ({self.check_seconds}), got "
+                f"{self.max_check_seconds}"
+            )
 
 
-@dataclass(frozen=True)
-class SnapshotConfig:
+@dataclass(frozen=True, config=_SECTION)
+class SnapshotConfig(_Settings):
     """The lock-free chunked snapshot."""
 
-    chunk_size: int = 8192
-    parallelism: int = 2
-    chunks_per_commit: int = 128
+    chunk_size: AtLeastOne = 8192
+    parallelism: AtLeastOne = 2
+    chunks_per_commit: AtLeastOne = 128
     driver: Literal["auto", "mysqlclient", "pymysql"] = "auto"
     max_source_load: SourceLoadLimit | None = None
     """Pause the snapshot while the source is busy; None: never."""
 
 
-@dataclass(frozen=True)
-class StreamConfig:
+@dataclass(frozen=True, config=_SECTION)
+class StreamConfig(_Settings):
     """The binlog phase after the snapshot."""
 
-    batch_max_changes: int = 100_000
-    batch_interval_seconds: float = 5.0
-    heartbeat_seconds: float = 1.0
+    batch_max_changes: AtLeastOne = 100_000
+    batch_interval_seconds: Seconds = 5.0
+    heartbeat_seconds: Seconds = 1.0
     on_schema_change: SchemaChangePolicy = "evolve"
     """DDL on a captured table: evolve the target where Iceberg allows it (else stop), stop, or ignore."""
-    concurrent_merges: int = 4
+    concurrent_merges: AtLeastOne = 4
     """Tables of one batch MERGEd at the same time (each is its own Iceberg commit)."""
-    checkpoint_location: str | None = None
+    checkpoint_location: Text | None = None
     """Spark's checkpoint directory for the job's streaming query (None: a fresh one per run)."""
-    signal_poll_seconds: float = 10.0
+    signal_poll_seconds: Seconds = 10.0
     """How often the query looks for snapshots asked with `ingest snapshot` (between batches), and its source
     for pauses."""
     on_purged: PurgedPolicy = "stop"
@@ -237,11 +489,29 @@ class StreamConfig:
     """A captured table dropped or renamed away (with `on_schema_change: evolve`): its capture ends, and its
     target is kept as it was at the statement, or dropped."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_engine(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "engine" in data:
+            raise _refuse(
+                "`{in}engine` is gone: the job always runs as one Spark Structured Streaming query (the driver loop, "
+                "`loop`, was removed, and `structured` is what runs); delete the setting"
+            )
+        return data
 
-@dataclass(frozen=True)
-class StartupConfig:
+    def __post_init__(self) -> None:
+        if self.on_unfollowable == "recopy" and self.on_schema_change != "evolve":
+            raise _refuse(
+                "`{in}on_unfollowable: recopy` copies a table again when a DDL cannot be followed, which only "
+                "`{in}on_schema_change: evolve` follows"
+            )
+
+
+@dataclass(frozen=True, config=_SECTION)
+class StartupConfig(_Settings):
     """Where the first run of `binlog_position`, `gtid` or `timestamp` starts reading the binlog (only the key
-    of the chosen mode is set; later runs resume from what Iceberg holds)."""
+    of the chosen mode is set; later runs resume from what Iceberg holds). The file's `startup` section is read
+    into it by `_startup`, which knows the mode."""
 
     position: BinlogPosition | None = None
     """`startup.binlog_file` and `startup.binlog_position`: the start of an event group in that file."""
@@ -251,39 +521,75 @@ class StartupConfig:
     """`startup.timestamp` (time-zone aware): reading starts at the first transaction committed at or after it."""
 
 
-@dataclass(frozen=True)
-class MetricsConfig:
+@dataclass(frozen=True, config=_SECTION)
+class MetricsConfig(_Settings):
     """The job's Prometheus endpoint (ingest/metrics.py)."""
 
-    port: int | None = None
+    port: TcpPort | None = None
     """TCP port serving http://host:port/metrics while the job runs; None: no endpoint."""
-    host: str = "127.0.0.1"
+    host: Text = "127.0.0.1"
     """Address to listen on (`0.0.0.0` for every interface)."""
 
 
-@dataclass(frozen=True)
-class SparkConfig:
+@dataclass(frozen=True, config=_SECTION)
+class SparkConfig(_Settings):
     """Used when the job starts its own Spark session (not under spark-submit, which decides itself)."""
 
-    master: str = "local[2]"
-    conf: Mapping[str, str] = field(default_factory=dict)
+    master: Text = "local[2]"
+    conf: StringMap = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class PipelineConfig:
-    """One pipeline: a source, the tables to capture, and an Iceberg sink."""
+def _table_keys(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        for name in value:
+            if not re.fullmatch(r"[^.]+\.[^.]+", str(name)):
+                raise _refuse(f"`table_options` keys are `database.table`, got {name!r}")
+    return value
 
-    name: str
+
+@dataclass(frozen=True, config=_SECTION, kw_only=True)
+class PipelineConfig(_Settings):
+    """One pipeline: a source, the tables to capture, and an Iceberg sink (the file's sections, in its order)."""
+
+    name: Annotated[
+        Text,
+        _check(
+            lambda n: re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n),
+            "`{key}` must be 1-64 letters, digits, '_' or '-'; got {value}",
+        ),
+    ] = "pipeline"
     source: SourceConfig
     tables: TableSelection
     sink: SinkConfig
     snapshot: SnapshotConfig = SnapshotConfig()
     spark: SparkConfig = SparkConfig()
-    startup_mode: StartupMode = "initial"
-    table_options: Mapping[str, TableOptions] = field(default_factory=dict)
     stream: StreamConfig = StreamConfig()
+    startup_mode: StartupMode = "initial"
     startup: StartupConfig = StartupConfig()
+    table_options: Annotated[Mapping[str, TableOptions], BeforeValidator(_table_keys)] = field(default_factory=dict)
     metrics: MetricsConfig = MetricsConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _startup_of_its_mode(cls, data: Any) -> Any:
+        """The file's `startup` section, read for `startup_mode` (a StartupConfig; a wrong mode is left to its
+        field's check)."""
+        if not isinstance(data, Mapping):
+            return data
+        mode, startup = data.get("startup_mode") or "initial", data.get("startup")
+        if mode not in STARTUP_MODES or isinstance(startup, StartupConfig):
+            return data
+        return {**data, "startup": _startup(startup, mode)}
+
+    def __post_init__(self) -> None:
+        tls_mode = self.source.tls.mode
+        if self.snapshot.driver == "mysqlclient" and tls_mode in ("required", "verify_ca"):
+            # ingest.source.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
+            raise _refuse(
+                f"`snapshot.driver: mysqlclient` cannot keep to `source.tls.mode: {tls_mode}` (linked to MariaDB "
+                "Connector/C it would read in plaintext from a server without TLS, or check the host name too); "
+                "use `auto` or `pymysql`, or `tls.mode: verify_identity`"
+            )
 
     def options_for(self, database: str, table: str) -> TableOptions:
         return self.table_options.get(f"{database}.{table}", TableOptions())
@@ -306,422 +612,6 @@ class PipelineConfig:
         return namespace, name + CHANGELOG_SUFFIX
 
 
-# ---------------------------------------------------------------------------------------------------
-# Loading and validation. Every error names the key path, e.g. `source.port`.
-
-
-class _Section:
-    """Reads one mapping of the file, remembering its path and refusing keys nobody read."""
-
-    def __init__(self, data: Any, path: str, allowed: tuple[str, ...] | None = None) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"`{path}` must be a mapping, got {type(data).__name__}")
-        self.data = data
-        self.path = path
-        self.seen: set[str] = set()
-        if allowed is not None:
-            # Unknown keys first: a misspelled section must be named, not reported as a missing one.
-            self.seen.update(k for k in data if k in allowed)
-            self.done()
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
-        self.seen.add(name)
-        if name not in self.data or self.data[name] is None:
-            if required:
-                raise ConfigError(f"`{self.key(name)}` is required")
-            return default
-        value = self.data[name]
-        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise ConfigError(f"`{self.key(name)}` must be {expected}, got {value!r}")
-        return value
-
-    def positive_int(self, name: str, default: int) -> int:
-        value = int(self.get(name, int, default))
-        if value < 1:
-            raise ConfigError(f"`{self.key(name)}` must be at least 1, got {value}")
-        return value
-
-    def choice(self, name: str, allowed: tuple[str, ...], default: str) -> str:
-        value = str(self.get(name, str, default))
-        if value not in allowed:
-            raise ConfigError(f"`{self.key(name)}` must be one of {', '.join(allowed)}; got {value!r}")
-        return value
-
-    def section(self, name: str, allowed: tuple[str, ...] | None = None) -> _Section:
-        self.seen.add(name)
-        return _Section(self.data.get(name), self.key(name), allowed)
-
-    def done(self) -> None:
-        unknown = sorted(str(k) for k in self.data if k not in self.seen)
-        if unknown:
-            where = f" in `{self.path}`" if self.path else ""
-            raise ConfigError(f"unknown key `{self.key(unknown[0])}`{where}; see docs/config.md for the valid keys")
-
-
-def _maintenance(section: _Section) -> MaintenanceConfig:
-    every = int(section.get("every_commits", int, 50))
-    if every < 0:
-        raise ConfigError(f"`{section.key('every_commits')}` must be 0 (never) or more, got {every}")
-    expire: float | None = 24.0
-    if "expire_after_hours" in section.data and section.data["expire_after_hours"] is None:
-        expire = None  # written as null: never expire
-    else:
-        expire = float(section.get("expire_after_hours", (int, float), 24.0))
-        if expire < 0:
-            raise ConfigError(f"`{section.key('expire_after_hours')}` must be 0 or more (or null: never), got {expire}")
-    return MaintenanceConfig(every, expire)
-
-
-def resolve_secret(value: Any, key: str, base_dir: Path) -> Secret:
-    """`{env: NAME}` or `{file: PATH}` (relative to the pipeline file) into a Secret."""
-    if isinstance(value, str):
-        raise ConfigError(
-            f"`{key}` must not be written in the file; use `{{env: VARIABLE}}` or `{{file: /path/to/secret}}`"
-        )
-    if not isinstance(value, Mapping) or len(value) != 1 or next(iter(value)) not in ("env", "file"):
-        raise ConfigError(f"`{key}` must be `{{env: VARIABLE}}` or `{{file: /path/to/secret}}`")
-    kind, ref = next(iter(value.items()))
-    if kind == "env":
-        if str(ref) not in os.environ:
-            raise ConfigError(f"`{key}` names environment variable {ref}, which is not set")
-        return Secret(os.environ[str(ref)], f"env:{ref}")
-    path = Path(str(ref))
-    if not path.is_absolute():
-        path = base_dir / path
-    try:
-        return Secret(path.read_text().rstrip("\r\n"), f"file:{path}")
-    except OSError as e:
-        raise ConfigError(f"`{key}` names file {path}, which cannot be read: {e.strerror}") from None
-
-
-def _compile(patterns: Any, key: str) -> tuple[re.Pattern[str], ...]:
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-        raise ConfigError(f"`{key}` must be a list of regular expressions")
-    compiled = []
-    for i, p in enumerate(patterns):
-        try:
-            compiled.append(re.compile(p))
-        except re.error as e:
-            raise ConfigError(f"`{key}[{i}]` is not a valid regular expression ({p!r}): {e}") from None
-    return tuple(compiled)
-
-
-SECRET_CATALOG_KEYS = re.compile(r"(?i)(password|secret|token|credential)")
-
-
-def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
-    """The pipeline file's contents, checked: every key known, every value of its type and range, or a
-    `ConfigError` that names the key. Sections are read in the file's documented order."""
-    top = _Section(
-        data,
-        "",
-        (
-            *("name", "source", "tables", "sink", "snapshot", "spark", "stream", "startup_mode", "startup"),
-            *("table_options", "metrics"),
-        ),
-    )
-    name = str(top.get("name", str, "pipeline"))
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-        raise ConfigError(f"`name` must be 1-64 letters, digits, '_' or '-'; got {name!r}")
-    source = _source(top, base_dir)
-    tables = _tables(top)
-    sink = _sink(top, base_dir)
-    snapshot = _snapshot(top, source.tls.mode)
-    spark = _spark(top)
-    stream = _stream(top)
-    startup_mode = cast(StartupMode, top.choice("startup_mode", STARTUP_MODES, "initial"))
-    startup = _startup(top.section("startup", _STARTUP_KEYS), startup_mode)
-    table_options = _table_options(top)
-    metrics = _metrics(top.section("metrics", ("port", "host")))
-    top.done()
-    return PipelineConfig(
-        name, source, tables, sink, snapshot, spark, startup_mode, table_options, stream, startup, metrics
-    )
-
-
-def _source(top: _Section, base_dir: Path) -> SourceConfig:
-    """`source`: the MySQL server and the CDC user."""
-    src = top.section("source", ("host", "port", "user", "password", "flavor", "server_id", "tls", "connect_timeout"))
-    tls = src.section("tls", ("mode", "ca_file"))
-    tls_mode = cast(TlsMode, tls.choice("mode", ("disabled", "required", "verify_ca", "verify_identity"), "disabled"))
-    tls_config = TlsConfig(tls_mode, tls.get("ca_file", str))
-    if tls_mode in ("verify_ca", "verify_identity") and not tls_config.ca_file:
-        raise ConfigError(f"`source.tls.ca_file` is required when `source.tls.mode` is {tls_mode}")
-    tls.done()
-    src.seen.add("password")
-    if "password" not in src.data:
-        raise ConfigError("`source.password` is required (`{env: VARIABLE}` or `{file: PATH}`)")
-    port = int(src.get("port", int, 3306))
-    if not 0 < port < 65536:
-        raise ConfigError(f"`source.port` must be a TCP port, got {port}")
-    source = SourceConfig(
-        host=src.get("host", str, required=True),
-        user=src.get("user", str, required=True),
-        password=resolve_secret(src.data["password"], "source.password", base_dir),
-        port=port,
-        flavor=cast(Flavor, src.choice("flavor", ("auto", "mysql", "mariadb"), "auto")),
-        server_id=src.positive_int("server_id", 5400),
-        tls=tls_config,
-        connect_timeout=src.positive_int("connect_timeout", 10),
-    )
-    src.done()
-    return source
-
-
-def _tables(top: _Section) -> TableSelection:
-    """`tables`: the patterns of the tables to capture."""
-    tab = top.section("tables", ("include", "exclude"))
-    tables = TableSelection(
-        include=_compile(tab.get("include", (list, str), required=True), "tables.include"),
-        exclude=_compile(tab.get("exclude", (list, str), []), "tables.exclude"),
-    )
-    tab.done()
-    return tables
-
-
-def _sink(top: _Section, base_dir: Path) -> SinkConfig:
-    """`sink`: the Iceberg catalog and how targets are named and kept."""
-    snk = top.section(
-        "sink",
-        (
-            "catalog_name",
-            "catalog",
-            "namespace",
-            "table_name",
-            "state_table",
-            "format_version",
-            "table_properties",
-            "changelog",
-            "maintenance",
-        ),
-    )
-    catalog = _catalog(snk.section("catalog"), base_dir)
-    props = snk.section("table_properties")
-    table_properties = {str(k): str(v) for k, v in props.data.items()}
-    props.seen.update(props.data)
-    format_version = int(snk.get("format_version", int, 2))
-    if format_version not in (2, 3):
-        raise ConfigError(f"`sink.format_version` must be 2 or 3, got {format_version}")
-    catalog_name = str(snk.get("catalog_name", str, "lake"))
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", catalog_name):
-        raise ConfigError(f"`sink.catalog_name` must be a plain identifier, got {catalog_name!r}")
-    state_table = str(snk.get("state_table", str, "ingest_meta.state"))
-    if "." not in state_table:
-        raise ConfigError(f"`sink.state_table` must be `namespace.table`, got {state_table!r}")
-    sink = SinkConfig(
-        catalog_name=catalog_name,
-        catalog=catalog,
-        namespace=str(snk.get("namespace", str, "{database}")),
-        table_name=str(snk.get("table_name", str, "{table}")),
-        state_table=state_table,
-        format_version=format_version,
-        table_properties=table_properties,
-        changelog=bool(snk.get("changelog", bool, False)),
-        maintenance=_maintenance(snk.section("maintenance", ("every_commits", "expire_after_hours"))),
-    )
-    for template_key, template in (("namespace", sink.namespace), ("table_name", sink.table_name)):
-        try:
-            template.format(database="d", table="t", pipeline="p")
-        except (KeyError, IndexError, ValueError, AttributeError) as e:
-            raise ConfigError(
-                f"`sink.{template_key}` may use only {{database}}, {{table}} and {{pipeline}}; {template!r}: {e}"
-            ) from None
-    snk.done()
-    return sink
-
-
-def _catalog(cat: _Section, base_dir: Path) -> dict[str, str | Secret]:
-    """`sink.catalog`: Iceberg catalog properties, passed on as they are; secrets resolved (never kept as text)."""
-    catalog: dict[str, str | Secret] = {}
-    for k, v in cat.data.items():
-        cat.seen.add(k)
-        key = f"sink.catalog.{k}"
-        if isinstance(v, Mapping):
-            catalog[str(k)] = resolve_secret(v, key, base_dir)
-        elif SECRET_CATALOG_KEYS.search(str(k)) and not str(k).endswith("-provider"):
-            catalog[str(k)] = resolve_secret(v, key, base_dir)
-        elif isinstance(v, (str, int, float, bool)):
-            catalog[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
-        else:
-            raise ConfigError(f"`{key}` must be a string, number or boolean")
-    if "type" not in catalog and "catalog-impl" not in catalog:
-        raise ConfigError("`sink.catalog.type` is required (jdbc, rest, glue, hive, hadoop)")
-    return catalog
-
-
-def _snapshot(top: _Section, tls_mode: TlsMode) -> SnapshotConfig:
-    """`snapshot`: how chunks are cut and read (`tls_mode`: the source's, which a driver may not keep to)."""
-    snp = top.section("snapshot", ("chunk_size", "parallelism", "chunks_per_commit", "driver", "max_source_load"))
-    snapshot = SnapshotConfig(
-        chunk_size=snp.positive_int("chunk_size", 8192),
-        parallelism=snp.positive_int("parallelism", 2),
-        chunks_per_commit=snp.positive_int("chunks_per_commit", 128),
-        driver=cast(
-            Literal["auto", "mysqlclient", "pymysql"],
-            snp.choice("driver", ("auto", "mysqlclient", "pymysql"), "auto"),
-        ),
-        max_source_load=_source_load_limit(snp) if snp.data.get("max_source_load") is not None else None,
-    )
-    if snapshot.driver == "mysqlclient" and tls_mode in ("required", "verify_ca"):
-        # ingest.source.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
-        raise ConfigError(
-            f"`snapshot.driver: mysqlclient` cannot keep to `source.tls.mode: {tls_mode}` (linked to MariaDB "
-            "Connector/C it would read in plaintext from a server without TLS, or check the host name too); "
-            "use `auto` or `pymysql`, or `tls.mode: verify_identity`"
-        )
-    snp.done()
-    return snapshot
-
-
-def _spark(top: _Section) -> SparkConfig:
-    """`spark`: the master and settings of the session the job starts."""
-    spk = top.section("spark", ("master", "conf"))
-    conf = spk.section("conf")
-    conf.seen.update(conf.data)
-    spark = SparkConfig(
-        master=str(spk.get("master", str, "local[2]")),
-        conf={str(k): str(v) for k, v in conf.data.items()},
-    )
-    spk.done()
-    return spark
-
-
-def _stream(top: _Section) -> StreamConfig:
-    """`stream`: the binlog phase."""
-    stm = top.section(
-        "stream",
-        (
-            "batch_max_changes",
-            "batch_interval_seconds",
-            "heartbeat_seconds",
-            "on_schema_change",
-            "concurrent_merges",
-            "engine",
-            "checkpoint_location",
-            "signal_poll_seconds",
-            "on_purged",
-            "on_drop_table",
-            "on_unfollowable",
-        ),
-    )
-    stream = StreamConfig(
-        batch_max_changes=stm.positive_int("batch_max_changes", 100_000),
-        batch_interval_seconds=_positive_float(stm, "batch_interval_seconds", 5.0),
-        heartbeat_seconds=_positive_float(stm, "heartbeat_seconds", 1.0),
-        on_schema_change=cast(
-            SchemaChangePolicy, stm.choice("on_schema_change", ("evolve", "fail", "ignore"), "evolve")
-        ),
-        concurrent_merges=stm.positive_int("concurrent_merges", 4),
-        checkpoint_location=stm.get("checkpoint_location", str),
-        signal_poll_seconds=_positive_float(stm, "signal_poll_seconds", 10.0),
-        on_purged=cast(PurgedPolicy, stm.choice("on_purged", ("stop", "resnapshot"), "stop")),
-        on_drop_table=cast(DropTablePolicy, stm.choice("on_drop_table", ("keep", "drop"), "keep")),
-        on_unfollowable=cast(UnfollowablePolicy, stm.choice("on_unfollowable", ("fail", "recopy"), "fail")),
-    )
-    if stream.on_unfollowable == "recopy" and stream.on_schema_change != "evolve":
-        raise ConfigError(
-            f"`{stm.key('on_unfollowable')}: recopy` copies a table again when a DDL cannot be followed, which only "
-            f"`{stm.key('on_schema_change')}: evolve` follows"
-        )
-    if "engine" in stm.data:
-        raise ConfigError(
-            f"`{stm.key('engine')}` is gone: the job always runs as one Spark Structured Streaming query (the driver "
-            "loop, `loop`, was removed, and `structured` is what runs); delete the setting"
-        )
-    stm.done()
-    return stream
-
-
-def _table_options(top: _Section) -> dict[str, TableOptions]:
-    """`table_options`: per `database.table`."""
-    opts = top.section("table_options")
-    table_options: dict[str, TableOptions] = {}
-    for table_name, raw in opts.data.items():
-        opts.seen.add(table_name)
-        if not re.fullmatch(r"[^.]+\.[^.]+", str(table_name)):
-            raise ConfigError(f"`table_options` keys are `database.table`, got {table_name!r}")
-        o = _Section(
-            raw,
-            f"table_options.{table_name}",
-            ("chunk_key", "chunk_size", "target", "changelog", "on_unrepresentable", "partition_by"),
-        )
-        chunk_key = o.get("chunk_key", (list, str))
-        if isinstance(chunk_key, str):
-            chunk_key = [chunk_key]
-        target = o.get("target", str)
-        if target is not None and "." not in target:
-            raise ConfigError(f"`{o.key('target')}` must be `namespace.table`, got {target!r}")
-        table_options[str(table_name)] = TableOptions(
-            chunk_key=tuple(str(c) for c in chunk_key) if chunk_key else None,
-            chunk_size=o.positive_int("chunk_size", 0) if "chunk_size" in o.data else None,
-            target=target,
-            changelog=o.get("changelog", bool),
-            on_unrepresentable=cast(
-                UnrepresentablePolicy, o.choice("on_unrepresentable", UNREPRESENTABLE_POLICIES, "null")
-            ),
-            partition_by=_partition_by(o),
-        )
-        o.done()
-    return table_options
-
-
-def _partition_by(options: _Section) -> tuple[PartitionField, ...]:
-    fields = options.get("partition_by", (list, str), [])
-    if isinstance(fields, str):
-        fields = [fields]
-    key = options.key("partition_by")
-    parsed = []
-    for item in fields:
-        if not isinstance(item, str):
-            raise ConfigError(f"`{key}` must be a list of partition fields such as 'days(created_at)', got {item!r}")
-        parsed.append(parse_partition_field(item, key))
-    columns = [f.column for f in parsed]
-    for field_ in parsed:
-        if columns.count(field_.column) > 1 and field_.transform == "identity":
-            raise ConfigError(f"`{key}`: column {field_.column!r} is partitioned by identity and by a transform")
-    if len(set(map(str, parsed))) < len(parsed):
-        raise ConfigError(f"`{key}` names a partition field twice")
-    return tuple(parsed)
-
-
-def _source_load_limit(snapshot: _Section) -> SourceLoadLimit:
-    section = snapshot.section(
-        "max_source_load", ("threads_running", "replica_lag_seconds", "check_seconds", "max_check_seconds")
-    )
-    threads = section.positive_int("threads_running", 0) if section.data.get("threads_running") is not None else None
-    lag = section.get("replica_lag_seconds", (int, float))
-    if lag is not None and lag < 0:
-        raise ConfigError(f"`{section.key('replica_lag_seconds')}` must be 0 or more, got {lag}")
-    if threads is None and lag is None:
-        raise ConfigError(
-            f"`{section.key('threads_running')}` or `{section.key('replica_lag_seconds')}` is required (the bound "
-            "the snapshot pauses above)"
-        )
-    check = _positive_float(section, "check_seconds", 2.0)
-    longest = _positive_float(section, "max_check_seconds", max(30.0, check))
-    if longest < check:
-        raise ConfigError(
-            f"`{section.key('max_check_seconds')}` must be at least `check_seconds` ({check}), got {longest}"
-        )
-    section.done()
-    return SourceLoadLimit(threads, None if lag is None else float(lag), check, longest)
-
-
-def _metrics(section: _Section) -> MetricsConfig:
-    port = section.get("port", int)
-    if port is not None and not 1 <= port <= 65535:
-        raise ConfigError(f"`{section.key('port')}` must be a TCP port, 1-65535; got {port}")
-    return MetricsConfig(port, str(section.get("host", str, "127.0.0.1")))
-
-
 _STARTUP_KEYS = ("binlog_file", "binlog_position", "gtid", "timestamp")
 # The `startup` keys each mode needs; a key of another mode is refused rather than ignored.
 _STARTUP_KEYS_OF: dict[str, tuple[str, ...]] = {
@@ -731,61 +621,127 @@ _STARTUP_KEYS_OF: dict[str, tuple[str, ...]] = {
 }
 
 
-def _startup(section: _Section, mode: StartupMode) -> StartupConfig:
+def _startup(section: Any, mode: StartupMode) -> Any:
     """The `startup` section: exactly the keys `startup_mode` needs, each checked for its form."""
+    if section is None:
+        section = {}
+    if not isinstance(section, Mapping):
+        return section  # its field says it must be a mapping
+    unknown = sorted(str(k) for k in section if k not in _STARTUP_KEYS)
+    if unknown:
+        raise _refuse(f"unknown key `startup.{unknown[0]}` in `startup`; see docs/config.md for the valid keys")
     needed = _STARTUP_KEYS_OF.get(mode, ())
     for name in _STARTUP_KEYS:
-        given = section.data.get(name) is not None
+        given = section.get(name) is not None
         if given and name not in needed:
             modes = [m for m, keys in _STARTUP_KEYS_OF.items() if name in keys]
-            raise ConfigError(f"`{section.key(name)}` is only used with `startup_mode: {modes[0]}` (it is {mode})")
+            raise _refuse(f"`startup.{name}` is only used with `startup_mode: {modes[0]}` (it is {mode})")
         if not given and name in needed:
-            raise ConfigError(f"`{section.key(name)}` is required with `startup_mode: {mode}`")
+            raise _refuse(f"`startup.{name}` is required with `startup_mode: {mode}`")
     if mode == "binlog_position":
-        file = str(section.get("binlog_file", str))
-        pos = int(section.get("binlog_position", int))
+        file = _typed(section, "binlog_file", str)
+        pos = _typed(section, "binlog_position", int)
         if pos < 4:
-            key = section.key("binlog_position")
-            raise ConfigError(f"`{key}` must be 4 or more (a binlog's first event), got {pos}")
+            raise _refuse(f"`startup.binlog_position` must be 4 or more (a binlog's first event), got {pos}")
         try:
             return StartupConfig(position=BinlogPosition(file, pos))
         except ValueError as e:
-            raise ConfigError(f"`{section.key('binlog_file')}`: {e}") from None
+            raise _refuse(f"`startup.binlog_file`: {e}") from None
     if mode == "gtid":
-        text = section.get("gtid", str)
+        text = _typed(section, "gtid", str)
         try:
             gtid = MariadbGtidPos.parse(text)
         except ValueError as e:
-            raise ConfigError(f"`{section.key('gtid')}`: {e}") from None
+            raise _refuse(f"`startup.gtid`: {e}") from None
         if gtid.is_empty():
-            raise ConfigError(f"`{section.key('gtid')}` must name a GTID position like '0-1-100', got {text!r}")
+            raise _refuse(f"`startup.gtid` must name a GTID position like '0-1-100', got {text!r}")
         return StartupConfig(gtid=gtid)
     if mode == "timestamp":
-        return StartupConfig(timestamp=_aware_time(section, "timestamp"))
+        return StartupConfig(timestamp=_aware_time(section["timestamp"]))
     return StartupConfig()
 
 
-def _aware_time(section: _Section, name: str) -> dt.datetime:
+def _typed(section: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = section[name]
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise _refuse(f"`startup.{name}` must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _aware_time(value: Any) -> dt.datetime:
     """An ISO 8601 time with its time zone (YAML may have parsed it already); a time without one is refused."""
-    value = section.get(name, (str, dt.datetime, dt.date))
+    key = "startup.timestamp"
     form = "an ISO 8601 time with its time zone, e.g. 2026-11-25T14:00:00Z"
+    if not isinstance(value, (str, dt.date)):
+        raise _refuse(f"`{key}` must be str or datetime or date, got {value!r}")
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ConfigError(f"`{section.key(name)}` must be {form}; got {value!r}") from None
+            raise _refuse(f"`{key}` must be {form}; got {value!r}") from None
     if not isinstance(value, dt.datetime):
-        raise ConfigError(f"`{section.key(name)}` must be {form}, not a date alone; got {value!r}")
+        raise _refuse(f"`{key}` must be {form}, not a date alone; got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigError(f"`{section.key(name)}` must say its time zone (e.g. a trailing Z for UTC); got {value}")
+        raise _refuse(f"`{key}` must say its time zone (e.g. a trailing Z for UTC); got {value}")
     return value.astimezone(dt.UTC)
 
 
-def _positive_float(section: _Section, name: str, default: float) -> float:
-    value = float(section.get(name, (int, float), default))
-    if value <= 0:
-        raise ConfigError(f"`{section.key(name)}` must be positive, got {value}")
-    return value
+# ---------------------------------------------------------------------------------------------------
+# Loading. Every error names the key path, e.g. `source.port`.
+
+_PIPELINE = TypeAdapter(PipelineConfig)
+
+_REQUIRED_HINTS = {"source.password": " (`{env: VARIABLE}` or `{file: PATH}`)"}
+_TYPE_NAMES = {
+    "int_type": "int",
+    "int_parsing": "int",
+    "int_from_float": "int",
+    "string_type": "str",
+    "bool_type": "bool",
+    "float_type": "int or float",
+    "float_parsing": "int or float",
+    "list_type": "list",
+    "tuple_type": "list",
+}
+_NOT_A_MAPPING = ("dataclass_type", "dataclass_args_type", "dict_type", "mapping_type", "model_type")
+_UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
+
+
+def parse_config(data: Any, base_dir: Path = Path(".")) -> PipelineConfig:
+    """The pipeline file's contents, checked: every key known, every value of its type and range, or a
+    `ConfigError` that names the key (a misspelled key first: it is named, not reported as a missing one)."""
+    try:
+        return _PIPELINE.validate_python({} if data is None else data, context={"base_dir": base_dir})
+    except ValidationError as e:
+        errors = sorted(e.errors(), key=lambda err: err["type"] not in _UNKNOWN_KEY)
+        raise ConfigError(_message(errors[0])) from None
+
+
+def _message(error: ErrorDetails) -> str:
+    """One of pydantic's errors as the pipeline file's user reads it."""
+    loc = [str(p) for p in error["loc"] if not isinstance(p, int)]
+    key = ".".join(loc)
+    kind, value, ctx = error["type"], error["input"], error.get("ctx") or {}
+    if kind == "settings":
+        text = str(ctx["message"])
+        return text.replace("{key}", key).replace("{in}", f"{key}." if key else "")
+    if kind in _UNKNOWN_KEY:
+        where = f" in `{'.'.join(loc[:-1])}`" if len(loc) > 1 else ""
+        return f"unknown key `{key}`{where}; see docs/config.md for the valid keys"
+    if kind in ("missing", "missing_keyword_argument", "missing_argument"):
+        return f"`{key}` is required{_REQUIRED_HINTS.get(key, '')}"
+    if kind in _NOT_A_MAPPING:
+        return f"{f'`{key}`' if key else 'the pipeline file'} must be a mapping, got {type(value).__name__}"
+    if kind in _TYPE_NAMES:
+        return f"`{key}` must be {_TYPE_NAMES[kind]}, got {value!r}"
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'|(\d+)", str(ctx["expected"]))
+        return f"`{key}` must be one of {', '.join(a or b for a, b in allowed)}; got {value!r}"
+    if kind == "greater_than_equal":
+        return f"`{key}` must be at least {ctx['ge']}, got {value}"
+    if kind == "greater_than" and ctx.get("gt") == 0:
+        return f"`{key}` must be positive, got {float(value)}"
+    return f"`{key}`: {error['msg']}"
 
 
 def load_config(path: str | Path) -> PipelineConfig:

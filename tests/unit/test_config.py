@@ -244,7 +244,7 @@ def test_port_must_be_int() -> None:
 
 @pytest.mark.parametrize("port", [0, 65536, -1])
 def test_port_range(port: int) -> None:
-    assert error_of(with_source(port=port)) == f"`source.port` must be a TCP port, got {port}"
+    assert error_of(with_source(port=port)) == f"`source.port` must be a TCP port, 1-65535; got {port}"
 
 
 def test_boolean_is_not_an_int() -> None:
