@@ -188,9 +188,9 @@ def unpruned(spark: Any) -> Iterator[None]:
 
     The job's query makes a binlog batch's predicates in its source's Python process, which no patch here reaches:
     for `run()`, the commit of each batch drops them (`TableBatch.where`, None: the whole target is read)."""
-    from ingest import structured
+    from ingest.query import structured
+    from ingest.query.streaming import commit_prepared
     from ingest.sink import merge
-    from ingest.streaming import commit_prepared
 
     def commit_unpruned(
         spark_: Any, config: Any, state: Any, tables: Any, prepared: Sequence[Any], *args: Any, **kwargs: Any
@@ -347,7 +347,7 @@ E2E_LOAD_SLICE = 500_000
 
 
 class EndToEnd:
-    """The job itself, from the CLI's entry (`ingest.pipeline.run`), on a real MariaDB: a table of N rows is
+    """The job itself, from the CLI's entry (`ingest.query.pipeline.run`), on a real MariaDB: a table of N rows is
     snapshotted, then each round writes one batch of `--changes` changes (set-based statements in one transaction:
     updates and deletes of keys among the newest E2E_WINDOW, inserts of new keys) and times
     `run(until_caught_up=True)`, which reads them from the binlog and commits them, once with the job as it is and
@@ -444,7 +444,7 @@ class EndToEnd:
         return top + inserts
 
     def measure(self, rows: int) -> dict[str, Any]:
-        from ingest.pipeline import run
+        from ingest.query.pipeline import run
 
         load_s = self.load(rows)
         config = self.config(rows)

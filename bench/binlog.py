@@ -7,7 +7,7 @@
                                      [--keep-logs] [--spark-conf KEY=VALUE ...]
 
 Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `bench.events` with a VARCHAR
-key), snapshots them with `ingest.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
+key), snapshots them with `ingest.query.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
 at least `--changes` row changes with set-based SQL, then measures in this order: the raw
 python-mysql-replication parse of that binlog range (the baseline) and our `BinlogReader` without Spark in
 this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child; the
@@ -75,7 +75,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.model.position import BinlogPosition, Watermark
 
 STREAM_LINE = "BENCH_STREAM_STARTED"
-"""Printed by a worker when the job enters the binlog phase (`ingest.structured.stream_structured`)."""
+"""Printed by a worker when the job enters the binlog phase (`ingest.query.structured.stream_structured`)."""
 
 PIPELINE = "bench_binlog"
 JOB_SERVER_ID = 5402
@@ -378,9 +378,9 @@ def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str,
 def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
     """Our driver-side work without Spark: `BinlogReader` transactions, batched and materialized per table."""
     from ingest.changes.materializer import Change, materialize
-    from ingest.discovery import discover
     from ingest.model.changes import Transaction
     from ingest.source.binlog import BinlogReader
+    from ingest.source.discovery import discover
 
     info = discover(config)
     schemas = {s.table_id: s for s in info.schemas}
@@ -428,7 +428,7 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
 
 
 class StreamProbe:
-    """Wraps the binlog phase (`ingest.structured.stream_structured`, the job's query) and each batch's commit
+    """Wraps the binlog phase (`ingest.query.structured.stream_structured`, the job's query) and each batch's commit
     (`commit_prepared`: the query's source process prepared the batch) in the worker to time them.
 
     The module attributes are replaced, also where another module of the job imported them by name; nothing of
@@ -445,8 +445,8 @@ class StreamProbe:
         self.batches: list[dict[str, Any]] = []
 
     def install(self) -> None:
-        import ingest.streaming as streaming
-        import ingest.structured as structured
+        import ingest.query.streaming as streaming
+        import ingest.query.structured as structured
 
         original_stream, original_commit = structured.stream_structured, streaming.commit_prepared
         probe = self
@@ -504,7 +504,7 @@ class StreamProbe:
 
 def _rebind(name: str, original: Any, replacement: Any) -> None:
     """Bind `replacement` as `name` in every module of the job that holds `original` under that name: the module
-    that defines it and those that imported it by name (ingest.adhoc calls the phase, ingest.structured the
+    that defines it and those that imported it by name (ingest.query.adhoc calls the phase, ingest.query.structured the
     commit)."""
     for loaded in list(sys.modules.values()):
         if getattr(loaded, "__name__", "").startswith("ingest") and getattr(loaded, name, None) is original:
@@ -538,7 +538,7 @@ def _worker_spark(spec: Mapping[str, Any], config: PipelineConfig) -> tuple[Any,
 
 def worker_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: `run()` as the spec's kind says (snapshot, catchup, lag), the process tree measured."""
-    from ingest.pipeline import run
+    from ingest.query.pipeline import run
 
     config = make_config(spec)
     spark, spark_start = _worker_spark(spec, config)
@@ -631,10 +631,10 @@ SUMMARY_KEYS = (
 
 def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: MERGE INTO (the job's `merge_into`) vs append of the same batch, format v2 and v3."""
-    from ingest.discovery import discover
     from ingest.sink.catalog import load_pyiceberg_catalog
     from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
     from ingest.sink.targets import ensure_target
+    from ingest.source.discovery import discover
 
     config = make_config(spec)
     # As in run(), pyiceberg creates the catalog's tables before Spark first uses the catalog (StateTable.open);
@@ -715,11 +715,11 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: the same long run of small MERGEs into two tables, one maintained by the job's
     `maintain` every `upkeep_every` batches and one left alone; MERGE times early and late, files at the end."""
     from ingest.config import MaintenanceConfig
-    from ingest.discovery import discover
     from ingest.sink.catalog import load_pyiceberg_catalog
     from ingest.sink.maintenance import maintain
     from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
     from ingest.sink.targets import ensure_target
+    from ingest.source.discovery import discover
 
     config = make_config(spec)
     load_pyiceberg_catalog(config.sink).list_namespaces()  # as in worker_merge
@@ -1084,7 +1084,7 @@ def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
 
 
 def run_verify(config: PipelineConfig) -> dict[str, Any]:
-    from ingest.verify import verify
+    from ingest.commands.verify import verify
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

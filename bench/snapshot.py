@@ -5,7 +5,7 @@
                                        [--keep-logs] [--spark-conf KEY=VALUE ...]
 
 Starts a private MariaDB, fills `bench.items`, measures the baselines in this process, then runs
-`ingest.pipeline.run(snapshot_only=True)` once per measurement in a child process (and, for `--in-query`,
+`ingest.query.pipeline.run(snapshot_only=True)` once per measurement in a child process (and, for `--in-query`,
 `run(until_caught_up=True)`, whose streaming query reads the chunks in chunk batches)
 (`python -m bench.snapshot --worker SPEC`): a Spark session's master cannot change, and the child's
 process tree (driver, JVM, Python workers) is exactly the job, without MariaDB. The child announces
@@ -444,10 +444,10 @@ def measure_sscursor(server: MariaDBServer, table: str, password: str) -> dict[s
 
 def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scratch: Path) -> dict[str, Any]:
     """Our executor-side work without Spark: every chunk through `chunk_batches` (lock-free read + Arrow), serially."""
-    from ingest.discovery import discover
     from ingest.sink.targets import target_columns
     from ingest.source.chunk_reader import ChunkConnections, ChunkTask
     from ingest.source.chunks import split_table
+    from ingest.source.discovery import discover
     from ingest.source.mysql import connect
     from ingest.source.snapshot_source import chunk_batches, source_schema
 
@@ -510,7 +510,7 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
 
 def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Inside the child: start Spark, run the snapshot, measure the process tree around `run`."""
-    from ingest.pipeline import run
+    from ingest.query.pipeline import run
     from ingest.runtime.spark import spark_session
     from ingest.sink.targets import qualified
     from ingest.state.table import StateTable

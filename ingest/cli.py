@@ -128,14 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         config = load_config(args.config)
         if args.command == "run":
-            from ingest.pipeline import run
-            from ingest.progress import showing_progress
+            from ingest.commands.progress import showing_progress
+            from ingest.query.pipeline import run
 
             with showing_progress(args.progress, sys.stderr):
                 run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
             return EXIT_OK
         if args.command == "status":
-            from ingest.status import print_status, watch_status
+            from ingest.commands.status import print_status, watch_status
 
             if not args.watch:
                 print_status(config, as_json=args.json)
@@ -151,11 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             watch_status(render, args.interval, sys.stdout, clear=sys.stdout.isatty(), header=not args.json)
             return EXIT_OK
         if args.command == "verify":
-            from ingest.verify import verify
+            from ingest.commands.verify import verify
 
             return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
         if args.command == "snapshot":
-            from ingest.adhoc import Action, ask_snapshot
+            from ingest.query.adhoc import Action, ask_snapshot
 
             action: Action = (
                 "again" if args.again else "pause" if args.pause else "resume" if args.resume else "snapshot"
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             return EXIT_OK
         if args.command == "resnapshot":
-            from ingest.resnapshot import resnapshot
+            from ingest.commands.resnapshot import resnapshot
 
             over = resnapshot(config, args.table)
             branched = f"copied again into a branch (readers keep the old rows meanwhile): {', '.join(over.branched)}; "

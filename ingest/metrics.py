@@ -187,7 +187,7 @@ class JobMetrics:
     # -- what a scrape, or the progress display, reads
 
     def progress(self) -> Progress:
-        """The counters now, for the progress display (ingest.progress); asks nothing of the source."""
+        """The counters now, for the progress display (ingest.commands.progress); asks nothing of the source."""
         with self._lock:
             return Progress(
                 at=self._monotonic(),

@@ -1,1 +1,2 @@
-"""Changes between the source and the sink: the upsert materializer."""
+"""Changes between the source and the sink: one final row per key (the upsert materializer), changelog rows,
+values Iceberg cannot hold."""

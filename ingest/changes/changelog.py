@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.model.changes import ChangelogRow
+
 OP_INSERT, OP_UPDATE_BEFORE, OP_UPDATE_AFTER, OP_DELETE = "+I", "-U", "+U", "-D"
 
 # Fixed widths make text order equal numeric order. A binlog file number is at most 2^31 - 1 (10
@@ -28,20 +30,6 @@ def sequence_text(file_number: int, pos: int, row_index: int, image: int) -> str
         if not 0 <= value < 10**width:
             raise ValueError(f"changelog sequence part {value} does not fit {width} digits ({parts})")
     return f"{file_number:010d}-{pos:012d}-{row_index:010d}-{image}"
-
-
-@dataclass(frozen=True)
-class ChangelogRow:
-    """One row of a changelog table: the row image and what happened to it, where and when."""
-
-    op: str
-    seq: str
-    position: str
-    """`file:pos` of the end of the row event, as the binlog names it."""
-    gtid: str | None
-    commit_time: int
-    """Seconds since the epoch: the source transaction's commit event header."""
-    image: tuple[Any, ...]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ By default they become NULL (`null`). With `stop` the job stops at the first one
 row image is not written to the target: each such value becomes one row of the table's rejected table,
 and the change is applied as if that image had never been written (see `split_rejected`).
 
-Pure logic: the binlog phase calls it on the changes of a batch (ingest/streaming.py) and the sink writes
+Pure logic: the binlog phase calls it on the changes of a batch (ingest/query/batch.py) and the sink writes
 what it returns (ingest/sink/rejected.py).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from ingest.changes.changelog import sequence_text
 from ingest.errors import SourceError
-from ingest.model.changes import RowChange
+from ingest.model.changes import RejectedValue, RowChange
 from ingest.model.columns import TEMPORAL_TYPES, SourceColumn
 
 REASON_ZERO_DATE = "zero date"
@@ -38,27 +38,6 @@ class Unrepresentable:
     raw: str
     """The value as read: MySQL's text of it."""
     reason: str
-
-
-@dataclass(frozen=True)
-class RejectedValue:
-    """One row of a rejected table: a value of a binlog row image that was not written to the target."""
-
-    key_json: str
-    column: str
-    raw: str
-    reason: str
-    position: str
-    """`file:pos` of the end of the row event, as the binlog names it."""
-    seq: str
-    """The changelog's sequence of the row image (binlog order); with `column`, the row's identity."""
-    gtid: str | None
-    commit_time: int | None
-    """The source transaction's commit time, epoch seconds (None for a value read by the snapshot)."""
-    phase: str = "binlog"
-    """`binlog`, or `snapshot` for a value a chunk read."""
-    chunk_index: int | None = None
-    """The chunk that read it (snapshot phase)."""
 
 
 def snapshot_seq(chunk_index: int, key: str) -> str:

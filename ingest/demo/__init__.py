@@ -80,9 +80,9 @@ def pipeline_file(base: Path, server: MariaDBServer) -> Path:
 
 
 def run_demo(directory: str) -> int:
-    from ingest.pipeline import run
-    from ingest.status import print_status
-    from ingest.verify import verify
+    from ingest.commands.status import print_status
+    from ingest.commands.verify import verify
+    from ingest.query.pipeline import run
 
     base = Path(directory).resolve()
     if base.exists():

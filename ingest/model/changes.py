@@ -1,4 +1,6 @@
-"""What the binlog says happened, as both sides see it: row changes, transactions, DDL statements."""
+"""What the binlog says happened, as both sides see it: row changes, transactions, DDL statements; and the rows
+they become in the tables beside a target (changelog rows, rejected values), which the changes make and the sink
+writes."""
 
 from __future__ import annotations
 
@@ -75,3 +77,38 @@ class TablesNamed:
 def changes_in(item: Any) -> int:
     """Row changes in one item of `BinlogReader.transactions` (a DDL statement holds none)."""
     return len(item.changes) if isinstance(item, Transaction) else 0
+
+
+@dataclass(frozen=True)
+class ChangelogRow:
+    """One row of a changelog table: the row image and what happened to it, where and when."""
+
+    op: str
+    seq: str
+    position: str
+    """`file:pos` of the end of the row event, as the binlog names it."""
+    gtid: str | None
+    commit_time: int
+    """Seconds since the epoch: the source transaction's commit event header."""
+    image: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RejectedValue:
+    """One row of a rejected table: a value of a binlog row image that was not written to the target."""
+
+    key_json: str
+    column: str
+    raw: str
+    reason: str
+    position: str
+    """`file:pos` of the end of the row event, as the binlog names it."""
+    seq: str
+    """The changelog's sequence of the row image (binlog order); with `column`, the row's identity."""
+    gtid: str | None
+    commit_time: int | None
+    """The source transaction's commit time, epoch seconds (None for a value read by the snapshot)."""
+    phase: str = "binlog"
+    """`binlog`, or `snapshot` for a value a chunk read."""
+    chunk_index: int | None = None
+    """The chunk that read it (snapshot phase)."""

@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.changes.changelog import ChangelogRow
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
+from ingest.model.changes import ChangelogRow
 from ingest.model.columns import TargetColumn, quote_identifier, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema

@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.changes.rejects import RejectedValue
 from ingest.config import PipelineConfig
+from ingest.model.changes import RejectedValue
 from ingest.model.columns import quote_identifier
 from ingest.sink.targets import OLD_METADATA_DELETED, qualified
 

@@ -4,7 +4,7 @@ Each partition runs the lock-free chunk read of its chunks, one after another, o
 yields each chunk's rows as Arrow batches. What the driver must learn about each chunk (its
 watermarks and row count) travels in a Spark accumulator filled by the same computation that
 produced the rows, so the rows are read once and written once, with nothing cached in between
-(see ingest/snapshot.py for what the commit does when a chunk's report is missing). The exception: a table with
+(see ingest/query/snapshot.py for what the commit does when a chunk's report is missing). The exception: a table with
 `on_unrepresentable: dead_letter`, whose rows carry one more column and are kept between the two writes.
 """
 

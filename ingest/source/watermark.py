@@ -1,4 +1,5 @@
-"""Reading watermarks: where the binlog is, as file/position plus the executed GTID set.
+"""Reading watermarks: where the binlog is, as file/position plus the executed GTID set; and how far a committed
+offset is behind it, in binlog bytes.
 
 The chunk reader takes one before its SELECT (low) and one after (high); see MISSION.md
 "Lock-free chunk read".
@@ -6,12 +7,16 @@ The chunk reader takes one before its SELECT (low) and one after (high); see MIS
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pymysql
 
+from ingest.config import PipelineConfig
 from ingest.errors import SourceError
 from ingest.model.position import BinlogPosition, GtidSet, MariadbGtidPos, MysqlGtidSet, Watermark
+from ingest.source.binlog import binlog_sizes
+from ingest.source.mysql import connect
 
 
 def _master_status(cur: Any) -> tuple[Any, ...]:
@@ -47,3 +52,30 @@ def read_watermark(conn: pymysql.connections.Connection[Any], flavor: str) -> Wa
                 raise SourceError(f"cannot read the binlog position: the CDC user needs {grant}") from None
             raise
     return Watermark(BinlogPosition(str(row[0]), int(row[1])), gtid, int(server_id))
+
+
+def bytes_behind(committed: BinlogPosition, current: BinlogPosition, sizes: Mapping[str, int]) -> int | None:
+    """Binlog bytes from `committed` to `current`: the rest of the committed file, the whole files in
+    between, and the current file up to `current`. None when a file size is unknown or the binlogs are
+    not comparable (another base name, e.g. after a failover)."""
+    if committed.base_name != current.base_name:
+        return None
+    if committed >= current:
+        return 0
+    if committed.file == current.file:
+        return current.pos - committed.pos
+    between = [
+        f
+        for f in sizes
+        if BinlogPosition(f, 0).base_name == committed.base_name
+        and committed.file_number < BinlogPosition(f, 0).file_number < current.file_number
+    ]
+    if committed.file not in sizes or len(between) != current.file_number - committed.file_number - 1:
+        return None
+    return sizes[committed.file] - committed.pos + sum(sizes[f] for f in between) + current.pos
+
+
+def bytes_behind_now(config: PipelineConfig, flavor: str, committed: BinlogPosition) -> int | None:
+    """Binlog bytes from `committed` to the source's binlog end now (the `ingest_binlog_bytes_behind` metric)."""
+    with connect(config.source) as conn:
+        return bytes_behind(committed, read_watermark(conn, flavor).position, binlog_sizes(conn))

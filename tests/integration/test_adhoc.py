@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 
+from ingest.commands.verify import verify
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import run_ingest
 from tests.integration.test_streaming import (
     _fresh_db,

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
+from ingest.commands.resnapshot import resnapshot
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import BinlogPurgedError, SinkError, SourceError
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.pipeline import run
-from ingest.resnapshot import resnapshot
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import RETAIN_LAST, SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
@@ -25,7 +26,6 @@ from ingest.source.binlog import SchemaChangeError, open_stream
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.certificates import certificates
 from tests.conftest import embedded_sink, source_section
 

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.status import binlog_status, table_status
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
-from ingest.status import binlog_status, table_status
-from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
 
 pytestmark = pytest.mark.integration

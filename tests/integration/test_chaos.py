@@ -28,17 +28,17 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.faults import ENV as CRASH_ENV
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import ROW_METADATA, minio_sink, source_section
 
 pytestmark = pytest.mark.integration

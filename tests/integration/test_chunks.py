@@ -252,9 +252,9 @@ def test_the_high_watermark_filter_places_string_keys_by_the_servers_order_in_fe
     mariadb: MariaDBServer, config: PipelineConfig
 ) -> None:
     """The binlog phase drops a change its chunk already holds: which chunk is the server's call (collation)."""
-    from ingest.binlog_batch import HighWatermarkFilter, TableStream
     from ingest.model.changes import RowChange
     from ingest.model.position import BinlogPosition
+    from ingest.query.batch import HighWatermarkFilter, TableStream
 
     names = ["a", "B", "c", "D", "e", "F", "g", "H", "i", "J", "k", "L", "m", "N", "o", "P", "q", "R"]
     _table(

@@ -20,20 +20,20 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
-from ingest.discovery import discover
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.source.chunk_reader import ChunkTask, window_changes
 from ingest.source.chunks import range_predicate
+from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import embedded_sink, minio_sink, source_section
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import yaml
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SourceError
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.targets import chunks_done_in_target
 from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section

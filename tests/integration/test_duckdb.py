@@ -11,7 +11,7 @@ import pytest
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from tests.conftest import embedded_sink, mysql_rows, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table

@@ -20,17 +20,17 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import ENV as CRASH_ENV
 from ingest.model.position import BinlogPosition
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.merge import offset_from_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.watermark import read_watermark
-from ingest.verify import verify
 from tests.conftest import embedded_sink, mysql_rows, source_section
 from tests.executor_sql import run_once
 
@@ -411,7 +411,7 @@ def test_a_transaction_larger_than_a_batch_is_one_batch_killed_between_its_commi
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, baseline: PeakMemory
 ) -> None:
     """FAILURES.md "Restart in the middle of a large transaction": batches end at transaction boundaries
-    (ingest/binlog_source.py takes whole transactions from the reader and hands a batch over once it holds
+    (ingest/query/binlog_source.py takes whole transactions from the reader and hands a batch over once it holds
     `batch_max_changes`), so one transaction 12 times larger than `batch_max_changes` is one batch, held whole
     by the binlog source's process. It touches two tables; the job is killed with SIGKILL after the first table
     committed it and before the second did. The resumed job reads the transaction again, skips it on the table

@@ -22,20 +22,20 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.status import binlog_status
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.discovery import discover
 from ingest.errors import SourceError
 from ingest.model.position import MariadbGtidPos
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.chunk_reader import ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, split_table
+from ingest.source.discovery import discover
 from ingest.source.failover import locate
 from ingest.source.mysql import connect, load_schema
 from ingest.state.table import StateTable
-from ingest.status import binlog_status
-from ingest.verify import verify
 from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
 from tests.integration.test_chunks import HOOK_DML, _table_rows
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import embedded_sink, source_section, spark_for_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_compat]

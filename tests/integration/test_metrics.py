@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.process import free_port
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import embedded_sink, source_section
 from tests.integration.test_streaming import ROOT, _fresh_db
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from ingest.commands.verify import verify
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import mysql_rows, run_ingest
 from tests.integration.test_streaming import _start_streaming_job, _wait_until_streaming, background_writes
 

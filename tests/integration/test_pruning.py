@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.pipeline import run
-from ingest.verify import verify
+from ingest.query.pipeline import run
 from tests.conftest import embedded_sink, source_section
 
 pytestmark = pytest.mark.integration
@@ -124,9 +124,9 @@ def test_a_partitioned_target_reads_only_the_partitions_its_rows_were_and_are_in
 def test_a_large_batch_reaches_the_target_scan_as_key_ranges_and_a_bloom_filter_of_its_keys(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    from ingest.discovery import discover
     from ingest.sink.merge import batch_arrow, batch_where, merge_statement
     from ingest.sink.targets import ensure_target
+    from ingest.source.discovery import discover
 
     db = "prunebloom"
     mariadb.execute(

@@ -18,22 +18,22 @@ from typing import Any
 import pytest
 import yaml
 
-from ingest.adhoc import ask_snapshot
+from ingest.commands.resnapshot import resnapshot
+from ingest.commands.status import table_status
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.pipeline import run
-from ingest.resnapshot import resnapshot
+from ingest.query.adhoc import ask_snapshot
+from ingest.query.pipeline import run
+from ingest.query.snapshot import SUMMARY_BATCH
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.recopy import SUMMARY_COPY
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way, lineage
-from ingest.snapshot import SUMMARY_BATCH
 from ingest.state.table import StateTable
-from ingest.status import table_status
-from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
 from tests.integration.test_adhoc import _Log, _stop, _wait
 from tests.integration.test_binlog_edges import purge_binlogs

@@ -20,12 +20,12 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.discovery import discover
 from ingest.model.columns import InvalidTemporal
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.source.binlog import open_stream
 from ingest.source.binlog_values import RowDecoder, row_images
+from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark

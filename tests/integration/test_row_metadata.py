@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError
 from ingest.model.schema import TableSchema
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.source.binlog import BinlogReader
 from ingest.source.mysql import connect, load_schema
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
 
 pytestmark = pytest.mark.integration

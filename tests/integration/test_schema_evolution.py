@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, SourceError
-from ingest.pipeline import run
+from ingest.query.pipeline import run
+from ingest.query.streaming import SUMMARY_SCHEMA_CHANGE
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
-from ingest.streaming import SUMMARY_SCHEMA_CHANGE
-from ingest.verify import verify
 from tests.conftest import embedded_sink, run_ingest, source_section
 from tests.executor_sql import run_once
 

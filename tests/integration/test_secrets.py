@@ -19,12 +19,12 @@ import psycopg2
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import CATALOG_DB, PostgresServer
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import minio_sink, source_section
 
 pytestmark = pytest.mark.integration

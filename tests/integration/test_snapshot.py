@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.status import table_status
+from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE
 from ingest.state.table import StateTable
-from ingest.status import table_status
-from ingest.verify import verify
 from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, run_ingest, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 

@@ -13,15 +13,15 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import CDC_GRANTS, MariaDBServer
 from ingest.errors import ConfigError, MissingPrivilegeError, SourceError
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.source.binlog import open_stream
 from ingest.source.chunk_select import open_select
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
-from ingest.verify import verify
 from tests.certificates import certificates
 from tests.conftest import embedded_sink, source_section
 

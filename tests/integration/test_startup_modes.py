@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.resnapshot import resnapshot
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.pipeline import run
-from ingest.resnapshot import resnapshot
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
 
 pytestmark = pytest.mark.integration

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
@@ -24,13 +25,12 @@ from ingest.devservers.postgres import PostgresServer
 from ingest.faults import ENV as CRASH_ENV
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import embedded_sink, minio_sink, rest_sink, run_ingest, source_section
 from tests.executor_sql import run_once
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows

@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from ingest.adhoc import ask_snapshot
-from ingest.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.discovery import discover
 from ingest.errors import ConfigError, SchemaChangeError
 from ingest.model.position import Watermark
-from ingest.pipeline import run
+from ingest.query.adhoc import ask_snapshot
+from ingest.query.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
+from ingest.query.pipeline import run
+from ingest.query.streaming import prepare
+from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable
-from ingest.streaming import prepare
-from ingest.verify import verify
 from tests.conftest import run_ingest
 from tests.integration.test_streaming import (
     _config,

@@ -15,13 +15,13 @@ import pymysql
 import pytest
 
 from ingest import metrics
+from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import MissingPrivilegeError
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
-from ingest.verify import verify
 from tests.conftest import embedded_sink, source_section
 from tests.unit.test_metrics import samples
 

@@ -19,7 +19,7 @@ from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.devservers.rest_catalog import RestCatalogServer
 from ingest.devservers.trino import TrinoServer
-from ingest.pipeline import run
+from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from ingest.binlog_batch import HighWatermarkFilter, TableStream, prepare_batch
 from ingest.config import PipelineConfig, parse_config
 from ingest.model.changes import RowChange, Transaction
 from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
+from ingest.query.batch import HighWatermarkFilter, TableStream, prepare_batch
 from ingest.source.chunks import Chunk
 
 SCHEMA = TableSchema(

@@ -8,8 +8,14 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from ingest.binlog_batch import TableBatch, TableStream
-from ingest.binlog_source import (
+from ingest.config import parse_config
+from ingest.errors import BinlogPurgedError, SchemaChangeError
+from ingest.model.changes import DdlStatement, TablesNamed
+from ingest.model.columns import SourceColumn
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
+from ingest.query.batch import TableBatch, TableStream
+from ingest.query.binlog_source import (
     CHUNKS_KEY,
     BatchEnd,
     BinlogSourceSpec,
@@ -21,15 +27,9 @@ from ingest.binlog_source import (
     offset_mark,
     source_offset,
 )
-from ingest.config import parse_config
-from ingest.errors import BinlogPurgedError, SchemaChangeError
-from ingest.model.changes import DdlStatement, TablesNamed
-from ingest.model.columns import SourceColumn
-from ingest.model.position import BinlogPosition, Watermark
-from ingest.model.schema import TableSchema
+from ingest.query.structured import _as_ingest_error, checkpoint_problem
 from ingest.source.chunks import Chunk
 from ingest.state.table import ChunkRecord, Requests
-from ingest.structured import _as_ingest_error, checkpoint_problem
 
 
 def _part(table_id: str, ids: list[int]) -> TableBatch:

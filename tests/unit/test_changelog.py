@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from ingest.changes.changelog import ChangelogRow, SourceChange, changelog_rows, sequence_text
+from ingest.changes.changelog import SourceChange, changelog_rows, sequence_text
+from ingest.model.changes import ChangelogRow
 
 
 def change(

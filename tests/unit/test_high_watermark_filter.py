@@ -1,9 +1,9 @@
 """The binlog phase's chunk high-watermark filter, image by image (integer keys: no server needed)."""
 
-from ingest.binlog_batch import HighWatermarkFilter, TableStream
 from ingest.model.changes import RowChange
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
+from ingest.query.batch import HighWatermarkFilter, TableStream
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import SourceColumn
 

@@ -1,5 +1,5 @@
 """The metrics endpoint's pure parts: the Prometheus text format, the bookkeeping the job reports to, the
-`metrics` config section and `ingest status --watch`'s loop (ingest/metrics.py, ingest/status.py)."""
+`metrics` config section and `ingest status --watch`'s loop (ingest/metrics.py, ingest/commands/status.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from ingest import metrics
+from ingest.commands.status import watch_status
 from ingest.config import MetricsConfig, parse_config
 from ingest.errors import ConfigError
 from ingest.metrics import CONTENT_TYPE, JobMetrics, MetricFamily, MetricsServer, recording, render
 from ingest.model.position import BinlogPosition
 from ingest.sink import merge
-from ingest.status import watch_status
 
 POS = BinlogPosition("b.000003", 900)
 CONFIG = {
@@ -165,7 +165,7 @@ def test_the_server_answers_metrics_and_nothing_else() -> None:
 
 
 def test_a_port_already_taken_stops_the_job_naming_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ingest.pipeline import _metrics_server
+    from ingest.query.pipeline import _metrics_server
 
     monkeypatch.setenv("INGEST_UNIT_METRICS_PW", "x")
     with socket.socket() as taken:

@@ -1,13 +1,13 @@
-"""The progress display (ingest/progress.py): the lines it shows, and how it draws them on a terminal."""
+"""The progress display (ingest/commands/progress.py): the lines it shows, and how it draws them on a terminal."""
 
 from __future__ import annotations
 
 import io
 import logging
 
+from ingest.commands.progress import LiveProgress, ProgressView, showing_progress
 from ingest.metrics import JobMetrics, Progress
 from ingest.model.position import BinlogPosition
-from ingest.progress import LiveProgress, ProgressView, showing_progress
 
 
 def reading(at: float, **kw: object) -> Progress:
@@ -148,10 +148,10 @@ def test_plain_mode_logs_the_same_lines_every_interval(caplog: object) -> None:
     assert isinstance(caplog, pytest.LogCaptureFixture)
     job = JobMetrics("p")
     job.snapshot_progress("shop.a", 1, 3)
-    with caplog.at_level(logging.INFO, logger="ingest.progress"), recording(job):
+    with caplog.at_level(logging.INFO, logger="ingest.commands.progress"), recording(job):
         with showing_progress("plain", _Terminal(), plain_every=0.05):
             time.sleep(0.3)
-    lines = [r.getMessage() for r in caplog.records if r.name == "ingest.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "ingest.commands.progress"]
     assert lines and all(line == "progress: snapshot shop.a  chunks 1/3 (33%), 0 rows, starting" for line in lines)
 
 

@@ -123,10 +123,10 @@ def test_up_to_max_in_values_are_listed() -> None:
 
 
 def test_partition_values_are_every_image_of_the_batch_unless_the_target_may_keep_old_rows() -> None:
-    from ingest.binlog_batch import TableStream, _partition_values
     from ingest.changes.materializer import Change
     from ingest.config import parse_config
     from ingest.model.schema import TableSchema
+    from ingest.query.batch import TableStream, _partition_values
 
     schema = TableSchema(
         "db",

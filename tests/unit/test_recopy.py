@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ingest import streaming
-from ingest.binlog_batch import TableStream
 from ingest.model.position import BinlogPosition, Watermark
+from ingest.query import streaming
+from ingest.query.batch import TableStream
 from ingest.sink.evolution import schema_from_json, schema_to_json
 from ingest.sink.recopy import iceberg_misfit, schema_misfit
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of

@@ -1,9 +1,9 @@
 """Where the binlog phase starts, from the recorded offset and each table's chunks and commits."""
 
-from ingest.binlog_batch import TableStream
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
-from ingest.streaming import _resume_at
+from ingest.query.batch import TableStream
+from ingest.query.streaming import _resume_at
 
 
 def _at(pos: int, file: str = "mysql-bin.000001") -> BinlogPosition:

@@ -35,7 +35,7 @@ def test_reports_merge_per_chunk_and_keep_the_earlier_high_watermark() -> None:
 
 def test_the_jobs_own_error_from_an_executor_comes_back_as_itself() -> None:
     from ingest.errors import SchemaChangeError
-    from ingest.snapshot import executor_error
+    from ingest.query.snapshot import executor_error
 
     wrapped = RuntimeError(
         "An error occurred while calling o123.append.\n: org.apache.spark.SparkException: Job aborted due to stage "

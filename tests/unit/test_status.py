@@ -1,9 +1,11 @@
-"""Unit tests of the pure parts of ingest/status.py: bytes behind across binlog files, lag in seconds."""
+"""Unit tests of pure logic: bytes behind across binlog files (ingest/source/watermark.py), lag in seconds
+(ingest/commands/status.py)."""
 
 from __future__ import annotations
 
+from ingest.commands.status import lag_seconds
 from ingest.model.position import BinlogPosition
-from ingest.status import bytes_behind, lag_seconds
+from ingest.source.watermark import bytes_behind
 
 
 def pos(text: str) -> BinlogPosition:

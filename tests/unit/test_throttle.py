@@ -17,6 +17,7 @@ import pytest
 from ingest.config import SourceLoadLimit, parse_config
 from ingest.errors import ConfigError, MissingPrivilegeError
 from ingest.metrics import JobMetrics, recording
+from ingest.query.streaming import StopSignal
 from ingest.source.throttle import (
     SourceLoad,
     SourceThrottle,
@@ -25,7 +26,6 @@ from ingest.source.throttle import (
     overload,
     read_source_load,
 )
-from ingest.streaming import StopSignal
 from tests.unit.test_metrics import samples
 
 THREADS = SourceLoadLimit(threads_running=20, check_seconds=2, max_check_seconds=10)

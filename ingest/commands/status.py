@@ -17,7 +17,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import pymysql
@@ -29,37 +29,10 @@ from ingest.sink.merge import committed_offset
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head
 from ingest.source.binlog import binlog_sizes
 from ingest.source.mysql import connect, server_flavor
-from ingest.source.watermark import read_watermark
+from ingest.source.watermark import bytes_behind, read_watermark
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
-
-
-def bytes_behind(committed: BinlogPosition, current: BinlogPosition, sizes: Mapping[str, int]) -> int | None:
-    """Binlog bytes from `committed` to `current`: the rest of the committed file, the whole files in
-    between, and the current file up to `current`. None when a file size is unknown or the binlogs are
-    not comparable (another base name, e.g. after a failover)."""
-    if committed.base_name != current.base_name:
-        return None
-    if committed >= current:
-        return 0
-    if committed.file == current.file:
-        return current.pos - committed.pos
-    between = [
-        f
-        for f in sizes
-        if BinlogPosition(f, 0).base_name == committed.base_name
-        and committed.file_number < BinlogPosition(f, 0).file_number < current.file_number
-    ]
-    if committed.file not in sizes or len(between) != current.file_number - committed.file_number - 1:
-        return None
-    return sizes[committed.file] - committed.pos + sum(sizes[f] for f in between) + current.pos
-
-
-def bytes_behind_now(config: PipelineConfig, flavor: str, committed: BinlogPosition) -> int | None:
-    """Binlog bytes from `committed` to the source's binlog end now (the `ingest_binlog_bytes_behind` metric)."""
-    with connect(config.source) as conn:
-        return bytes_behind(committed, read_watermark(conn, flavor).position, binlog_sizes(conn))
 
 
 def transactions_behind(cur: Any, committed: BinlogPosition, server_gtid: MariadbGtidPos) -> int | None:

@@ -21,26 +21,26 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ingest import metrics
-from ingest.binlog_batch import TableStream
 from ingest.config import PipelineConfig
-from ingest.discovery import discover
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
 from ingest.model.changes import TablesNamed
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
+from ingest.query.batch import TableStream
+from ingest.query.snapshot import copy_chunks, finish_copy, plan_table, unfinished
+from ingest.query.streaming import StopSignal
+from ingest.query.structured import PhaseHooks, stream_structured
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
 from ingest.sink.targets import qualified, table_of
-from ingest.snapshot import copy_chunks, finish_copy, plan_table, unfinished
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.chunks import Chunk
+from ingest.source.discovery import discover
 from ingest.source.mysql import connect, list_tables, load_schema
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from ingest.streaming import StopSignal
-from ingest.structured import PhaseHooks, stream_structured
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ingest import errors, metrics
-from ingest.changes.rejects import RejectedValue
 from ingest.config import PipelineConfig
 from ingest.errors import IngestError, SinkError
 from ingest.faults import crash_point
+from ingest.model.changes import RejectedValue
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog

@@ -1,4 +1,4 @@
-"""The binlog phase's commit side, which the job's query (`ingest.structured`) drives: where a phase starts
+"""The binlog phase's commit side, which the job's query (`ingest.query.structured`) drives: where a phase starts
 (`prepare`: each table's committed offset, the chunk high watermarks), DDL statements followed (`follow_ddl`:
 targets evolved, truncated, ended), and a batch committed (`commit_prepared`): per table its target MERGEd
 with the batch's end offset in its snapshot summary (then its changelog appended, tagged the same way), then
@@ -22,12 +22,12 @@ import pymysql.cursors
 from pyiceberg.exceptions import NoSuchTableError
 
 from ingest import metrics
-from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream
 from ingest.config import PipelineConfig
 from ingest.faults import crash_point
 from ingest.model.changes import DdlStatement
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.model.schema import TableSchema, quote
+from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog
 from ingest.sink.evolution import (

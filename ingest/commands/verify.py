@@ -121,7 +121,7 @@ def verify_table(
 
 def verify(config: PipelineConfig, tables: Sequence[str] = (), ranges: int = 16) -> bool:
     """Print a line per range that differs and a summary per table; True when everything matches."""
-    from ingest.discovery import discover
+    from ingest.source.discovery import discover
 
     info = discover(config)
     state = StateTable.open(config)

@@ -33,7 +33,7 @@ commits; kind "chunks", a chunk batch's chunks (`ChunkBatch`); kind "named", a s
 capture, which ends its batch (see `BinlogSourceSpec.new_tables`); then one "end" row: the batch's end offset and
 the source time it is current to. Events before the point every target holds (the start the job computed from
 Iceberg) are never read: Iceberg, not Spark's checkpoint, says what is done, so a checkpoint may be lost or behind
-(the job refuses one that is ahead, see `ingest.structured`).
+(the job refuses one that is ahead, see `ingest.query.structured`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.binlog_batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
 from ingest.config import PipelineConfig, SourceConfig, TableSelection
 from ingest.errors import SchemaChangeError
 from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
+from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.source.binlog import FOLLOWED, BinlogReader, dump_server_id
 from ingest.source.chunks import Chunk

@@ -1,6 +1,6 @@
-"""The job: discover the tables, plan their chunks (`ingest.snapshot`), then run one Structured Streaming query
-(`ingest.structured`) that reads the chunks not read yet in chunk batches between its binlog batches, taking
-`ingest snapshot` requests on the way (`ingest.adhoc`). `snapshot_only` copies the chunks without a query."""
+"""The job: discover the tables, plan their chunks (`ingest.query.snapshot`), then run one Structured Streaming query
+(`ingest.query.structured`) that reads the chunks not read yet in chunk batches between its binlog batches, taking
+`ingest snapshot` requests on the way (`ingest.query.adhoc`). `snapshot_only` copies the chunks without a query."""
 
 from __future__ import annotations
 
@@ -9,27 +9,27 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ingest.adhoc import copy_all_again, stream_taking_requests, take_requests
 from ingest.config import BINLOG_START_MODES, PipelineConfig
-from ingest.discovery import SourceInfo, discover
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.faults import crash_point
 from ingest.metrics import JobMetrics, MetricsServer, recording
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
+from ingest.query.adhoc import copy_all_again, stream_taking_requests, take_requests
+from ingest.query.snapshot import ready_table, snapshot_table
+from ingest.query.streaming import StopSignal, gone_tables
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.runtime.warm_up import start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import ensure_target_created
-from ingest.snapshot import ready_table, snapshot_table
 from ingest.source.chunk_reader import ChunkHook
+from ingest.source.discovery import SourceInfo, discover
 from ingest.source.mysql import connect
 from ingest.source.startup import resolve_start
 from ingest.source.throttle import check_load_probe
+from ingest.source.watermark import bytes_behind_now
 from ingest.state.table import StateTable
-from ingest.status import bytes_behind_now
-from ingest.streaming import StopSignal, gone_tables
 
 log = logging.getLogger(__name__)
 

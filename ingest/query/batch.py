@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.materializer import Change, created_keys, materialize
-from ingest.changes.rejects import RejectedValue, split_rejected
+from ingest.changes.rejects import split_rejected
 from ingest.config import PipelineConfig
-from ingest.model.changes import RowChange, Transaction
+from ingest.model.changes import RejectedValue, RowChange, Transaction
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.sink.changelog import changelog_arrow

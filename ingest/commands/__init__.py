@@ -1,0 +1,1 @@
+"""The operator's commands besides `ingest run`: `status`, `verify`, `resnapshot`, and the progress `run` shows."""
