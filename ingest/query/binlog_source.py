@@ -445,7 +445,12 @@ class BinlogStreamReader:
                     return None
                 continue
             if isinstance(item, Idle):
-                batch.end, batch.at = Watermark(item.position, item.gtid, here), item.at
+                position = item.position
+                if item.at_end and goal is not None and position < goal:
+                    # Everything the server had written is read, so the goal (read earlier) is reached: what lies
+                    # between holds no transaction (a binlog that ends in a MariaDB binlog checkpoint, say).
+                    position = goal
+                batch.end, batch.at = Watermark(position, item.gtid, here), item.at
                 continue
             if isinstance(item, End):
                 return batch  # only when the reader was closed

@@ -257,6 +257,9 @@ class BinlogReader:
         """With `on_ddl="evolve"`, a DDL it cannot follow is yielded too (its table is copied again)."""
         self.heartbeat_seconds = heartbeat_seconds
         self._last_idle = time.monotonic()
+        self.idle_at_end = False
+        """Whether the idle report being made comes at a heartbeat (the server sent all it had), not after another
+        table's transaction."""
         self._stream = open_stream(
             source,
             start,
@@ -340,6 +343,7 @@ class BinlogReader:
                 if isinstance(event, HeartbeatLogEvent):
                     if idle is not None and current is None:
                         self._last_idle = time.monotonic()
+                        self.idle_at_end = True
                         if idle(time.time()):
                             return
                     continue
@@ -450,6 +454,7 @@ class BinlogReader:
         if idle is None or now - self._last_idle < self.heartbeat_seconds:
             return False
         self._last_idle = now
+        self.idle_at_end = False
         return idle(at)
 
     def _boundary(self, end: BinlogPosition) -> None:

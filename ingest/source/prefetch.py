@@ -30,6 +30,9 @@ class Idle:
     position: BinlogPosition
     at: float
     gtid: MariadbGtidPos | None = None
+    at_end: bool = False
+    """At a heartbeat: the server had sent everything it had written, and all of it is read. Events after
+    `position` that end no transaction (a MariaDB binlog checkpoint, say) may lie between it and the binlog's end."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class Prefetch:
 
     def _idle(self, at: float) -> bool:
         if self._queue.empty():
-            self._queue.put(Idle(self._reader.position, at, self._reader.gtid))
+            self._queue.put(Idle(self._reader.position, at, self._reader.gtid, self._reader.idle_at_end))
         return self._stop.is_set()
 
     def _wait_for_room(self) -> bool:

@@ -3,7 +3,10 @@ source offers, and error mapping."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+import time
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -22,6 +25,7 @@ from ingest.query.binlog_source import (
     BinlogStreamReader,
     ChunkBatch,
     SourceBatch,
+    _Batch,
     _rows,
     decode_batch,
     offset_mark,
@@ -29,6 +33,7 @@ from ingest.query.binlog_source import (
 )
 from ingest.query.structured import _as_ingest_error, checkpoint_problem
 from ingest.source.chunks import Chunk
+from ingest.source.prefetch import Idle
 from ingest.state.table import ChunkRecord, Requests
 
 
@@ -185,3 +190,32 @@ def test_a_source_offset_is_a_watermark_and_only_a_chunk_batch_adds_its_chunks()
     chunks = ChunkBatch("db.t", (Chunk("db.t", 3, (1,), (2,)),))
     assert offset_mark(source_offset(mark, chunks)) == mark
     assert source_offset(mark, chunks)[CHUNKS_KEY] == {"table": "db.t", "indices": [3]}
+
+
+class _Polled:
+    """The prefetch as the source polls it: the items given, then nothing."""
+
+    def __init__(self, *items: Any) -> None:
+        self.items = list(items)
+
+    def poll(self, wait: float) -> Any:
+        return self.items.pop(0) if self.items else None
+
+
+def test_a_catch_up_whose_binlog_ends_past_its_last_transaction_reaches_its_goal_at_a_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MariaDB may write a binlog checkpoint after the last transaction: the goal (the binlog's end when the catch-up
+    began) lies past every transaction's end. Another table's transaction does not say the binlog is read to its
+    end; a heartbeat does, and the batch then ends at the goal."""
+    reader, _ = _reader(monkeypatch)
+    last_tx, goal = BinlogPosition("b.000002", 1541), BinlogPosition("b.000002", 1584)
+    reader.spec = dataclasses.replace(reader.spec, goal=goal)
+    begin = Watermark(BinlogPosition("b.000002", 4), None, 1)
+    reader._reader, reader._batch = object(), _Batch(begin)  # type: ignore[assignment]
+    reader._prefetch = _Polled(Idle(last_tx, 10.0))  # type: ignore[assignment]
+    assert reader._take(time.monotonic()) is None  # not due, and the goal not reached
+    assert reader._batch.end.position == last_tx
+    reader._prefetch = _Polled(Idle(last_tx, 11.0, at_end=True))  # type: ignore[assignment]
+    batch = reader._take(time.monotonic() + 5)
+    assert batch is not None and batch.end == Watermark(goal, None, 1) and batch.at == 11.0

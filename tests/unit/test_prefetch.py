@@ -24,6 +24,7 @@ class FakeReader:
         self.script = script
         self.position = pos(4)
         self.gtid = None
+        self.idle_at_end = False
         self.read = 0
 
     def transactions(self, idle: Callable[[float], bool] | None = None) -> Iterator[Any]:
