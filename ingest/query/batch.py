@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,13 @@ class TableStream:
         """Up to here every chunk holds every change, and the target every DDL statement: the lowest chunk high
         watermark, or while chunks are unread (a snapshot asked of the running job) the plan's position."""
         return self.planned_at if self.unread else self.min_high
+
+
+def catch_up_end(goal: BinlogPosition, tables: Iterable[TableStream]) -> BinlogPosition:
+    """Where a catch-up (`--until-caught-up`) ends: the binlog's end when it began, or the high watermark of a chunk
+    read since, if later. That chunk holds its rows as they were there; the other chunks' keys are brought there
+    too by the changes up to it, so that the tables all hold the source as of one point."""
+    return max([goal, *(read for table in tables if (read := table.last_read) is not None)])
 
 
 class HighWatermarkFilter:

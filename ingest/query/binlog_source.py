@@ -50,7 +50,7 @@ from ingest.config import PipelineConfig, SourceConfig, TableSelection
 from ingest.errors import SchemaChangeError
 from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
-from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream, prepare_batch
+from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream, catch_up_end, prepare_batch
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.source.binlog import FOLLOWED, BinlogReader, dump_server_id
 from ingest.source.chunks import Chunk
@@ -418,7 +418,8 @@ class BinlogStreamReader:
         if self._failure is not None:
             raise self._failure
         stream = self.spec.config.stream
-        batch, here, goal = self._batch, self.spec.resume.server_id, self.spec.goal
+        batch, here, read_end = self._batch, self.spec.resume.server_id, self.spec.goal
+        goal = None if read_end is None else catch_up_end(read_end, self._tables.values())
         due_at = self._last_batch + stream.batch_interval_seconds
         while batch.changes < stream.batch_max_changes:
             if goal is not None and batch.end.position >= goal:
@@ -446,10 +447,11 @@ class BinlogStreamReader:
                 continue
             if isinstance(item, Idle):
                 position = item.position
-                if item.at_end and goal is not None and position < goal:
-                    # Everything the server had written is read, so the goal (read earlier) is reached: what lies
-                    # between holds no transaction (a binlog that ends in a MariaDB binlog checkpoint, say).
-                    position = goal
+                if item.at_end and read_end is not None and position < read_end:
+                    # Everything the server had written is read, so the binlog's end read before the query began is
+                    # reached: what lies between holds no transaction (a binlog that ends in a MariaDB binlog
+                    # checkpoint, say). Not so a chunk's high watermark read since: the heartbeat may be older.
+                    position = read_end
                 batch.end, batch.at = Watermark(position, item.gtid, here), item.at
                 continue
             if isinstance(item, End):

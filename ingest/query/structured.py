@@ -33,7 +33,7 @@ from ingest.errors import ConfigError
 from ingest.model.changes import TablesNamed
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
-from ingest.query.batch import TableStream
+from ingest.query.batch import TableStream, catch_up_end
 from ingest.query.binlog_source import BinlogSourceSpec, ChunkBatch, decode_batch, make_binlog_source, offset_mark
 from ingest.query.streaming import (
     StopPoint,
@@ -152,7 +152,12 @@ class _Sink:
         """Caught up (with "stop when caught up": the goal committed, and every chunk the phase reads read), or
         requests wait (`PhaseHooks.between`)."""
         begin = self.begin
-        if begin.goal is not None and self.committed >= begin.goal and not chunks_left(begin, self.hooks):
+        goal = begin.goal
+        if (
+            goal is not None
+            and self.committed >= catch_up_end(goal, begin.tables)
+            and not chunks_left(begin, self.hooks)
+        ):
             return True
         return self.hooks.between is not None and self.hooks.between()
 

@@ -219,3 +219,23 @@ def test_a_catch_up_whose_binlog_ends_past_its_last_transaction_reaches_its_goal
     reader._prefetch = _Polled(Idle(last_tx, 11.0, at_end=True))  # type: ignore[assignment]
     batch = reader._take(time.monotonic() + 5)
     assert batch is not None and batch.end == Watermark(goal, None, 1) and batch.at == 11.0
+
+
+def test_a_catch_up_goes_on_to_the_high_watermark_of_a_chunk_read_since_it_began(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk read during a catch-up holds its rows as of its high watermark: the catch-up goes on to there, so that
+    the other chunks' keys get the changes up to it too. A heartbeat from before that chunk was read says nothing of
+    the changes since: they are still to come."""
+    reader, _ = _reader(monkeypatch)
+    began, high = BinlogPosition("b.000001", 1926), BinlogPosition("b.000001", 3183)
+    reader.spec = dataclasses.replace(reader.spec, goal=began)
+    reader._tables["db.c"].chunk_highs[0] = high  # read since the catch-up began
+    begin = Watermark(BinlogPosition("b.000001", 1000), None, 1)
+    reader._reader, reader._batch = object(), _Batch(begin)  # type: ignore[assignment]
+    reader._prefetch = _Polled(Idle(began, 10.0, at_end=True))  # type: ignore[assignment]
+    assert reader._take(time.monotonic()) is None  # at the old end, not at the chunk's
+    assert reader._batch.end.position == began
+    reader._prefetch = _Polled(Idle(high, 12.0))  # type: ignore[assignment]
+    batch = reader._take(time.monotonic() + 5)
+    assert batch is not None and batch.end.position == high
