@@ -193,8 +193,9 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """The job comes first, for certain: it sees the CREATE TABLE, plans the new table and copies its first chunk,
-    and is killed before the second (the third chunk batch of its query: the first reads `bal`). `ingest snapshot --table` for it is then no mistake: it says the copy is under
-    way and exits 0, asking nothing; the next run finishes the copy; a complete copy is refused as before."""
+    and is killed before the second (the third chunk batch of its query: the first reads `bal`). `ingest snapshot
+    --table` for it is then no mistake: it says the copy is under way and exits 0, asking nothing; the next run
+    finishes the copy; a complete copy is refused as before."""
     db = "adhoc_first"
     _fresh_db(mariadb, db)
     mariadb.execute(f"CREATE TABLE {db}.bal (id INT PRIMARY KEY, v INT)", f"INSERT INTO {db}.bal VALUES (1, 0)")

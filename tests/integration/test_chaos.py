@@ -201,14 +201,15 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
     assert sum(p.startswith("maintenance") for p in phases) >= 1, phases
     assert sum(done.values()) > 200, done
 
-    # One change to each table after the last kill, so the final catch-up commits to both and each reaches its
-    # compaction count in a run that is not killed (whether the last killed run left changes to a table
-    # unapplied depends on timing; without them the small tag table was sometimes never compacted).
+    # The final catch-up may use bigger batches: batch boundaries are free to differ between runs. It reads what
+    # chunks the killed runs left unread (each run lived a few seconds: the query reads chunk batches between its
+    # binlog batches), then one change to each table after it, so that a run that is not killed commits a binlog
+    # batch to both and each reaches its compaction count (a change before would be in a chunk read after it).
+    config = parse_config({**data, "stream": {"batch_interval_seconds": 5, "batch_max_changes": 50000}}, tmp_path)
+    run(config, spark=spark, until_caught_up=True)
     mariadb.execute(
         "UPDATE chaos.acct SET balance = balance + 1 ORDER BY id LIMIT 1", "UPDATE chaos.tag SET n = n + 1 LIMIT 1"
     )
-    # The final catch-up may use bigger batches: batch boundaries are free to differ between runs.
-    config = parse_config({**data, "stream": {"batch_interval_seconds": 5, "batch_max_changes": 50000}}, tmp_path)
     run(config, spark=spark, until_caught_up=True)
     assert verify(config, ranges=5)
 
