@@ -146,14 +146,20 @@ def resolve_secret(value: Any, key: str, base_dir: Path) -> Secret:
 SecretValue = Annotated[Secret, BeforeValidator(_secret)]
 
 
+def _one_or_many(value: Any) -> list[Any]:
+    """A key that takes one value or a list of them (`include`, `chunk_key`, `partition_by`), as a list."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
+    return list(value)
+
+
 def _patterns(value: Any) -> tuple[re.Pattern[str], ...]:
     """One regular expression or a list of them, compiled."""
     if isinstance(value, tuple) and all(isinstance(p, re.Pattern) for p in value):
         return value
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
+    value = _one_or_many(value)
     if not all(isinstance(p, str) for p in value):
         raise _refuse("`{key}` must be a list of regular expressions")
     compiled = []
@@ -288,11 +294,8 @@ def _partition_by(value: Any) -> Any:
     """`partition_by`: partition fields, each written as `parse_partition_field` reads it."""
     if isinstance(value, tuple):
         return value
-    fields = [value] if isinstance(value, str) else value
-    if not isinstance(fields, list):
-        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
     parsed = []
-    for item in fields:
+    for item in _one_or_many(value):
         if not isinstance(item, str):
             raise _refuse(f"`{{key}}` must be a list of partition fields such as 'days(created_at)', got {item!r}")
         try:
@@ -308,15 +311,6 @@ def _partition_by(value: Any) -> Any:
     return tuple(parsed)
 
 
-def _names(value: Any) -> Any:
-    """One column name or a list of them."""
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, (list, tuple)):
-        raise _refuse(f"`{{key}}` must be list or str, got {value!r}")
-    return value
-
-
 def _namespaced(value: str) -> bool:
     return "." in value
 
@@ -325,7 +319,7 @@ def _namespaced(value: str) -> bool:
 class TableOptions(_Settings):
     """Per-table overrides, keyed by `database.table` in the file."""
 
-    chunk_key: Annotated[tuple[Text, ...] | None, BeforeValidator(_names)] = None
+    chunk_key: Annotated[tuple[Text, ...] | None, BeforeValidator(_one_or_many)] = None
     chunk_size: AtLeastOne | None = None
     target: Annotated[Text, _check(_namespaced, "`{key}` must be `namespace.table`, got {value}")] | None = None
     changelog: Flag | None = None
@@ -629,7 +623,7 @@ def _startup(section: Any, mode: StartupMode) -> Any:
         return section  # its field says it must be a mapping
     unknown = sorted(str(k) for k in section if k not in _STARTUP_KEYS)
     if unknown:
-        raise _refuse(f"unknown key `startup.{unknown[0]}` in `startup`; see docs/config.md for the valid keys")
+        raise _refuse(_unknown_key(["startup", unknown[0]]))
     needed = _STARTUP_KEYS_OF.get(mode, ())
     for name in _STARTUP_KEYS:
         given = section.get(name) is not None
@@ -726,8 +720,7 @@ def _message(error: ErrorDetails) -> str:
         text = str(ctx["message"])
         return text.replace("{key}", key).replace("{in}", f"{key}." if key else "")
     if kind in _UNKNOWN_KEY:
-        where = f" in `{'.'.join(loc[:-1])}`" if len(loc) > 1 else ""
-        return f"unknown key `{key}`{where}; see docs/config.md for the valid keys"
+        return _unknown_key(loc)
     if kind in ("missing", "missing_keyword_argument", "missing_argument"):
         return f"`{key}` is required{_REQUIRED_HINTS.get(key, '')}"
     if kind in _NOT_A_MAPPING:
@@ -742,6 +735,11 @@ def _message(error: ErrorDetails) -> str:
     if kind == "greater_than" and ctx.get("gt") == 0:
         return f"`{key}` must be positive, got {float(value)}"
     return f"`{key}`: {error['msg']}"
+
+
+def _unknown_key(loc: list[str]) -> str:
+    where = f" in `{'.'.join(loc[:-1])}`" if len(loc) > 1 else ""
+    return f"unknown key `{'.'.join(loc)}`{where}; see docs/config.md for the valid keys"
 
 
 def load_config(path: str | Path) -> PipelineConfig:
