@@ -189,7 +189,7 @@ def unpruned(spark: Any) -> Iterator[None]:
     The job's query makes a binlog batch's predicates in its source's Python process, which no patch here reaches:
     for `run()`, the commit of each batch drops them (`TableBatch.where`, None: the whole target is read)."""
     from ingest.query import structured
-    from ingest.query.streaming import commit_prepared
+    from ingest.query.commit import commit_prepared
     from ingest.sink import merge
 
     def commit_unpruned(

@@ -445,10 +445,10 @@ class StreamProbe:
         self.batches: list[dict[str, Any]] = []
 
     def install(self) -> None:
-        import ingest.query.streaming as streaming
+        import ingest.query.commit as commit_module
         import ingest.query.structured as structured
 
-        original_stream, original_commit = structured.stream_structured, streaming.commit_prepared
+        original_stream, original_commit = structured.stream_structured, commit_module.commit_prepared
         probe = self
 
         def stream(*args: Any, **kwargs: Any) -> BinlogPosition:

@@ -29,7 +29,7 @@ from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.batch import TableStream
 from ingest.query.snapshot import copy_chunks, finish_copy, plan_table, unfinished
-from ingest.query.streaming import StopSignal
+from ingest.query.stop import StopSignal
 from ingest.query.structured import PhaseHooks, stream_structured
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy

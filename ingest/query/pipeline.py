@@ -16,8 +16,9 @@ from ingest.metrics import JobMetrics, MetricsServer, recording
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.adhoc import copy_all_again, stream_taking_requests, take_requests
+from ingest.query.ddl import gone_tables
 from ingest.query.snapshot import ready_table, snapshot_table
-from ingest.query.streaming import StopSignal, gone_tables
+from ingest.query.stop import StopSignal
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.runtime.warm_up import start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog

@@ -1,7 +1,7 @@
 """The job as one Spark Structured Streaming query: the snapshot's chunks and the binlog.
 
 The source is the binlog Python data source (`ingest.query.binlog_source`); the sink is `foreachBatch`. A binlog batch
-is committed by `ingest.query.streaming.commit_prepared`: per table, skip what the target already holds and what its
+is committed by `ingest.query.commit.commit_prepared`: per table, skip what the target already holds and what its
 chunks hold, materialize, MERGE with the batch's end offset in the snapshot summary, append the changelog, then
 record the offset in the state table. A DDL begins its batch and is followed first. A chunk batch names chunks
 of one table: the sink reads them on the executors and appends them to the target in one commit, recording
@@ -35,15 +35,10 @@ from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.batch import TableStream, catch_up_end
 from ingest.query.binlog_source import BinlogSourceSpec, ChunkBatch, decode_batch, make_binlog_source, offset_mark
-from ingest.query.streaming import (
-    StopPoint,
-    StopSignal,
-    StreamStart,
-    batch_source_time,
-    commit_prepared,
-    follow_ddl,
-    prepare,
-)
+from ingest.query.commit import batch_source_time, commit_prepared
+from ingest.query.ddl import follow_ddl
+from ingest.query.start import StreamStart, prepare
+from ingest.query.stop import StopPoint, StopSignal
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark

@@ -137,7 +137,7 @@ def start_branch_copy(catalog: Any, names: tuple[str, str], live: TableSchema, p
         return False
     props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHUNKS_DONE: "", SUMMARY_COPY: "started"}
     with table.transaction() as tx:
-        if mirrored:  # the binlog phase decodes with the schema the target mirrors (streaming._table_streams)
+        if mirrored:  # the binlog phase decodes with the schema the target mirrors (start._table_streams)
             tx.set_properties(mirrored)
         if copy_under_way(table):  # copied again while a copy runs: start that one over
             ManageSnapshots(tx).remove_branch(COPY_BRANCH).commit()

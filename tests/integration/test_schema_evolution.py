@@ -15,8 +15,8 @@ from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, SourceError
+from ingest.query.ddl import SUMMARY_SCHEMA_CHANGE
 from ingest.query.pipeline import run
-from ingest.query.streaming import SUMMARY_SCHEMA_CHANGE
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
 from tests.conftest import embedded_sink, run_ingest, source_section

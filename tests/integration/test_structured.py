@@ -19,7 +19,7 @@ from ingest.model.position import Watermark
 from ingest.query.adhoc import ask_snapshot
 from ingest.query.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.query.pipeline import run
-from ingest.query.streaming import prepare
+from ingest.query.start import prepare
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.query import streaming
+from ingest.query import commit, ddl
 from ingest.query.batch import TableStream
 from ingest.sink.evolution import schema_from_json, schema_to_json
 from ingest.sink.recopy import iceberg_misfit, schema_misfit
@@ -92,12 +92,12 @@ def test_the_job_reads_the_branch_head_while_the_branch_exists() -> None:
 def test_the_binlog_phase_does_not_maintain_a_target_copied_into_its_branch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compaction and expiry would rewrite main, which readers see, and could expire the branch's chunk commits."""
     maintained: list[str] = []
-    monkeypatch.setattr(streaming, "maintain", lambda spark, name, *rest: maintained.append(name))
+    monkeypatch.setattr(commit, "maintain", lambda spark, name, *rest: maintained.append(name))
     config = SimpleNamespace(name="p", sink=SimpleNamespace(maintenance=SimpleNamespace(every_commits=1)))
     end = Watermark(BinlogPosition.parse("bin.000001:400"))
     main, copy = "`lake`.`db`.`t`", on_copy_branch("`lake`.`db`.`u`")
     tables = [TableStream(OLD, name, [], [], end.position) for name in (main, copy)]
-    streaming._maintain_due(None, config, tables, end)  # type: ignore[arg-type]
+    commit._maintain_due(None, config, tables, end)  # type: ignore[arg-type]
     assert maintained == [main]
 
 
@@ -113,10 +113,10 @@ def test_tables_gone_from_the_source_are_read_with_their_targets_schema_until_th
 
     monkeypatch.setenv(PW_ENV, PW)
     config = parse_config(cfg(tables={"include": [r"db\.(t|gone|marked|dropped)"]}))
-    stored = {streaming.SOURCE_SCHEMA_PROPERTY: schema_to_json(OLD)}
+    stored = {ddl.SOURCE_SCHEMA_PROPERTY: schema_to_json(OLD)}
     targets = {
         "gone": SimpleNamespace(properties=stored),
-        "marked": SimpleNamespace(properties={**stored, streaming.SOURCE_DROPPED_PROPERTY: "mysql-bin.000001:4"}),
+        "marked": SimpleNamespace(properties={**stored, ddl.SOURCE_DROPPED_PROPERTY: "mysql-bin.000001:4"}),
         "unmatched": SimpleNamespace(properties=stored),
     }
 
@@ -125,7 +125,7 @@ def test_tables_gone_from_the_source_are_read_with_their_targets_schema_until_th
             raise NoSuchTableError(names[1])
         return targets[names[1]]
 
-    monkeypatch.setattr(streaming, "cached_pyiceberg_catalog", lambda sink: SimpleNamespace(load_table=load_table))
+    monkeypatch.setattr(ddl, "cached_pyiceberg_catalog", lambda sink: SimpleNamespace(load_table=load_table))
     state = SimpleNamespace(tables=lambda: ["db.t", "db.gone", "db.marked", "db.dropped", "db.unmatched"])
-    gone = streaming.gone_tables(config, state, [OLD])  # type: ignore[arg-type]
+    gone = ddl.gone_tables(config, state, [OLD])  # type: ignore[arg-type]
     assert [s.table_id for s in gone] == ["db.gone"] and gone[0].columns == OLD.columns

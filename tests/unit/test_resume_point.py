@@ -3,7 +3,7 @@
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.query.batch import TableStream
-from ingest.query.streaming import _resume_at
+from ingest.query.start import _resume_at
 
 
 def _at(pos: int, file: str = "mysql-bin.000001") -> BinlogPosition:

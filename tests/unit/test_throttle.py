@@ -17,7 +17,7 @@ import pytest
 from ingest.config import SourceLoadLimit, parse_config
 from ingest.errors import ConfigError, MissingPrivilegeError
 from ingest.metrics import JobMetrics, recording
-from ingest.query.streaming import StopSignal
+from ingest.query.stop import StopSignal
 from ingest.source.throttle import (
     SourceLoad,
     SourceThrottle,

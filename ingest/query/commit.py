@@ -1,0 +1,159 @@
+"""A binlog batch committed (`commit_prepared`): per table its target MERGEd with the batch's end offset in its
+snapshot summary (then its changelog appended, tagged the same way), then the offset recorded in the state table. A
+crash anywhere in between replays the batch; each target and each changelog skips what it already committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
+
+from ingest import metrics
+from ingest.config import PipelineConfig
+from ingest.faults import crash_point
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.query.batch import TableBatch, TableStream
+from ingest.sink.catalog import cached_pyiceberg_catalog
+from ingest.sink.changelog import append_changelog
+from ingest.sink.maintenance import maintain
+from ingest.sink.merge import committed_offset, merge_arrow, stream_offset_properties
+from ingest.sink.rejected import ensure_rejected, merge_rejected
+from ingest.sink.summary import snapshot_properties
+from ingest.sink.targets import qualified, table_of
+from ingest.state.table import StateTable
+
+log = logging.getLogger(__name__)
+
+
+def commit_prepared(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    tables: dict[str, TableStream],
+    prepared: Sequence[TableBatch],
+    end: Watermark,
+    source_time: int | None = None,
+    started: float | None = None,
+) -> None:
+    """Commit a batch made ready by `prepare_batch`: per table its rejected values, its target, its changelog
+    (each skipped when it holds the batch already), all tagged with `end`; then `end` as the job's offset."""
+    started = time.monotonic() if started is None else started
+
+    def apply(part: TableBatch) -> bool:
+        table = tables[part.table_id]
+        merged = False
+        if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
+            name = ensure_rejected(spark, config, table.schema.database, table.schema.table)
+            assert name is not None
+            merge_rejected(spark, name, part.rejected)
+            crash_point("stream.after_rejected_commit")
+        if part.rows is not None:
+            merged = _merge_table(spark, config, table, part, end)
+            crash_point("stream.after_table_commit")
+        if part.changelog is not None:
+            crash_point("stream.before_changelog_commit")
+            _append_changelog(spark, config, table, part.changelog, end)
+            crash_point("stream.after_changelog_commit")
+        return merged
+
+    # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
+    with snapshot_properties(spark, stream_offset_properties(config.name, end)):
+        workers = min(len(prepared), config.stream.concurrent_merges)
+        if workers <= 1:
+            results = [apply(part) for part in prepared]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
+                futures = [pool.submit(apply, part) for part in prepared]
+                wait(futures)
+                results = [f.result() for f in futures]  # the first failure is raised; the state is not written
+    crash_point("stream.before_state")
+    state.record_offset(end, source_time)
+    crash_point("stream.after_state")
+    applied_to = {p.table_id: p.applied for p, ok in zip(prepared, results, strict=True) if ok and p.applied}
+    metrics.current().batch_committed(applied_to, time.monotonic() - started, end.position, source_time)
+    log.info(
+        "binlog: committed %d changes to %d tables up to %s",
+        sum(p.applied for p in prepared),
+        sum(results),
+        end.position,
+    )
+    _maintain_due(spark, config, [tables[p.table_id] for p in prepared], end)
+
+
+def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream], end: Watermark) -> None:
+    """Compact (and expire) each target and changelog table of the batch that reached its commit count."""
+    every = config.sink.maintenance.every_commits
+    if every == 0:
+        return
+    for table in tables:
+        changelog = None if table.changelog is None else qualified(config, *table.changelog)
+        for name, held in ((table.target, table.committed), (changelog, table.changelog_committed)):
+            if name is None or held != end.position:
+                continue  # no changelog, or nothing of this batch committed to it
+            if name != table_of(name):
+                continue  # copied into its branch: main is what readers see, and expiry must keep the branch
+            table.since_compaction[name] = table.since_compaction.get(name, 0) + 1
+            if table.since_compaction[name] >= every:
+                maintain(spark, name, config.name, end, config.sink.maintenance)
+                table.since_compaction[name] = 0
+
+
+def _merge_table(spark: Any, config: PipelineConfig, table: TableStream, part: TableBatch, end: Watermark) -> bool:
+    assert part.rows is not None
+    attempts = 0
+
+    def read_offset() -> BinlogPosition | None:
+        # This run knows what the table holds (read from it at start, then kept by its own commits): only a
+        # retry, after a commit of this very batch whose outcome was unknown, needs a look at the table.
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1 or (table.committed is not None and table.committed >= end.position):
+            return table.committed
+        return committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
+
+    done = merge_arrow(spark, table.target, table.schema, part.rows, part.where, end, read_offset, part.append)
+    table.committed, table.committed_known = end.position, True
+    return done
+
+
+def _append_changelog(spark: Any, config: PipelineConfig, table: TableStream, rows: Any, end: Watermark) -> None:
+    assert table.changelog is not None
+    names = table.changelog
+    attempts = 0
+
+    def read_offset() -> BinlogPosition | None:
+        nonlocal attempts  # as for the target: only a retry needs a look at the table
+        attempts += 1
+        done = table.changelog_committed
+        if attempts == 1 or (done is not None and done >= end.position):
+            return done
+        return committed_in(config, names, end, done)
+
+    append_changelog(spark, qualified(config, *names), rows, config.name, end, read_offset)
+    table.changelog_committed = end.position
+
+
+def committed_in(
+    config: PipelineConfig, names: tuple[str, str], now: Watermark, known: BinlogPosition | None
+) -> BinlogPosition | None:
+    """The newest batch end the Iceberg table `names` holds, read from its current metadata.
+
+    `now` is a point of this run (its server id is the server read now); `known` is what the table held at
+    the start of the run, as a position of this server: a newest commit made on another server (before a
+    failover) is that one, since a commit of this run would carry this server's id.
+    """
+    held = committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)
+    if held is None or (held.server_id is not None and held.server_id != now.server_id):
+        return known if held is not None else None
+    return held.position
+
+
+def batch_source_time(previous: int | None, last_commit: int | None, idle_at: float | None) -> int | None:
+    """When the source was at a batch's end: at the idle report's time when the batch ends on one, else at its
+    last transaction's commit, else as before it."""
+    if idle_at is not None:
+        return int(idle_at)
+    return previous if last_commit is None else last_commit

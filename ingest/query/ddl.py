@@ -1,0 +1,296 @@
+"""DDL statements the binlog phase follows (`follow_ddl`): a target's schema evolved with its added columns'
+defaults backfilled, a TRUNCATE turned into one commit deleting every row, a dropped or renamed-away table's capture
+ended. Each step looks at the target before acting, so a crash anywhere in between replays the statement once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+from pyiceberg.exceptions import NoSuchTableError
+
+from ingest import metrics
+from ingest.config import PipelineConfig
+from ingest.faults import crash_point
+from ingest.model.changes import DdlStatement
+from ingest.model.position import Watermark
+from ingest.model.schema import TableSchema, quote
+from ingest.query.batch import TableStream
+from ingest.query.commit import committed_in
+from ingest.query.start import StreamStart
+from ingest.sink.catalog import cached_pyiceberg_catalog
+from ingest.sink.evolution import (
+    SOURCE_SCHEMA_PROPERTY,
+    SchemaPlan,
+    apply_plan,
+    backfill,
+    default_kind,
+    implicit_default,
+    plan_schema_change,
+    schema_from_json,
+    spark_string,
+    store_source_schema,
+)
+from ingest.sink.merge import stream_offset_properties
+from ingest.sink.targets import delete_every_row, qualified, table_of
+from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError
+from ingest.source.schema_after import schema_after
+from ingest.state.table import StateTable
+
+log = logging.getLogger(__name__)
+
+
+def follow_ddl(
+    spark: Any,
+    config: PipelineConfig,
+    state: StateTable,
+    conn: Any,
+    flavor: str,
+    begin: StreamStart,
+    ddl: DdlStatement,
+    reader: BinlogReader | None,
+) -> list[str]:
+    """Follow `ddl` on every table it touches, then record its end as the job's offset (every change before it
+    is committed by then). Returns the tables to copy again (`stream.on_unfollowable: recopy`), whose capture
+    ends here: a request to copy each again is recorded before the offset, so a restart copies them too."""
+    recopy: list[str] = []
+    for db, t in ddl.tables:
+        table = begin.by_id[f"{db}.{t}"]
+        try:
+            if ddl.kind not in FOLLOWED:
+                raise SchemaChangeError(
+                    f"{table.schema.table_id}: replaced at binlog position {ddl.end} ({ddl.query[:200]!r}), a change "
+                    "no schema change can mirror"
+                )
+            if ddl.kind == "drop":
+                end_capture(spark, config, table, ddl)
+                state.forget(table.schema.table_id)  # a restart before the offset takes it as gone (gone_tables)
+            else:
+                evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
+                continue
+        except SchemaChangeError as e:
+            if config.stream.on_unfollowable != "recopy":
+                raise
+            log.warning("%s. With `stream.on_unfollowable: recopy` it is copied again; the other tables stream on", e)
+            state.ask_snapshot([table.schema.table_id], again=True)
+            recopy.append(table.schema.table_id)
+        if reader is not None:
+            reader.forget((db, t))
+        begin.tables.remove(table)
+        del begin.by_id[table.schema.table_id], begin.filters[table.schema.table_id]
+    crash_point("stream.before_schema_state")
+    state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here))
+    metrics.current().offset_committed(ddl.end, None)
+    return recopy
+
+
+SOURCE_DROPPED_PROPERTY = "ingest.source-dropped"
+"""Table property of a target kept after its source table was dropped or renamed away: the statement's position."""
+
+
+def end_capture(spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement) -> None:
+    """The table was dropped or renamed away: by `stream.on_drop_table`, its target is kept as it was at the
+    statement (marked with SOURCE_DROPPED_PROPERTY) or dropped. Either step can be run again after a crash."""
+    target = table_of(table.target)
+    if config.stream.on_drop_table == "drop":
+        spark.sql(f"DROP TABLE IF EXISTS {target}")
+        done = f"its target {target} dropped"
+    else:
+        spark.sql(
+            f"ALTER TABLE {target} SET TBLPROPERTIES ({spark_string(SOURCE_DROPPED_PROPERTY)} = "
+            f"{spark_string(str(ddl.end))})"
+        )
+        done = f"its target {target} kept as it was"
+    crash_point("stream.after_end_capture")
+    log.info(
+        "%s: dropped or renamed away at %s (%r): capture ended, %s",
+        table.schema.table_id,
+        ddl.end,
+        ddl.query[:200],
+        done,
+    )
+
+
+def gone_tables(config: PipelineConfig, state: StateTable, found: Sequence[TableSchema]) -> list[TableSchema]:
+    """Tables the job captures that are no longer on the source: dropped or renamed away while no job ran (or
+    before the job recorded it had followed that). Their changes up to that statement are read with the schema
+    their target mirrors, and the statement ends their capture (`end_capture`)."""
+    catalog = cached_pyiceberg_catalog(config.sink)
+    present = {s.table_id for s in found}
+    gone = []
+    for table_id in state.tables():
+        db, name = table_id.split(".", 1)
+        if table_id in present or not config.tables.matches(db, name):
+            continue  # there, or left out of the pipeline by its patterns (its target is left as it is)
+        try:
+            target = catalog.load_table(config.target_for(db, name))
+        except NoSuchTableError:
+            continue  # dropped by `on_drop_table: drop`
+        if SOURCE_DROPPED_PROPERTY in target.properties or SOURCE_SCHEMA_PROPERTY not in target.properties:
+            continue
+        log.info(
+            "%s: gone from the source: its changes up to its DROP or RENAME are read with its target's schema", table_id
+        )
+        gone.append(schema_from_json(db, name, target.properties[SOURCE_SCHEMA_PROPERTY]))
+    return gone
+
+
+def evolve_table(
+    spark: Any,
+    config: PipelineConfig,
+    conn: Any,
+    flavor: str,
+    table: TableStream,
+    ddl: DdlStatement,
+    reader: BinlogReader | None,
+    here: int | None = None,
+) -> None:
+    """Follow one ALTER TABLE: evolve the target, backfill added columns' defaults, decode with the new schema.
+
+    Exactly once across a crash at any point: every step looks at the target before acting (a column that
+    exists is not added again, a type already wide is not altered), the backfill runs only while the target
+    holds nothing newer than the DDL and its commit records the DDL's position as the table's offset, and
+    the source schema the target mirrors is stored last, so a restart replays the DDL with the old one.
+    `reader` (None when another process reads the binlog) is told to decode later rows with the new schema.
+    """
+    old = table.schema
+    if ddl.kind == "truncate":
+        truncate_table(spark, config, table, ddl, here)
+        return
+    live = schema_after(config, conn, flavor, old, ddl)
+    said = ddl.said
+    renamed, dropped = (None, ()) if said is None else (said.renamed, said.dropped)
+    plan = plan_schema_change(old, live, ddl.query, str(ddl.end), renamed, dropped)
+    _refuse_partition_source_change(table, plan, ddl)
+    last_read = table.last_read
+    if not plan.empty and last_read is not None and last_read > ddl.start:
+        # A chunk whose high watermark is past the statement may have been read after it, with the columns the
+        # snapshot started with: the binlog drops that chunk's later changes as contained in it, so the new
+        # columns' values of its rows would be lost (or a widened value fail the write). Refused, never guessed.
+        raise SchemaChangeError(
+            f"{old.table_id}: its schema changed during its snapshot, at binlog position {ddl.end} "
+            f"({ddl.query[:200]!r}), before the high watermark {last_read} of its last chunk: chunks read after "
+            f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
+            f"`ingest resnapshot --config ... --table {old.table_id}`, then `ingest run`"
+        )
+    values = _old_row_values(conn, flavor, live, plan, ddl)
+    done = apply_plan(spark, table_of(table.target), old.table_id, plan)  # the schema is table-wide
+    if table.changelog is not None:
+        # Its rows are written with the columns of their moment: it follows the same renames, drops and additions
+        # (a dropped column's history stays in the snapshots before the drop), with no backfill of old changes.
+        done += apply_plan(spark, qualified(config, *table.changelog), old.table_id, plan)
+    crash_point("stream.after_schema_change")
+    if values:
+        props = _statement_commit(config, table, ddl, here)
+        if props is not None:
+            backfill(spark, table.target, old.table_id, values, live.columns, props)
+            done.append(f"backfill of {sorted(values)}")
+            table.committed = ddl.end
+    crash_point("stream.after_backfill")
+    store_source_schema(spark, table_of(table.target), live)
+    table.schema = live
+    if reader is not None:
+        reader.set_schema(live)
+    log.info("%s: followed the schema change at %s: %s", old.table_id, ddl.end, "; ".join(done) or "nothing to do")
+
+
+def _refuse_partition_source_change(table: TableStream, plan: SchemaPlan, ddl: DdlStatement) -> None:
+    """A column the target's partition spec takes values from is neither dropped nor renamed: Iceberg keeps the
+    spec by field id, but `partition_by` names it, and the next start would not find it."""
+    touched = sorted(set(table.partition_columns) & {*plan.dropped, *(old for old, _ in plan.renamed)})
+    if touched:
+        raise SchemaChangeError(
+            f"{table.schema.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) drops or renames {touched}, which "
+            "the target is partitioned by (`table_options.<table>.partition_by`). Everything before it is "
+            "committed. Change `partition_by` and snapshot the table again: `ingest resnapshot --config ... "
+            f"--table {table.schema.table_id}`"
+        )
+
+
+def truncate_table(
+    spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None = None
+) -> None:
+    """Follow a TRUNCATE: every row of the target is deleted in one commit carrying the statement's end as its
+    offset (Iceberg drops whole files, a metadata-only commit). A target that holds it already is left alone."""
+    last_read = table.last_read
+    if last_read is not None and last_read > ddl.start:
+        raise SchemaChangeError(
+            f"{table.schema.table_id}: it was truncated during its snapshot, at binlog position {ddl.end}, before the "
+            f"high watermark {last_read} of its last chunk: chunks read after the statement hold rows the "
+            "truncate must not delete. Everything before it is committed. Re-snapshot the table: "
+            f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
+        )
+    props = _statement_commit(config, table, ddl, here)
+    if props is None:
+        return
+    delete_every_row(spark, table.target, props)
+    table.committed = ddl.end
+    crash_point("stream.after_truncate")
+    log.info("%s: followed the TRUNCATE at %s: every row of the target deleted", table.schema.table_id, ddl.end)
+
+
+def _statement_commit(
+    config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None
+) -> dict[str, str] | None:
+    """The snapshot properties of the one commit that applies `ddl` to the target's rows (a backfill, a TRUNCATE):
+    the statement's end as the table's offset, and SUMMARY_SCHEMA_CHANGE. None when the target holds it already
+    (the commit was made before a crash)."""
+    mark = Watermark(ddl.end, ddl.gtid_after, here)
+    held = committed_in(config, config.target_for(table.schema.database, table.schema.table), mark, table.committed)
+    if held is not None and held >= ddl.end:
+        return None
+    return {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
+
+
+SUMMARY_SCHEMA_CHANGE = "ingest.schema-change"
+"""Snapshot summary key of a default backfill: the binlog position of its DDL."""
+
+
+def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPlan, ddl: DdlStatement) -> dict[str, Any]:
+    """The value MySQL gave rows that existed before the DDL, per added column (NULL ones left out).
+
+    Old rows get no binlog events, so a constant default is read back from the server (`DEFAULT(col)`, in
+    the driver's form) and backfilled. A non-constant default (CURRENT_TIMESTAMP, an expression) was
+    evaluated during the ALTER and is not in the binlog: refused rather than guessed.
+    """
+    if not plan.added:
+        return {}
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_DEFAULT, EXTRA FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (schema.database, schema.table),
+        )
+        info = {str(r["COLUMN_NAME"]): r for r in cur.fetchall()}
+    values: dict[str, Any] = {}
+    for added in plan.added:
+        col = added.column
+        row = info[col.name]
+        default = None if row["COLUMN_DEFAULT"] is None else str(row["COLUMN_DEFAULT"])
+        kind = default_kind(flavor, col, default, str(row["EXTRA"] or ""))
+        if kind == "null":
+            continue
+        if kind == "implicit":
+            values[col.name] = implicit_default(col)
+            if values[col.name] is None:
+                kind = "expression"
+        if kind == "expression":
+            what = f"DEFAULT {default}" if default else f"the implicit default of {col.column_type}"
+            raise SchemaChangeError(
+                f"{schema.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) adds column {col.name!r} whose value "
+                f"in existing rows ({what}) "
+                "was computed by the server during the ALTER and is not in the binlog. Re-snapshot the table, or "
+                "add such columns as NULL (or with a constant default) and fill them with an UPDATE"
+            )
+        if kind == "constant":
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT DEFAULT({quote(col.name)}) FROM {schema.quoted} LIMIT 1")
+                found = cur.fetchone()
+            if found is None:
+                continue  # the table is empty now: every old row is deleted by a later event anyway
+            values[col.name] = found[0]
+    return {k: v for k, v in values.items() if v is not None}
