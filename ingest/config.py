@@ -501,18 +501,87 @@ class StreamConfig(_Settings):
             )
 
 
+def _binlog_file(name: str) -> str:
+    try:
+        BinlogPosition(name, 4)
+    except ValueError as e:
+        raise _refuse(f"`{{key}}`: {e}") from None
+    return name
+
+
+def _gtid_position(text: str) -> MariadbGtidPos:
+    try:
+        gtid = MariadbGtidPos.parse(text)
+    except ValueError as e:
+        raise _refuse(f"`{{key}}`: {e}") from None
+    if gtid.is_empty():
+        raise _refuse(f"`{{key}}` must name a GTID position like '0-1-100', got {text!r}")
+    return gtid
+
+
+def _aware_time(value: Any) -> dt.datetime:
+    """An ISO 8601 time with its time zone (YAML may have parsed it already); a time without one is refused."""
+    form = "an ISO 8601 time with its time zone, e.g. 2026-11-25T14:00:00Z"
+    if isinstance(value, dt.datetime) and value.tzinfo is not None and value.utcoffset() is not None:
+        return value.astimezone(dt.UTC)  # parsed already (or a default)
+    if not isinstance(value, (str, dt.date)):
+        raise _refuse(f"`{{key}}` must be str or datetime or date, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise _refuse(f"`{{key}}` must be {form}; got {value!r}") from None
+    if not isinstance(value, dt.datetime):
+        raise _refuse(f"`{{key}}` must be {form}, not a date alone; got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise _refuse(f"`{{key}}` must say its time zone (e.g. a trailing Z for UTC); got {value}")
+    return value.astimezone(dt.UTC)
+
+
+# The `startup` keys each mode needs; a key of another mode is refused rather than ignored.
+_STARTUP_KEYS_OF: dict[str, tuple[str, ...]] = {
+    "binlog_position": ("binlog_file", "binlog_position"),
+    "gtid": ("gtid",),
+    "timestamp": ("timestamp",),
+}
+
+
 @dataclass(frozen=True, config=_SECTION)
 class StartupConfig(_Settings):
-    """Where the first run of `binlog_position`, `gtid` or `timestamp` starts reading the binlog (only the key
-    of the chosen mode is set; later runs resume from what Iceberg holds). The file's `startup` section is read
-    into it by `_startup`, which knows the mode."""
+    """Where the first run of `binlog_position`, `gtid` or `timestamp` starts reading the binlog (only the keys
+    of the chosen mode are set, which `PipelineConfig` checks; later runs resume from what Iceberg holds)."""
 
-    position: BinlogPosition | None = None
-    """`startup.binlog_file` and `startup.binlog_position`: the start of an event group in that file."""
-    gtid: MariadbGtidPos | None = None
-    """`startup.gtid`: MariaDB GTID position of the last transaction already applied; reading starts after it."""
-    timestamp: dt.datetime | None = None
-    """`startup.timestamp` (time-zone aware): reading starts at the first transaction committed at or after it."""
+    binlog_file: Annotated[Text, AfterValidator(_binlog_file)] | None = None
+    """With `binlog_position`: the file of an event group's start, like `mysql-bin.000003`."""
+    binlog_position: (
+        Annotated[
+            int, Strict(), _check(lambda p: p >= 4, "`{key}` must be 4 or more (a binlog's first event), got {plain}")
+        ]
+        | None
+    ) = None
+    """With `binlog_file`: the offset of that event group's start."""
+    gtid: Annotated[MariadbGtidPos, BeforeValidator(_gtid_position)] | None = None
+    """MariaDB GTID position of the last transaction already applied; reading starts after it."""
+    timestamp: Annotated[dt.datetime, BeforeValidator(_aware_time)] | None = None
+    """Time-zone aware: reading starts at the first transaction committed at or after it."""
+
+    @property
+    def position(self) -> BinlogPosition | None:
+        """`binlog_file` and `binlog_position` as one position (None unless both are set)."""
+        if self.binlog_file is None or self.binlog_position is None:
+            return None
+        return BinlogPosition(self.binlog_file, self.binlog_position)
+
+    def check_mode(self, mode: StartupMode) -> None:
+        """Exactly the keys `mode` needs are set."""
+        needed = _STARTUP_KEYS_OF.get(mode, ())
+        for name in ("binlog_file", "binlog_position", "gtid", "timestamp"):
+            given = getattr(self, name) is not None
+            if given and name not in needed:
+                modes = [m for m, keys in _STARTUP_KEYS_OF.items() if name in keys]
+                raise _refuse(f"`startup.{name}` is only used with `startup_mode: {modes[0]}` (it is {mode})")
+            if not given and name in needed:
+                raise _refuse(f"`startup.{name}` is required with `startup_mode: {mode}`")
 
 
 @dataclass(frozen=True, config=_SECTION)
@@ -563,19 +632,8 @@ class PipelineConfig(_Settings):
     table_options: Annotated[Mapping[str, TableOptions], BeforeValidator(_table_keys)] = field(default_factory=dict)
     metrics: MetricsConfig = MetricsConfig()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _startup_of_its_mode(cls, data: Any) -> Any:
-        """The file's `startup` section, read for `startup_mode` (a StartupConfig; a wrong mode is left to its
-        field's check)."""
-        if not isinstance(data, Mapping):
-            return data
-        mode, startup = data.get("startup_mode") or "initial", data.get("startup")
-        if mode not in STARTUP_MODES or isinstance(startup, StartupConfig):
-            return data
-        return {**data, "startup": _startup(startup, mode)}
-
     def __post_init__(self) -> None:
+        self.startup.check_mode(self.startup_mode)
         tls_mode = self.source.tls.mode
         if self.snapshot.driver == "mysqlclient" and tls_mode in ("required", "verify_ca"):
             # ingest.source.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
@@ -604,80 +662,6 @@ class PipelineConfig(_Settings):
             return None
         namespace, name = self.target_for(database, table)
         return namespace, name + CHANGELOG_SUFFIX
-
-
-_STARTUP_KEYS = ("binlog_file", "binlog_position", "gtid", "timestamp")
-# The `startup` keys each mode needs; a key of another mode is refused rather than ignored.
-_STARTUP_KEYS_OF: dict[str, tuple[str, ...]] = {
-    "binlog_position": ("binlog_file", "binlog_position"),
-    "gtid": ("gtid",),
-    "timestamp": ("timestamp",),
-}
-
-
-def _startup(section: Any, mode: StartupMode) -> Any:
-    """The `startup` section: exactly the keys `startup_mode` needs, each checked for its form."""
-    if section is None:
-        section = {}
-    if not isinstance(section, Mapping):
-        return section  # its field says it must be a mapping
-    unknown = sorted(str(k) for k in section if k not in _STARTUP_KEYS)
-    if unknown:
-        raise _refuse(_unknown_key(["startup", unknown[0]]))
-    needed = _STARTUP_KEYS_OF.get(mode, ())
-    for name in _STARTUP_KEYS:
-        given = section.get(name) is not None
-        if given and name not in needed:
-            modes = [m for m, keys in _STARTUP_KEYS_OF.items() if name in keys]
-            raise _refuse(f"`startup.{name}` is only used with `startup_mode: {modes[0]}` (it is {mode})")
-        if not given and name in needed:
-            raise _refuse(f"`startup.{name}` is required with `startup_mode: {mode}`")
-    if mode == "binlog_position":
-        file = _typed(section, "binlog_file", str)
-        pos = _typed(section, "binlog_position", int)
-        if pos < 4:
-            raise _refuse(f"`startup.binlog_position` must be 4 or more (a binlog's first event), got {pos}")
-        try:
-            return StartupConfig(position=BinlogPosition(file, pos))
-        except ValueError as e:
-            raise _refuse(f"`startup.binlog_file`: {e}") from None
-    if mode == "gtid":
-        text = _typed(section, "gtid", str)
-        try:
-            gtid = MariadbGtidPos.parse(text)
-        except ValueError as e:
-            raise _refuse(f"`startup.gtid`: {e}") from None
-        if gtid.is_empty():
-            raise _refuse(f"`startup.gtid` must name a GTID position like '0-1-100', got {text!r}")
-        return StartupConfig(gtid=gtid)
-    if mode == "timestamp":
-        return StartupConfig(timestamp=_aware_time(section["timestamp"]))
-    return StartupConfig()
-
-
-def _typed(section: Mapping[str, Any], name: str, kind: type) -> Any:
-    value = section[name]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        raise _refuse(f"`startup.{name}` must be {kind.__name__}, got {value!r}")
-    return value
-
-
-def _aware_time(value: Any) -> dt.datetime:
-    """An ISO 8601 time with its time zone (YAML may have parsed it already); a time without one is refused."""
-    key = "startup.timestamp"
-    form = "an ISO 8601 time with its time zone, e.g. 2026-11-25T14:00:00Z"
-    if not isinstance(value, (str, dt.date)):
-        raise _refuse(f"`{key}` must be str or datetime or date, got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise _refuse(f"`{key}` must be {form}; got {value!r}") from None
-    if not isinstance(value, dt.datetime):
-        raise _refuse(f"`{key}` must be {form}, not a date alone; got {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise _refuse(f"`{key}` must say its time zone (e.g. a trailing Z for UTC); got {value}")
-    return value.astimezone(dt.UTC)
 
 
 # ---------------------------------------------------------------------------------------------------

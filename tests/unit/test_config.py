@@ -762,7 +762,7 @@ def test_binlog_position_is_parsed_into_a_position() -> None:
     config = parse_config(
         cfg(startup_mode="binlog_position", startup={"binlog_file": "mysql-bin.000003", "binlog_position": 1234})
     )
-    assert config.startup == StartupConfig(position=BinlogPosition("mysql-bin.000003", 1234))
+    assert config.startup.position == BinlogPosition("mysql-bin.000003", 1234)
 
 
 def test_gtid_is_parsed_into_a_mariadb_gtid_position() -> None:
