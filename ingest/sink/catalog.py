@@ -7,6 +7,7 @@ calls `sql` and addresses with a SQLAlchemy URL.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -147,12 +148,23 @@ def _without_secrets(text: str, sink: SinkConfig) -> str:
     return text
 
 
-_cached: dict[str, Any] = {}
+_cached: OrderedDict[str, Any] = OrderedDict()
+CACHED_CATALOGS = 4
+"""How many sinks' catalogs one process keeps open: a job has one; a process that runs many pipelines in turn
+(tests, a notebook) would otherwise keep a database connection per sink it ever saw."""
 
 
 def cached_pyiceberg_catalog(sink: SinkConfig) -> Any:
-    """One pyiceberg catalog per sink for the whole run (loading one opens a database connection)."""
+    """One pyiceberg catalog per sink for the whole run (loading one opens a database connection). The least
+    recently used beyond CACHED_CATALOGS is let go: its pooled connections closed (it reconnects if still used)."""
     key = repr((sink.catalog_name, sorted((k, repr(v)) for k, v in sink.catalog.items())))
-    if key not in _cached:
-        _cached[key] = load_pyiceberg_catalog(sink)
+    if key in _cached:
+        _cached.move_to_end(key)
+        return _cached[key]
+    _cached[key] = load_pyiceberg_catalog(sink)
+    while len(_cached) > CACHED_CATALOGS:
+        _, old = _cached.popitem(last=False)
+        engine = getattr(old, "engine", None)  # a SQL catalog's SQLAlchemy engine and its connection pool
+        if engine is not None:
+            engine.dispose()
     return _cached[key]

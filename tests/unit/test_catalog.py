@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +257,25 @@ def test_the_redaction_pattern_names_every_secret_setting_and_keeps_the_given_on
     assert not python.search("spark.sql.catalog.lake.uri")
     assert redaction_regex("(?i)mine", {}) == "(?i)mine"
     assert redaction_regex(pattern, secret) == pattern  # applied twice (a second pipeline): not repeated
+
+
+def test_a_process_that_sees_many_sinks_keeps_a_few_catalogs_open(tmp_path: Path) -> None:
+    """Each SQL catalog holds a database connection: a process running pipeline after pipeline (tests, a notebook)
+    must not keep one per sink it ever saw (CI's test process once ran out of descriptors below 1024 for select)."""
+    from ingest.sink import catalog
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    sinks = [
+        sink({"type": "jdbc", "uri": f"jdbc:sqlite:{tmp_path}/c{i}.db", "warehouse": f"file://{tmp_path}/w{i}"}, f"c{i}")
+        for i in range(catalog.CACHED_CATALOGS + 6)
+    ]
+    before = open_fds()
+    first = catalog.cached_pyiceberg_catalog(sinks[0])
+    first.create_namespace("ns")
+    for s in sinks[1:]:
+        catalog.cached_pyiceberg_catalog(s).list_namespaces()
+    assert open_fds() - before <= catalog.CACHED_CATALOGS
+    assert first.list_namespaces() == [("ns",)]  # let go, not broken: a caller holding it still reads
+    assert catalog.cached_pyiceberg_catalog(sinks[-1]) is catalog.cached_pyiceberg_catalog(sinks[-1])
