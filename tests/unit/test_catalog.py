@@ -268,7 +268,7 @@ def test_a_process_that_sees_many_sinks_keeps_a_few_catalogs_open(tmp_path: Path
         return len(os.listdir("/proc/self/fd"))
 
     sinks = [
-        sink({"type": "jdbc", "uri": f"jdbc:sqlite:{tmp_path}/c{i}.db", "warehouse": f"file://{tmp_path}/w{i}"}, f"c{i}")
+        sink({"type": "jdbc", "uri": f"jdbc:sqlite:{tmp_path}/c{i}.db", "warehouse": f"file://{tmp_path}/w"}, f"c{i}")
         for i in range(catalog.CACHED_CATALOGS + 6)
     ]
     before = open_fds()
