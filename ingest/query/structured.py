@@ -232,7 +232,8 @@ def stream_structured(
             query = (
                 spark.readStream.format(name)
                 .load()
-                .writeStream.foreachBatch(sink)
+                .writeStream.queryName(query_name(config))
+                .foreachBatch(sink)
                 # The source says when a batch is due (batch_max_changes, batch_interval_seconds); a trigger
                 # interval would hold a ready batch back until its next tick.
                 .trigger(processingTime="0 seconds")
@@ -244,6 +245,11 @@ def stream_structured(
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
         return sink.committed
+
+
+def query_name(config: PipelineConfig) -> str:
+    """The job's query as Spark names it (its UI, `spark.streams`, a StreamingQueryListener's events)."""
+    return f"ingest_{config.name}"
 
 
 def chunks_left(begin: StreamStart, hooks: PhaseHooks) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming import StreamingQueryListener
 
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig
@@ -20,6 +21,7 @@ from ingest.query.adhoc import ask_snapshot
 from ingest.query.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.query.pipeline import run
 from ingest.query.start import prepare
+from ingest.query.structured import query_name
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable
@@ -96,6 +98,23 @@ def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_o
         assert state.times_recorded(f"{db}.{table}") == {i: 1 for i in range(len(state.plan(f"{db}.{table}") or []))}
 
 
+class _QueriesStarted(StreamingQueryListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def onQueryStarted(self, event: Any) -> None:
+        self.names.append(event.name)
+
+    def onQueryProgress(self, event: Any) -> None:
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
 def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_without_them(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
@@ -106,7 +125,16 @@ def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_w
     config = _structured(mariadb, db, tmp_path)
     ask_snapshot(config, [f"{db}.tag"], "pause")
     write_dml(mariadb, db)
-    run(config, spark=spark, until_caught_up=True)
+    started = _QueriesStarted()
+    spark.streams.addListener(started)
+    try:
+        run(config, spark=spark, until_caught_up=True)
+        deadline = time.monotonic() + 30  # Spark's listener bus delivers events on a thread of its own
+        while not started.names and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(started)
+    assert started.names == [query_name(config)] == [f"ingest_{config.name}"]  # the snapshot and binlog: one query
     state = StateTable.open(config)
     assert len(state.done(f"{db}.acct")) == len(state.plan(f"{db}.acct") or []) > 0
     assert state.done(f"{db}.tag") == {} and len(state.plan(f"{db}.tag") or []) > 0
