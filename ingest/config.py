@@ -39,7 +39,6 @@ from ingest.model.position import BinlogPosition, MariadbGtidPos
 Flavor = Literal["auto", "mysql", "mariadb"]
 TlsMode = Literal["disabled", "required", "verify_ca", "verify_identity"]
 StartupMode = Literal["initial", "snapshot_only", "latest", "binlog_position", "gtid", "timestamp"]
-STARTUP_MODES: tuple[StartupMode, ...] = ("initial", "snapshot_only", "latest", "binlog_position", "gtid", "timestamp")
 # The modes that copy nothing: the first run creates the targets empty and reads the binlog from a point.
 BINLOG_START_MODES: tuple[StartupMode, ...] = ("latest", "binlog_position", "gtid", "timestamp")
 SchemaChangePolicy = Literal["evolve", "fail", "ignore"]
@@ -522,8 +521,6 @@ def _gtid_position(text: str) -> MariadbGtidPos:
 def _aware_time(value: Any) -> dt.datetime:
     """An ISO 8601 time with its time zone (YAML may have parsed it already); a time without one is refused."""
     form = "an ISO 8601 time with its time zone, e.g. 2026-11-25T14:00:00Z"
-    if isinstance(value, dt.datetime) and value.tzinfo is not None and value.utcoffset() is not None:
-        return value.astimezone(dt.UTC)  # parsed already (or a default)
     if not isinstance(value, (str, dt.date)):
         raise _refuse(f"`{{key}}` must be str or datetime or date, got {value!r}")
     if isinstance(value, str):
@@ -538,11 +535,12 @@ def _aware_time(value: Any) -> dt.datetime:
     return value.astimezone(dt.UTC)
 
 
-# The `startup` keys each mode needs; a key of another mode is refused rather than ignored.
-_STARTUP_KEYS_OF: dict[str, tuple[str, ...]] = {
-    "binlog_position": ("binlog_file", "binlog_position"),
-    "gtid": ("gtid",),
-    "timestamp": ("timestamp",),
+# The mode each `startup` key belongs to; a key of another mode is refused rather than ignored.
+_STARTUP_MODE_OF: dict[str, StartupMode] = {
+    "binlog_file": "binlog_position",
+    "binlog_position": "binlog_position",
+    "gtid": "gtid",
+    "timestamp": "timestamp",
 }
 
 
@@ -574,13 +572,11 @@ class StartupConfig(_Settings):
 
     def check_mode(self, mode: StartupMode) -> None:
         """Exactly the keys `mode` needs are set."""
-        needed = _STARTUP_KEYS_OF.get(mode, ())
-        for name in ("binlog_file", "binlog_position", "gtid", "timestamp"):
+        for name, its_mode in _STARTUP_MODE_OF.items():
             given = getattr(self, name) is not None
-            if given and name not in needed:
-                modes = [m for m, keys in _STARTUP_KEYS_OF.items() if name in keys]
-                raise _refuse(f"`startup.{name}` is only used with `startup_mode: {modes[0]}` (it is {mode})")
-            if not given and name in needed:
+            if given and its_mode != mode:
+                raise _refuse(f"`startup.{name}` is only used with `startup_mode: {its_mode}` (it is {mode})")
+            if not given and its_mode == mode:
                 raise _refuse(f"`startup.{name}` is required with `startup_mode: {mode}`")
 
 
