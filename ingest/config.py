@@ -596,6 +596,8 @@ class SparkConfig(_Settings):
 
     master: Text = "local[2]"
     conf: StringMap = field(default_factory=dict)
+    log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
+    """Spark's own JVM log on stderr when the job starts Spark itself (under spark-submit the cluster decides)."""
 
 
 def _table_keys(value: Any) -> Any:

@@ -23,6 +23,7 @@ from ingest.sink.targets import target_columns
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable
+from ingest.text import counted
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,8 @@ def verify(config: PipelineConfig, tables: Sequence[str] = (), ranges: int = 16)
                 f"checksum {r.mysql_checksum:016x}, iceberg {r.iceberg_rows} rows checksum {r.iceberg_checksum:016x}"
             )
         print(
-            f"{'OK  ' if not bad else 'FAIL'} {schema.table_id}: {rows} rows in {len(reports)} ranges, "
-            f"{len(bad)} differ"
+            f"{'OK  ' if not bad else 'FAIL'} {schema.table_id}: {counted(rows, 'row')} in "
+            f"{counted(len(reports), 'range')}, {len(bad)} differ"
         )
         all_same = all_same and not bad
     return all_same

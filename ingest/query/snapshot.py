@@ -47,6 +47,7 @@ from ingest.source.snapshot_source import REJECTED_COLUMN, chunk_reports, make_c
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
+from ingest.text import counted
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def ready_table(
     done = reconcile(config, state, schema)
     metrics.current().snapshot_progress(table_id, len(done), len(plan))
     if len(done) == len(plan):
-        log.info("%s: snapshot complete (%d chunks)", table_id, len(plan))
+        log.info("%s: snapshot complete (%s)", table_id, counted(len(plan), "chunk"))
         finish_copy(spark, config, schema, target)
     return target, plan, done
 
@@ -160,7 +161,7 @@ def plan_table(
             plan = split_table(conn, schema, chunk_size)
         state.save_plan(table_id, plan, planned_at)
         crash_point("snapshot.after_plan")
-        log.info("%s: planned %d chunks of up to %d rows", table_id, len(plan), chunk_size)
+        log.info("%s: planned %s of up to %d rows", table_id, counted(len(plan), "chunk"), chunk_size)
     return target
 
 

@@ -22,7 +22,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,32 +220,52 @@ def stream_structured(
         spark.dataSource.register(make_binlog_source(name, spec))
         sink = _Sink(spark, config, state, conn, flavor, begin, hooks)
         kept = config.stream.checkpoint_location
-        logs = _CheckpointLogs(spark, kept) if kept else None
         scratch: Path | None = None
-        if kept and logs is not None:
-            _refuse_checkpoint_ahead(logs, kept, begin)
+        if kept:
             checkpoint = kept
+            logs = _CheckpointLogs(spark, checkpoint)
+            _refuse_checkpoint_ahead(logs, kept, begin)
         else:
             scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
             # Without a scheme, the path would be on the cluster's default file system (HDFS on EMR).
             checkpoint = scratch.as_uri()
+            # Read too, so that the query stops after Spark has written its last commit log entry: a stop in the
+            # middle of that write is logged as an interrupted thread's stack trace.
+            logs = _CheckpointLogs(spark, checkpoint)
         try:
-            query = (
-                spark.readStream.format(name)
-                .load()
-                .writeStream.queryName(query_name(config))
-                .foreachBatch(sink)
-                # The source says when a batch is due (batch_max_changes, batch_interval_seconds); a trigger
-                # interval would hold a ready batch back until its next tick.
-                .trigger(processingTime="0 seconds")
-                .option("checkpointLocation", checkpoint)
-                .start()
-            )
+            with _without_adaptive_execution(spark):
+                query = (
+                    spark.readStream.format(name)
+                    .load()
+                    .writeStream.queryName(query_name(config))
+                    .foreachBatch(sink)
+                    # The source says when a batch is due (batch_max_changes, batch_interval_seconds); a trigger
+                    # interval would hold a ready batch back until its next tick.
+                    .trigger(processingTime="0 seconds")
+                    .option("checkpointLocation", checkpoint)
+                    .start()
+                )
             _run_until_done(query, sink, stop, lambda: _source_position(config, flavor), logs)
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
         return sink.committed
+
+
+@contextmanager
+def _without_adaptive_execution(spark: Any) -> Iterator[None]:
+    """Start the query with adaptive execution off, as Spark runs every streaming query (it would switch it off
+    itself, with a warning); the session the sink MERGEs with keeps the setting it had."""
+    key = "spark.sql.adaptive.enabled"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def query_name(config: PipelineConfig) -> str:
@@ -368,9 +389,10 @@ def _run_until_done(
 
 
 def _wait_recorded(query: Any, logs: _CheckpointLogs, batch: int | None, timeout: float = 30.0) -> None:
-    """Let Spark record the last committed batch in a kept checkpoint's commit log before the query stops, so
-    that the checkpoint continues after it instead of running it again: the targets would skip it, but a
-    checkpoint behind the targets could no longer tell a checkpoint of other tables (`checkpoint_problem`)."""
+    """Let Spark record the last committed batch in the checkpoint's commit log before the query stops, so that a
+    kept checkpoint continues after it instead of running it again (the targets would skip it, but a checkpoint
+    behind the targets could no longer tell a checkpoint of other tables, `checkpoint_problem`), and so that the
+    stop does not interrupt Spark's thread in the middle of that write."""
     deadline = time.monotonic() + timeout
     while batch is not None and query.isActive and time.monotonic() < deadline:
         recorded = logs.last_batch("commits")

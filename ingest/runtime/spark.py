@@ -17,18 +17,27 @@ from ingest.sink.catalog import spark_catalog_conf
 log = logging.getLogger(__name__)
 
 
-def launch_conf() -> dict[str, str]:
+def launch_conf(log_level: str = "ERROR") -> dict[str, str]:
     """JVM options for when the job launches the JVM itself (no spark-submit); spark.conf in the pipeline file
     overrides them.
 
     HotSpot compiles with C1 only: the job's JVM runs many short, different query plans; C2 kept recompiling
     them on one of the two cores and cost more than it gave back (bench/README.md, "JIT"). The driver also
-    maps the class archive setup trained, when there is one (`ingest.runtime.class_archive`).
+    maps the class archive setup trained, when there is one (`ingest.runtime.class_archive`), and logs Spark's
+    own messages at `log_level` (`spark.log_level`), from the JVM's first line on.
     """
     return {
-        "spark.driver.extraJavaOptions": " ".join([JIT, *driver_options()]),
+        "spark.driver.extraJavaOptions": " ".join([JIT, *driver_options(), *log_options(log_level)]),
         "spark.executor.extraJavaOptions": JIT,
     }
+
+
+def log_options(level: str) -> list[str]:
+    """The driver JVM's log4j2 settings: the job's own file (`log4j2.properties` beside this module), at `level`."""
+    from importlib import resources
+
+    config = resources.files("ingest.runtime").joinpath("log4j2.properties")
+    return [f"-Dlog4j2.configurationFile=file:{config}", f"-Dingest.spark.log.level={level}"]
 
 
 _RUNTIME_JAR = re.compile(r"iceberg-spark-runtime-(\d+\.\d+)_")
@@ -69,7 +78,7 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(config.spark.master)
         conf.update(jar_conf(spark_version))
-        conf.update(launch_conf())
+        conf.update(launch_conf(config.spark.log_level))
         conf.setdefault("spark.driver.memory", "2g")
     plain, secret = spark_catalog_conf(config.sink)
     conf.update(plain)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Sessions the warm-up source is registered on: once each (Spark warns when a name is registered again, as a
+process that runs pipelines in turn would)."""
 
 
 def _warm_up_source() -> Any:
@@ -38,7 +43,9 @@ def start_warm_up(spark: Any) -> threading.Thread:
 
     def warm() -> None:
         try:
-            spark.dataSource.register(_warm_up_source())
+            if spark not in _REGISTERED:
+                spark.dataSource.register(_warm_up_source())
+                _REGISTERED.add(spark)
             spark.read.format("ingest_warm_up").load().collect()
         except Exception as e:  # noqa: BLE001 - only a head start; the real read reports real errors
             log.debug("warm-up read failed: %s", e)

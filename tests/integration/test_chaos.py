@@ -53,7 +53,8 @@ SNAPSHOT_KILLS = 3
 MAINTENANCE_POINTS = ("maintenance.after_data_rewrite:1", "maintenance.before_expiry:1")
 # The lines of the job's log that say which phase it is in, the latest one seen naming where a kill landed.
 PHASE_LINES = (
-    (" chunks ", "snapshot"),  # planned N chunks, chunks n/N
+    (": planned ", "snapshot"),  # planned N chunks
+    (": chunks ", "snapshot"),  # chunks n/N
     ("binlog phase from ", "apply"),
     ("maintenance starts", "maintenance"),
     ("maintenance in", "apply"),

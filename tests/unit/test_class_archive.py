@@ -9,7 +9,7 @@ import pytest
 
 from ingest.runtime import class_archive
 from ingest.runtime.session_conf import JIT
-from ingest.runtime.spark import launch_conf
+from ingest.runtime.spark import launch_conf, log_options
 
 
 @pytest.fixture
@@ -20,15 +20,22 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_driver_maps_the_archive_only_once_setup_trained_it(cache: Path) -> None:
     assert class_archive.driver_options() == []
-    assert launch_conf()["spark.driver.extraJavaOptions"] == JIT
+    assert launch_conf()["spark.driver.extraJavaOptions"].split() == [JIT, *log_options("ERROR")]
     path = class_archive.archive_path()
     assert path is not None and path.parent == cache / "jvm"
     path.parent.mkdir()
     path.write_bytes(b"trained")
     driver = launch_conf()["spark.driver.extraJavaOptions"].split()
-    assert driver == [JIT, f"-XX:SharedArchiveFile={path}", class_archive.QUIET]
+    assert driver == [JIT, f"-XX:SharedArchiveFile={path}", class_archive.QUIET, *log_options("ERROR")]
     # Executors of a cluster have other class paths: they only get the JIT setting.
     assert launch_conf()["spark.executor.extraJavaOptions"] == JIT
+
+
+def test_spark_logs_at_the_level_asked_from_the_jobs_own_log4j_file() -> None:
+    driver = launch_conf("WARN")["spark.driver.extraJavaOptions"].split()
+    assert "-Dingest.spark.log.level=WARN" in driver
+    (config,) = [o.removeprefix("-Dlog4j2.configurationFile=file:") for o in driver if "configurationFile" in o]
+    assert "${sys:ingest.spark.log.level:-ERROR}" in Path(config).read_text()
 
 
 def test_the_archive_name_follows_the_java_binary(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

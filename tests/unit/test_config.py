@@ -216,6 +216,13 @@ def test_unknown_snapshot_and_spark_keys() -> None:
     assert "unknown key `spark.mastr` in `spark`" in error_of(cfg(spark={"mastr": "local"}))
 
 
+def test_spark_log_level_is_error_unless_asked_and_names_its_choices() -> None:
+    assert parse_config(cfg()).spark.log_level == "ERROR"
+    assert parse_config(cfg(spark={"log_level": "WARN"})).spark.log_level == "WARN"
+    error = error_of(cfg(spark={"log_level": "warning"}))
+    assert error == "`spark.log_level` must be one of ERROR, WARN, INFO, DEBUG; got 'warning'"
+
+
 def test_target_maintenance_defaults_off_switches_and_bad_values() -> None:
     def maintenance(**values: Any) -> Any:
         return parse_config(cfg(sink={**MINIMAL["sink"], "maintenance": values})).sink.maintenance
