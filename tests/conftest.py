@@ -186,12 +186,35 @@ def spark_for_module(master: str) -> Any:
     return builder.getOrCreate()
 
 
+_worker_spark: Any = None
+"""The test worker's `local[2]` Spark (its JVM, SparkContext and pyspark's accumulator connection), started once."""
+
+
+def _running_worker_spark() -> Any:
+    global _worker_spark
+    if _worker_spark is None or _worker_spark.sparkContext._jsc is None:  # none yet, or a module stopped it
+        _worker_spark = spark_for_module("local[2]")
+    return _worker_spark
+
+
+@pytest.fixture(scope="session")
+def worker_spark() -> Iterator[None]:
+    """Stops the worker's Spark after its last module."""
+    yield
+    if _worker_spark is not None and _worker_spark.sparkContext._jsc is not None:
+        _worker_spark.stop()
+
+
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """A `local[2]` session shared by the tests of one module (modules may override it)."""
-    session = spark_for_module("local[2]")
+def spark(worker_spark: None) -> Iterator[Any]:
+    """A session of its own for the tests of one module (its own SQL settings, catalogs and data sources) on the
+    worker's one `local[2]` SparkContext: a module no longer pays a JVM's start and first queries. Modules may
+    override it (test_local_cluster starts a Spark of another master, which stops the worker's; the next module
+    starts it again)."""
+    session = _running_worker_spark().newSession()
     yield session
-    session.stop()
+    for query in session.streams.active:
+        query.stop()
 
 
 def run_ingest(
