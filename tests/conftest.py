@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import subprocess
@@ -215,6 +216,9 @@ def spark(worker_spark: None) -> Iterator[Any]:
     yield session
     for query in session.streams.active:
         query.stop()
+    # The job raises the collector's threshold (ingest/runtime/python_gc.py), so cyclic garbage of a module's runs
+    # (catalog engines, connections) could hold descriptors open well into later modules of this process.
+    gc.collect()
 
 
 def run_ingest(
