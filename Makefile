@@ -20,7 +20,7 @@ demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and sh
 
 test: lint  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
 	scripts/pytest-all.sh tests -n $(TEST_WORKERS) --dist loadfile
-	scripts/test-spark-compat.sh
+	scripts/test-spark-compat.sh -n $(TEST_WORKERS) --dist loadfile
 
 test-unit:  ## the fast tests only (no servers)
 	scripts/pytest-all.sh tests -m "not integration"
