@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 
-def counted(n: int, noun: str, plural: str | None = None) -> str:
+def counted(n: int, noun: str) -> str:
     """`1 chunk`, `3 chunks`, `0 chunks`."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+    return f"{n} {noun if n == 1 else noun + 's'}"

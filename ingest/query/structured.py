@@ -223,15 +223,14 @@ def stream_structured(
         scratch: Path | None = None
         if kept:
             checkpoint = kept
-            logs = _CheckpointLogs(spark, checkpoint)
-            _refuse_checkpoint_ahead(logs, kept, begin)
         else:
             scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
             # Without a scheme, the path would be on the cluster's default file system (HDFS on EMR).
             checkpoint = scratch.as_uri()
-            # Read too, so that the query stops after Spark has written its last commit log entry: a stop in the
-            # middle of that write is logged as an interrupted thread's stack trace.
-            logs = _CheckpointLogs(spark, checkpoint)
+        # A scratch checkpoint's logs are read too: the query stops after Spark has written its last commit log entry.
+        logs = _CheckpointLogs(spark, checkpoint)
+        if kept:
+            _refuse_checkpoint_ahead(logs, kept, begin)
         try:
             with _without_adaptive_execution(spark):
                 query = (
@@ -356,7 +355,7 @@ def _run_until_done(
     sink: _Sink,
     stop: StopSignal | None,
     source_position: Callable[[], BinlogPosition],
-    kept: _CheckpointLogs | None = None,
+    logs: _CheckpointLogs,
 ) -> None:
     """Wait until the goal is committed, the query fails, or a stop comes: after SIGTERM, once the batches
     have committed what the source wrote before the signal (StopPoint), then after the batch being committed."""
@@ -377,8 +376,8 @@ def _run_until_done(
     sink.close()
     if stop_point is not None and not sink.done.is_set():
         log.info("stopping after the current commit, as asked (committed up to %s)", sink.committed)
-    if kept is not None and failure is None and sink.error is None:
-        _wait_recorded(query, kept, sink.last_batch)
+    if failure is None and sink.error is None:
+        _wait_recorded(query, logs, sink.last_batch)
     query.stop()
     if isinstance(sink.error, _Closing):
         return  # the query ended on a batch that came after the stop: nothing of it was committed

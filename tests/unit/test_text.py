@@ -7,4 +7,3 @@ from ingest.text import counted
 
 def test_one_is_singular_and_every_other_count_plural() -> None:
     assert [counted(n, "chunk") for n in (0, 1, 2)] == ["0 chunks", "1 chunk", "2 chunks"]
-    assert counted(1, "entry", "entries") == "1 entry" and counted(3, "entry", "entries") == "3 entries"
