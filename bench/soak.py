@@ -102,6 +102,7 @@ MIX = (
 FLAT_KEYS = (
     ("rss_mib", "tree RSS", "MiB"),
     ("jvm_rss_mib", "JVM RSS", "MiB"),
+    ("open_fds", "open descriptors (tree)", "descriptors"),
     ("data_files", "data files", "files"),
     ("delete_files", "delete files", "files"),
     ("snapshots", "snapshots (targets)", "snapshots"),
@@ -304,6 +305,8 @@ class Scrape:
     rss: int
     jvm_rss: int
     processes: int
+    fds: int
+    """Open descriptors of the whole tree: sockets, files, pipes."""
 
 
 def read_metrics(port: int, timeout: float = 5.0) -> dict[str, float] | None:
@@ -312,6 +315,15 @@ def read_metrics(port: int, timeout: float = 5.0) -> dict[str, float] | None:
             return parse_exposition(response.read().decode())
     except (OSError, urllib.error.URLError):
         return None
+
+
+def tree_descriptors(root: int) -> int:
+    """Open descriptors of the tree's processes (those of a process that ends meanwhile are not counted)."""
+    total = 0
+    for sample in process_tree(root):
+        with contextlib.suppress(OSError):
+            total += len(os.listdir(f"/proc/{sample.pid}/fd"))
+    return total
 
 
 def tree_rss(root: int) -> tuple[int, int, int]:
@@ -348,6 +360,7 @@ class Scraper:
             rss=rss,
             jvm_rss=jvm,
             processes=processes,
+            fds=tree_descriptors(self.root),
         )
 
     def _loop(self) -> None:
@@ -454,6 +467,7 @@ def window_sample(points: Sequence[Scrape], seconds: float) -> dict[str, Any]:
         "jvm_rss_mib": None if last is None else round(last.jvm_rss / MIB, 1),
         "rss_max_mib": max((round(p.rss / MIB, 1) for p in points), default=None),
         "processes": None if last is None else last.processes,
+        "open_fds": None if last is None else last.fds,
         "applied_total": applied[-1] if applied else None,
     }
     if len(batches) >= 2:
@@ -556,6 +570,7 @@ def soak(
             "rss_mib": round(rss / MIB, 1),
             "jvm_rss_mib": round(jvm / MIB, 1),
             "processes": processes,
+            "open_fds": tree_descriptors(job.pid),
             **start_counts,
         }
         db_before = mariadb_cpu(server)

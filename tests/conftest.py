@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import secrets
 import subprocess
 import sys
+import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -240,3 +243,18 @@ def run_ingest(
         start_new_session=True,
         check=False,
     )
+
+
+def open_descriptors(spark: Any) -> dict[str, int]:
+    """This process's open sockets, pipes and files by kind, and its threads, once unreachable objects are gone
+    on both sides of py4j. (A long-lived JVM thread that calls Python keeps a connection of its own, made the
+    first time it calls: counted from after that.)"""
+    gc.collect()
+    spark.sparkContext._jvm.System.gc()
+    kinds: Counter[str] = Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            kinds[target.split(":")[0] if target.startswith(("socket:", "pipe:", "anon_inode:")) else "file"] += 1
+    kinds["threads"] = threading.active_count()
+    return dict(kinds)

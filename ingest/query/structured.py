@@ -40,6 +40,7 @@ from ingest.query.commit import batch_source_time, commit_prepared
 from ingest.query.ddl import follow_ddl
 from ingest.query.start import StreamStart, prepare
 from ingest.query.stop import StopPoint, StopSignal
+from ingest.runtime.spark import callback_connection, close_callback_connection
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
@@ -97,9 +98,13 @@ class _Sink:
         self.error: BaseException | None = None
         self.last_batch: int | None = None
         """The id of the last micro-batch committed to the targets."""
+        self.callback: Any | None = None
+        """The py4j connection the query's thread calls this sink on, closed when the query has stopped."""
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         with self.lock:
+            if self.callback is None:
+                self.callback = callback_connection(self.spark)
             try:
                 if self.closing:
                     raise _Closing(f"batch {batch_id} after the stop")
@@ -378,7 +383,8 @@ def _run_until_done(
         log.info("stopping after the current commit, as asked (committed up to %s)", sink.committed)
     if failure is None and sink.error is None:
         _wait_recorded(query, logs, sink.last_batch)
-    query.stop()
+    query.stop()  # returns once the query's thread has ended
+    close_callback_connection(sink.callback)
     if isinstance(sink.error, _Closing):
         return  # the query ended on a batch that came after the stop: nothing of it was committed
     if sink.error is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
+from contextlib import suppress
 from typing import Any
 
 from ingest.config import PipelineConfig
@@ -99,6 +101,27 @@ def attach_catalog(session: Any, config: PipelineConfig) -> Any:
         session.conf.set(key, value)
     _redact_from_event_logs(session, secret)
     return session
+
+
+def callback_connection(session: Any) -> Any | None:
+    """The py4j connection on which the current thread answers a call from the JVM (a `foreachBatch` call), or
+    None outside one. py4j gives each JVM thread that calls Python its own connection and closes it with neither
+    the thread nor the query: a process that runs queries in turn holds one socket and one thread per query
+    unless it closes them (`close_callback_connection`)."""
+    client = getattr(session.sparkContext._gateway, "_gateway_client", None)
+    thread_connection = getattr(client, "get_thread_connection", None)
+    return thread_connection() if thread_connection is not None else None
+
+
+def close_callback_connection(connection: Any | None) -> None:
+    """Close a connection `callback_connection` returned, once the JVM thread it served has ended (a stopped
+    query's). Its socket is shut down: the Python thread reading it sees the end and closes the connection itself
+    (closing its stream from here would wait on that read forever), and the JVM's side closes on the same end.
+    Never from within the call it serves."""
+    sock = getattr(connection, "socket", None)
+    if sock is not None:
+        with suppress(OSError):  # closed already
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 REDACTION_REGEX = "spark.redaction.regex"

@@ -31,7 +31,7 @@ from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from tests.conftest import embedded_sink, minio_sink, rest_sink, run_ingest, source_section
+from tests.conftest import embedded_sink, minio_sink, open_descriptors, rest_sink, run_ingest, source_section
 from tests.executor_sql import run_once
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
@@ -140,11 +140,19 @@ def test_changes_after_the_snapshot_are_applied_exactly_once(
     write_dml(mariadb, db)
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
+    # Warmed up by two queries: py4j's connection for the JVM's finalizer thread, made once, is open by now.
+    warmed_up = open_descriptors(spark)
     before = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
     assert (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag")) == before
     assert StateTable.open(config).stream_offset() is not None
     assert spark.streams.active == []
+    for n in range(2):  # more pipeline runs in turn, each a query of its own
+        mariadb.execute(f"UPDATE {db}.acct SET owner = 'run {n}' WHERE id = 1")
+        run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    # Each query used to leave its py4j callback connection open: one socket and one thread per query.
+    assert open_descriptors(spark) == warmed_up
 
 
 @pytest.mark.spark_compat
