@@ -16,15 +16,23 @@ from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.model.changes import AlterColumns, DdlStatement, RowChange, TablesNamed, Transaction
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
-from ingest.source import table_maps
+from ingest.source import compressed_events, table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.ddl import (
     CUT_OVER,
@@ -36,9 +44,20 @@ from ingest.source.ddl import (
     ddl_tables,
     is_ddl,
     named_tables,
+    partition_tables,
     renamed_tables,
     statement_tables,
 )
+from ingest.source.event_groups import (
+    XaId,
+    control_statement,
+    group_flags,
+    one_phase,
+    refuse_event,
+    refuse_rolled_back,
+    xa_statement_id,
+)
+from ingest.source.foreign_keys import Actions, load_actions
 from ingest.source.mysql import connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.row_events import RowEvents, event_kind
 
@@ -188,6 +207,40 @@ def _ddl_statements(source: SourceConfig, file: str, end: BinlogPosition) -> lis
     return found
 
 
+def find_prepared(source: SourceConfig, xid: XaId, before: BinlogPosition) -> BinlogPosition | None:
+    """Where the event group of XA transaction `xid`'s XA PREPARE begins, searched in the binlog before `before`
+    from the newest file back; None when no binlog on the server holds it."""
+    with connect(source) as conn:
+        files = [f for f in binlog_files(conn) if BinlogPosition(f, 4) <= before]
+    for file in reversed(files):
+        stream = open_stream(
+            source,
+            BinlogPosition(file, 4),
+            dump_server_id(),
+            only_events=[MariadbGtidEvent, QueryEvent, XAPrepareEvent],
+        )
+        group: BinlogPosition | None = None
+        try:
+            for event in stream:
+                if not event.packet.log_pos:
+                    continue  # an artificial event (a rotate the server sends ahead of a file)
+                here = BinlogPosition(stream.log_file, event.packet.log_pos)
+                if here > before or stream.log_file != file:
+                    break
+                opens = isinstance(event, MariadbGtidEvent) or (
+                    isinstance(event, QueryEvent) and control_statement(query_of(event)[0]) == "xa start"
+                )
+                if opens and (group is None or isinstance(event, MariadbGtidEvent)):
+                    group = BinlogPosition(file, event.packet.log_pos - event.packet.event_size)
+                if isinstance(event, XAPrepareEvent) and not event.one_phase:
+                    if XaId(event.xid_format_id, event.xid_gtrid, event.xid_bqual) == xid:
+                        return group
+                    group = None
+        finally:
+            stream.close()
+    return None
+
+
 def open_stream(
     source: SourceConfig,
     start: BinlogPosition,
@@ -199,6 +252,7 @@ def open_stream(
 ) -> BinLogStreamReader:
     """A replication stream from a file/position as the CDC user; `filters` are the library's only_* options."""
     table_maps.install()
+    compressed_events.install()
     return BinLogStreamReader(
         **stream_connection(source),
         server_id=server_id,
@@ -242,6 +296,16 @@ class BinlogReader:
         """MariaDB's GTID position at `position`, kept by the GTID of every event group that ends (when the
         start's is known): it is what finds `position` again on another server after a failover."""
         self._group_gtid: MariadbGtid | None = None
+        self._in_group = False
+        """An event group that a BEGIN opened (MariaDB: its GTID event is not standalone) is being read: its
+        statements (SAVEPOINT, XA END, DML of tables not captured) belong to it until its commit."""
+        self._xa_group = False
+        """The group being read is an XA transaction's first half, which ends at XA PREPARE."""
+        self._prepared: dict[XaId, list[RowChange]] = {}
+        """The captured changes of each XA transaction prepared in the binlog read so far and not yet decided:
+        applied at its XA COMMIT (at the commit's position), dropped at its XA ROLLBACK."""
+        self._stop_after_prepare: XaId | None = None
+        """Set on a reader that only reads back one prepared XA transaction (`_read_back_prepared`)."""
         self._contained_until = dict(contained_until or {})
         """Per table, a position up to which every row change is already in the snapshot's chunks (the lowest
         chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
@@ -266,6 +330,8 @@ class BinlogReader:
             source.server_id,
             blocking=blocking,
             heartbeat_seconds=heartbeat_seconds,
+            # Every event that can carry a change is read, and what the reader does not apply stops it
+            # (`refuse_event`): a filter on event classes would pass over the kinds it does not name.
             only_events=[
                 WriteRowsEvent,
                 UpdateRowsEvent,
@@ -274,10 +340,15 @@ class BinlogReader:
                 QueryEvent,
                 MariadbGtidEvent,
                 HeartbeatLogEvent,
+                XAPrepareEvent,
+                NotImplementedEvent,
+                ExecuteLoadQueryEvent,
+                PartialUpdateRowsEvent,
             ],
         )
         self._tables = {(s.database, s.table) for s in schemas}
         self._osc = OnlineSchemaChanges()
+        self._actions = self._load_actions()
 
     def close(self) -> None:
         self._stream.close()
@@ -350,13 +421,21 @@ class BinlogReader:
                 if isinstance(event, MariadbGtidEvent):
                     current = Transaction(end, gtid=str(event.gtid))
                     self._group_gtid = MariadbGtid.parse(str(event.gtid))
+                    self._in_group, self._xa_group = group_flags(event.flags)
+                    continue
+                if isinstance(event, PartialUpdateRowsEvent | NotImplementedEvent | ExecuteLoadQueryEvent):
+                    refuse_event(event, end, self._tables)
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     key = (event.schema, event.table)
+                    if key in self._actions.watched:
+                        self._check_actions(key, event, end)
                     if key not in self._tables:
                         continue
                     contained = self._contained_until.get(key)
-                    if contained is not None:
+                    # An XA transaction's rows count at its commit, which a chunk may or may not have seen: they
+                    # are held, and compared with the chunks at XA COMMIT (`_decided`).
+                    if contained is not None and not self._xa_group:
                         if end <= contained:
                             continue
                         del self._contained_until[key]  # positions only grow: no more lookups for this table
@@ -373,14 +452,38 @@ class BinlogReader:
                     for i, (before, after) in enumerate(images):
                         changes.append(RowChange(table_id, end, i, before, after))
                     continue
+                if isinstance(event, XAPrepareEvent) and not event.one_phase:
+                    xid = XaId(event.xid_format_id, event.xid_gtrid, event.xid_bqual)
+                    self._prepared[xid] = current.changes if current is not None else []
+                    self._boundary(end)
+                    current = None
+                    if xid == self._stop_after_prepare:
+                        return
+                    if self._report_idle(idle, float(event.timestamp)):
+                        return
+                    continue
                 if isinstance(event, QueryEvent):
                     query, default_db = query_of(event)
-                    if query.strip().upper() == "BEGIN":
+                    control = control_statement(query)
+                    if control in ("begin", "xa start"):
+                        self._in_group, self._xa_group = True, control == "xa start"
                         continue
+                    if control in ("savepoint", "xa end"):
+                        # The server cuts what a ROLLBACK TO SAVEPOINT undid out of the group before logging it.
+                        continue
+                    if control in ("rollback", "rollback to savepoint"):
+                        if current is not None and current.changes:
+                            raise refuse_rolled_back(query, end, current.changes[0].table_id)
+                        if control == "rollback to savepoint":
+                            continue
                     for t in statement_tables(query, default_db, self._tables):
                         # A table snapshotted after the statement already has what it did.
                         if (contained := self._contained_until.get(t)) is None or end > contained:
                             raise refuse_statement(f"{t[0]}.{t[1]}", end, query)
+                    if control in ("xa commit", "xa rollback"):
+                        current = self._decided(query, control, current, end)
+                    elif self._in_group and control not in ("commit", "rollback"):
+                        continue  # a statement inside the group (DML of other tables logged as text): not its end
                     touched = []
                     for t in ddl_tables(query, default_db, self._tables):
                         # A table snapshotted after the statement already has what it did.
@@ -388,12 +491,20 @@ class BinlogReader:
                             touched.append(t)
                         elif (planned := self._planned_at.get(t)) is None or end > planned:
                             self._unfollowed.setdefault(t, (query, end))
+                    partitions = [
+                        t
+                        for t in partition_tables(query, default_db, self._tables)
+                        if (contained := self._contained_until.get(t)) is None or end > contained
+                    ]
+                    if partitions and not (self.recopy and self.on_ddl == "evolve"):
+                        self._refuse_partition_change(query, partitions, end)
+                    touched += [t for t in partitions if t not in touched]
                     osc = self._osc.read(query, default_db, self._tables)
                     if touched and osc == CUT_OVER and self.on_ddl == "evolve":
                         log.info("%s: renamed away for an online schema change's cut-over: %s", touched, query[:200])
                     elif touched:
                         start = self.position
-                        kind = "swap" if isinstance(osc, Swap) else ddl_kind(query)
+                        kind = "swap" if isinstance(osc, Swap) else "partition" if partitions else ddl_kind(query)
                         if kind == "rename":
                             # Renamed away: gone under its name; unless another table takes the name (not a swap).
                             into = {new for _, new in renamed_tables(query, default_db)}
@@ -411,7 +522,7 @@ class BinlogReader:
                             if named:
                                 yield TablesNamed(named, end, self.gtid)
                             continue
-                    if query.strip().upper() != "COMMIT":
+                    if control not in ("commit", "rollback", "xa commit", "xa rollback"):
                         # A DDL statement is a transaction of its own: its end is a boundary.
                         self._boundary(end)
                         current = None
@@ -422,7 +533,8 @@ class BinlogReader:
                         if self._report_idle(idle, float(event.timestamp)):
                             return
                         continue
-                # XidEvent, or COMMIT of a non-transactional engine: the transaction is complete here.
+                # XidEvent, COMMIT of a non-transactional engine, XA COMMIT (or ONE PHASE), XA ROLLBACK, or a ROLLBACK
+                # of a group without captured changes: the group is complete here.
                 self._boundary(end)
                 if current is not None:
                     current.end = end
@@ -457,8 +569,113 @@ class BinlogReader:
         self.idle_at_end = False
         return idle(at)
 
+    def _decided(
+        self, query: str, control: str, current: Transaction | None, end: BinlogPosition
+    ) -> Transaction | None:
+        """XA COMMIT or XA ROLLBACK of a prepared XA transaction: its held changes, as a transaction ending here
+        (a commit), or none (a rollback)."""
+        transaction = current if current is not None else Transaction(end)
+        if one_phase(query):  # XA COMMIT ... ONE PHASE: the group's own changes, never prepared
+            held = list(transaction.changes)
+            transaction.changes.clear()
+        else:
+            xid = xa_statement_id(query, end)
+            found = self._prepared.pop(xid, None)
+            if control == "xa rollback":
+                return current
+            held = found if found is not None else self._read_back_prepared(xid, end)
+        by_table = {s.table_id: key for key, s in self.schemas.items()}
+        changes: list[RowChange] = []
+        for change in held:
+            contained = self._contained_until.get(by_table.get(change.table_id, ("", "")))
+            if contained is None or end > contained:  # else committed before the chunks that hold it were read
+                changes.append(RowChange(change.table_id, end, len(changes), change.before, change.after))
+        transaction.changes.extend(changes)
+        return transaction
+
+    def _read_back_prepared(self, xid: XaId, end: BinlogPosition) -> list[RowChange]:
+        """The captured changes of an XA transaction prepared before this reader's start (it began between the
+        prepare and the decision, after a restart): read back from the binlog."""
+        found = find_prepared(self.source, xid, self.start)
+        if found is None:
+            raise SourceError(
+                f"XA COMMIT {xid} at binlog position {end} commits a transaction prepared before {self.start}, "
+                "where the job resumed, and its XA PREPARE is no longer in the binlog: its changes cannot be "
+                "read. Nothing from the commit on was applied. Snapshot the captured tables it may have "
+                "changed again (`ingest resnapshot --config ... --table DB.T`)"
+            )
+        reader = BinlogReader(
+            self.source,
+            list(self.schemas.values()),
+            found,
+            on_ddl=self.on_ddl,
+            recopy=self.recopy,
+        )
+        reader._stop_after_prepare = xid
+        try:
+            for _ in reader.transactions():
+                pass
+        finally:
+            reader.close()
+        return reader._prepared.get(xid, [])
+
+    def _load_actions(self) -> Actions:
+        """The foreign key actions that can reach the captured tables, as the server shows them now."""
+        with connect(self.source) as conn:
+            actions = load_actions(conn, self._tables)
+        if actions:
+            log.info(
+                "foreign keys with ON DELETE / ON UPDATE actions reach captured tables from %s; the server does not "
+                "log what they change, so a change of these tables that may act stops the job",
+                ", ".join(sorted(f"{db}.{t}" for db, t in actions.watched)),
+            )
+        return actions
+
+    def _check_actions(self, key: tuple[str, str], event: Any, end: BinlogPosition) -> None:
+        """Stop at a row event of a parent table whose foreign key actions may reach captured tables."""
+        kind = event_kind(event)
+
+        def key_changed(columns: Sequence[str]) -> bool:
+            """Whether any row's update changed one of `columns` (True when that cannot be told: a parent that is
+            not captured, on a server that logs no column names)."""
+            try:
+                rows = event.rows
+            except Exception:  # noqa: BLE001 - rows of a table the job does not decode: assume the worst
+                return True
+            for row in rows:
+                before, after = row_images(kind, row)
+                if before is None or after is None or any(c not in before or c not in after for c in columns):
+                    return True
+                if any(before[c] != after[c] for c in columns):
+                    return True
+            return False
+
+        def copied_after(table: tuple[str, str]) -> bool:
+            contained = self._contained_until.get(table)
+            return contained is not None and end <= contained
+
+        if key in self._tables and kind == "update":
+            table = event.table_map.get(event.table_id)
+            if table is not None:  # the library names the columns of a captured table at any row metadata
+                schema = self.schemas[key]
+                dbms = getattr(event, "dbms", None) or "mysql"
+                table_maps.by_position(table, schema.table_id, schema.columns, dbms, end)
+        self._actions.check(key, kind, event.flags, end, key_changed, copied_after)
+
+    def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
+        """A partition statement that deletes or moves rows without row events (DROP, TRUNCATE, EXCHANGE,
+        CONVERT PARTITION) stops the job: the rows it removed would stay in Iceberg."""
+        names = ", ".join(f"{db}.{t}" for db, t in touched)
+        raise SchemaChangeError(
+            f"{names}: the statement at binlog position {end} removes or moves rows of whole partitions without "
+            f"logging them ({query[:200]!r}); the job does not know which rows they were, and none was "
+            f"applied. Everything before the statement is committed. Snapshot the table again "
+            f"(`ingest resnapshot --config ... --table {touched[0][0]}.{touched[0][1]}`)"
+        )
+
     def _boundary(self, end: BinlogPosition) -> None:
         """An event group ends at `end`: the position and the GTID position move past it together."""
+        self._in_group = self._xa_group = False
         self.position = end
         if self.gtid is not None and self._group_gtid is not None:
             g = self._group_gtid

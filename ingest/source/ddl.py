@@ -220,6 +220,21 @@ def ddl_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list
     return [t for t in tables if any(_same(t, n) for n in named)]
 
 
+_PARTITION_ROWS = re.compile(
+    r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b.*\bTO\s+PARTITION\b", re.I | re.DOTALL
+)
+
+
+def partition_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list[TableName]:
+    """The captured tables an ALTER TABLE removes or moves rows of by whole partitions, which the binlog logs as
+    the statement alone: DROP, TRUNCATE, EXCHANGE (with the table it names) and CONVERT PARTITION, CONVERT TABLE
+    ... TO PARTITION. Any mention of a captured table's name counts."""
+    query = _plain(query)
+    if not _ALTER_TABLE.match(query) or not _PARTITION_ROWS.search(query):
+        return []
+    return _mentioned(query, default_db, tables)
+
+
 def is_ddl(query: str) -> bool:
     """A statement that creates, alters, renames, drops or truncates (a table, or something else)."""
     return _DDL.match(query) is not None or re.match(rf"^{_COMMENTS}CREATE\b", query, re.I | re.DOTALL) is not None

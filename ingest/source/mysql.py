@@ -215,15 +215,17 @@ def list_tables(conn: pymysql.connections.Connection[Any], selection: TableSelec
     `tables.include` but not granted at all would be left out without a word."""
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-            "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME"
+            "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME"
         )
-        rows = cur.fetchall()
+        found = [(str(db), str(t), str(kind)) for db, t, kind in cur.fetchall()]
+    rows = [(db, t) for db, t, kind in found if kind == "BASE TABLE"]
+    _refuse_other_kinds([(db, t, kind) for db, t, kind in found if kind != "BASE TABLE" and selection.matches(db, t)])
     in_database: dict[str, list[str]] = {}
     for db, t in rows:
-        in_database.setdefault(str(db), []).append(str(t))
+        in_database.setdefault(db, []).append(t)
     tables = []
-    for db, t in ((str(db), str(t)) for db, t in rows):
+    for db, t in rows:
         if db in SYSTEM_SCHEMAS or not selection.matches(db, t):
             continue
         helper = osc_helper(t, in_database[db])
@@ -246,6 +248,26 @@ def list_tables(conn: pymysql.connections.Connection[Any], selection: TableSelec
             # Not visible: it does not exist (it may be created later), or the user holds no privilege on it.
             _check_select(conn, database, table)
     return tables
+
+
+def _refuse_other_kinds(matched: Sequence[tuple[str, str, str]]) -> None:
+    """What the patterns match besides base tables: views are named in the log (their rows are their base
+    tables'); any other kind (a system-versioned table, a sequence) stops the job by name, since its rows would
+    not be copied."""
+    views = [f"{db}.{t}" for db, t, kind in matched if db not in SYSTEM_SCHEMAS and kind in _VIEWS]
+    if views:
+        log.info("not copied, views have no rows of their own: %s", ", ".join(views))
+    refused = [f"{db}.{t} ({kind})" for db, t, kind in matched if db not in SYSTEM_SCHEMAS and kind not in _VIEWS]
+    if refused:
+        raise UnsupportedTableError(
+            f"`tables.include` matches {', '.join(refused)}, which the job cannot copy: a system-versioned "
+            "table's binlog rows carry its history (a DELETE is logged as an update of row_end, an UPDATE adds "
+            "a history row), and a sequence is not a table of rows. Nothing was written. Leave it out with "
+            "`tables.exclude`"
+        )
+
+
+_VIEWS = frozenset({"VIEW", "SYSTEM VIEW"})
 
 
 _ACCESS_DENIED = frozenset({1142, 1143})

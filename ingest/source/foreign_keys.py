@@ -1,0 +1,179 @@
+"""Foreign key actions, which InnoDB applies without logging them.
+
+With ROW binlogging, `ON DELETE CASCADE`, `ON DELETE SET NULL`, `ON UPDATE CASCADE` (and SET DEFAULT) change the
+child rows inside InnoDB: the binlog holds the parent's row event and nothing for the children. A copy that
+follows the binlog alone keeps the children as they were. MySQL 9.6 moved the actions to the SQL layer, which
+logs them unless `innodb_native_foreign_keys` is on; MariaDB does not log them.
+
+The reader watches the tables from which an action can reach a captured table (`Actions`): a delete, or an
+update that changes a referenced column, of such a table stops it by name at that row event (unless the event
+ran with `foreign_key_checks=0`, when nothing cascades). Applying the actions instead is not built yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from ingest.errors import SourceError
+from ingest.model.schema import quote
+
+log = logging.getLogger(__name__)
+
+TableKey = tuple[str, str]
+ACTING = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
+NO_FOREIGN_KEY_CHECKS = 0x0002
+"""A row event's flag: the statement ran with foreign_key_checks=0, and InnoDB applied no action."""
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    """A foreign key with an action: `child` references `parent`."""
+
+    name: str
+    child: TableKey
+    parent: TableKey
+    parent_columns: tuple[str, ...]
+    on_delete: str
+    on_update: str
+
+    def describe(self, rule: str) -> str:
+        return f"`{self.name}` of {self.child[0]}.{self.child[1]} (ON {rule} {getattr(self, 'on_' + rule.lower())})"
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a change of one parent table can reach: per foreign key out of it, the captured tables at its end."""
+
+    keys: tuple[tuple[ForeignKey, frozenset[TableKey]], ...]
+
+
+class Actions:
+    """The parent tables whose deletes or key updates can change captured tables through foreign key actions."""
+
+    def __init__(self, keys: Sequence[ForeignKey], captured: Collection[TableKey]) -> None:
+        out: dict[TableKey, list[ForeignKey]] = {}
+        for key in keys:
+            out.setdefault(key.parent, []).append(key)
+        captured = set(captured)
+
+        def reached(child: TableKey) -> frozenset[TableKey]:
+            """The captured tables a change of `child` can reach through actions, itself included."""
+            found, seen, todo = set(), {child}, [child]
+            while todo:
+                table = todo.pop()
+                if table in captured:
+                    found.add(table)
+                for key in out.get(table, ()):
+                    if key.child not in seen:  # a self-reference or a cycle ends where it began
+                        seen.add(key.child)
+                        todo.append(key.child)
+            return frozenset(found)
+
+        self.watched: dict[TableKey, Watch] = {}
+        for parent, from_parent in out.items():
+            ends = tuple((key, reached(key.child)) for key in from_parent)
+            ends = tuple((key, end) for key, end in ends if end)
+            if ends:
+                self.watched[parent] = Watch(ends)
+
+    def __bool__(self) -> bool:
+        return bool(self.watched)
+
+    def check(
+        self,
+        table: TableKey,
+        kind: str,
+        flags: int,
+        at: object,
+        key_changed: Any,
+        copied_after: Any,
+    ) -> None:
+        """Stop at a row event of `table` whose foreign key actions may have changed captured tables.
+
+        `key_changed(columns)` says whether an update changed any of the parent's `columns` (True when it cannot
+        be told); `copied_after(table)` whether a captured table's snapshot was read after this event."""
+        watch = self.watched.get(table)
+        if watch is None or kind == "insert" or flags & NO_FOREIGN_KEY_CHECKS:
+            return
+        rule = "DELETE" if kind == "delete" else "UPDATE"
+        for key, ends in watch.keys:
+            acting = key.on_delete if kind == "delete" else key.on_update
+            if acting not in ACTING:
+                continue
+            if kind == "update" and not key_changed(key.parent_columns):
+                continue
+            stale = sorted(f"{db}.{t}" for db, t in ends if not copied_after((db, t)))
+            if stale:
+                raise SourceError(
+                    f"{table[0]}.{table[1]}: the {kind} at binlog position {at} may have changed {', '.join(stale)} "
+                    f"through the foreign key {key.describe(rule)}, and InnoDB does not log what a foreign key "
+                    "action changes: the job cannot apply it, and nothing from the event on was applied. Snapshot "
+                    f"those tables again (`ingest resnapshot --config ... --table {stale[0]}`), or make the "
+                    "application change the children itself (the foreign key without its action)"
+                )
+
+
+_KEY_COLUMNS = """
+SELECT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME
+FROM information_schema.KEY_COLUMN_USAGE
+WHERE REFERENCED_TABLE_NAME IS NOT NULL
+ORDER BY TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, ORDINAL_POSITION
+"""
+_RULES = re.compile(
+    r"CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY .*?REFERENCES .*?\)"
+    r"(?: ON DELETE (RESTRICT|CASCADE|SET NULL|NO ACTION|SET DEFAULT))?"
+    r"(?: ON UPDATE (RESTRICT|CASCADE|SET NULL|NO ACTION|SET DEFAULT))?\s*(?:,|\n|$)"
+)
+
+
+def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection[TableKey]) -> Actions:
+    """The foreign keys with actions among the tables the CDC user can see, as they stand now, and what they
+    reach; none when the server logs what the actions change itself.
+
+    MariaDB shows REFERENTIAL_CONSTRAINTS (where the rules are) only to a user with more than SELECT on the
+    table: the key columns come from KEY_COLUMN_USAGE, the rules from SHOW CREATE TABLE, which SELECT allows."""
+    if server_logs_actions(conn):
+        return Actions((), captured)
+    columns: dict[tuple[str, str, str], list[str]] = {}
+    parents: dict[tuple[str, str, str], TableKey] = {}
+    with conn.cursor() as cur:
+        cur.execute(_KEY_COLUMNS)
+        for schema, child, name, parent_schema, parent, column in cur.fetchall():
+            ident = (str(schema), str(child), str(name))
+            parents[ident] = (str(parent_schema), str(parent))
+            columns.setdefault(ident, []).append(str(column))
+        rules: dict[tuple[str, str, str], tuple[str, str]] = {}
+        for schema, child in sorted({(schema, child) for schema, child, _ in parents}):
+            cur.execute(f"SHOW CREATE TABLE {quote(schema)}.{quote(child)}")
+            for m in _RULES.finditer(str(cur.fetchone()[1])):
+                rules[(schema, child, m[1].replace("``", "`"))] = (m[2] or "RESTRICT", m[3] or "RESTRICT")
+    keys = [
+        ForeignKey(name, (schema, child), parents[ident], tuple(columns[ident]), *rules[ident])
+        for ident in parents
+        for schema, child, name in [ident]
+        if ident in rules and (rules[ident][0] in ACTING or rules[ident][1] in ACTING)
+    ]
+    return Actions(keys, captured)
+
+
+def server_logs_actions(conn: pymysql.connections.Connection[Any]) -> bool:
+    """MySQL 9.6 and later apply foreign key actions in the SQL layer and log them, unless
+    `innodb_native_foreign_keys` is on; MariaDB does not log them."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        (version,) = cur.fetchone()
+        text = str(version)
+        if "mariadb" in text.lower():
+            return False
+        major_minor = tuple(int(part) for part in text.split("-")[0].split(".")[:2])
+        if major_minor < (9, 6):
+            return False
+        cur.execute("SHOW GLOBAL VARIABLES LIKE 'innodb_native_foreign_keys'")
+        row = cur.fetchone()
+    return row is None or str(row[1]).upper() != "ON"
