@@ -57,7 +57,7 @@ from ingest.source.event_groups import (
     refuse_rolled_back,
     xa_statement_id,
 )
-from ingest.source.foreign_keys import Actions, load_actions
+from ingest.source.foreign_keys import Actions, load_actions, update_changed
 from ingest.source.mysql import connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.row_events import RowEvents, event_kind
 
@@ -239,6 +239,30 @@ def find_prepared(source: SourceConfig, xid: XaId, before: BinlogPosition) -> Bi
         finally:
             stream.close()
     return None
+
+
+def read_prepared(
+    source: SourceConfig, schemas: Sequence[TableSchema], xid: XaId, before: BinlogPosition, end: BinlogPosition
+) -> list[RowChange]:
+    """The changes to `schemas`' tables of XA transaction `xid`, prepared before `before` and committed at `end`,
+    read back from the binlog. The prepared transaction held its rows' locks (and its tables' metadata locks)
+    until the commit, so the schemas of the commit decode them."""
+    found = find_prepared(source, xid, before)
+    if found is None:
+        raise SourceError(
+            f"XA COMMIT {xid} at binlog position {end} commits a transaction prepared before {before}, and its XA "
+            "PREPARE is no longer in the binlog: its changes cannot be read. Nothing from the commit on was "
+            "applied. Snapshot the captured tables it may have changed again (`ingest resnapshot --config ... "
+            "--table DB.T`)"
+        )
+    reader = BinlogReader(source, schemas, found)
+    reader._stop_after_prepare = xid
+    try:
+        for _ in reader.transactions():
+            pass
+    finally:
+        reader.close()
+    return reader._prepared.get(xid, [])
 
 
 def open_stream(
@@ -596,28 +620,7 @@ class BinlogReader:
     def _read_back_prepared(self, xid: XaId, end: BinlogPosition) -> list[RowChange]:
         """The captured changes of an XA transaction prepared before this reader's start (it began between the
         prepare and the decision, after a restart): read back from the binlog."""
-        found = find_prepared(self.source, xid, self.start)
-        if found is None:
-            raise SourceError(
-                f"XA COMMIT {xid} at binlog position {end} commits a transaction prepared before {self.start}, "
-                "where the job resumed, and its XA PREPARE is no longer in the binlog: its changes cannot be "
-                "read. Nothing from the commit on was applied. Snapshot the captured tables it may have "
-                "changed again (`ingest resnapshot --config ... --table DB.T`)"
-            )
-        reader = BinlogReader(
-            self.source,
-            list(self.schemas.values()),
-            found,
-            on_ddl=self.on_ddl,
-            recopy=self.recopy,
-        )
-        reader._stop_after_prepare = xid
-        try:
-            for _ in reader.transactions():
-                pass
-        finally:
-            reader.close()
-        return reader._prepared.get(xid, [])
+        return read_prepared(self.source, list(self.schemas.values()), xid, self.start, end)
 
     def _load_actions(self) -> Actions:
         """The foreign key actions that can reach the captured tables, as the server shows them now."""
@@ -635,21 +638,6 @@ class BinlogReader:
         """Stop at a row event of a parent table whose foreign key actions may reach captured tables."""
         kind = event_kind(event)
 
-        def key_changed(columns: Sequence[str]) -> bool:
-            """Whether any row's update changed one of `columns` (True when that cannot be told: a parent that is
-            not captured, on a server that logs no column names)."""
-            try:
-                rows = event.rows
-            except Exception:  # noqa: BLE001 - rows of a table the job does not decode: assume the worst
-                return True
-            for row in rows:
-                before, after = row_images(kind, row)
-                if before is None or after is None or any(c not in before or c not in after for c in columns):
-                    return True
-                if any(before[c] != after[c] for c in columns):
-                    return True
-            return False
-
         def copied_after(table: tuple[str, str]) -> bool:
             contained = self._contained_until.get(table)
             return contained is not None and end <= contained
@@ -660,7 +648,7 @@ class BinlogReader:
                 schema = self.schemas[key]
                 dbms = getattr(event, "dbms", None) or "mysql"
                 table_maps.by_position(table, schema.table_id, schema.columns, dbms, end)
-        self._actions.check(key, kind, event.flags, end, key_changed, copied_after)
+        self._actions.check(key, kind, event.flags, end, update_changed(event, kind), copied_after)
 
     def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
         """A partition statement that deletes or moves rows without row events (DROP, TRUNCATE, EXCHANGE,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pymysql
-from pymysqlreplication.event import QueryEvent
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XAPrepareEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.changes.rejects import Unrepresentable, find_unrepresentable, key_json, reason_of
@@ -27,11 +27,13 @@ from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema, quote
 from ingest.sink.targets import target_columns
 from ingest.source import table_maps
-from ingest.source.binlog import dump_server_id, open_stream, query_of, refuse_statement
+from ingest.source.binlog import dump_server_id, open_stream, query_of, read_prepared, refuse_statement
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.chunk_select import open_select
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.ddl import ddl_tables, statement_tables
+from ingest.source.event_groups import XaId, control_statement, group_flags, one_phase, xa_statement_id
+from ingest.source.foreign_keys import Actions, load_actions, update_changed
 from ingest.source.mysql import connect
 from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
@@ -287,42 +289,72 @@ def _apply_finals(
     return pa.concat_tables([kept, pa.Table.from_batches([rows_to_record_batch(targets, upserts)])])
 
 
-def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[ImagePair]:
-    """(before, after) images of this table's row changes with low < position <= high, in binlog order: tuples
-    of driver values in the schema's column order, decoded as the binlog phase decodes them."""
+def _binlog_rows(
+    task: ChunkTask, low: Watermark, high: Watermark, actions: Actions | None = None
+) -> Iterator[ImagePair]:
+    """(before, after) images of this table's row changes committed with low < position <= high, in binlog order:
+    tuples of driver values in the schema's column order, decoded as the binlog phase decodes them.
+
+    An XA transaction's rows count at its XA COMMIT (the chunk's SELECT may have run between its prepare and its
+    commit): held from its first half, given at the commit if that comes inside the window (read back from the
+    binlog when the prepare came before it), dropped at XA ROLLBACK. A parent's change whose foreign key action
+    may reach the table stops the read (`actions`; InnoDB does not log what an action changes)."""
     schema = task.schema
     key = (schema.database, schema.table)
     decoder = RowEvents()
     library_images = _library_images(task)
+    watched = set(actions.watched) if actions else set()
+    # The parents' row events are read too when an action can reach the table from them.
+    filters: dict[str, Any] = {} if watched else {"only_schemas": [schema.database], "only_tables": [schema.table]}
     stream = open_stream(
         task.source,
         low.position,
         # Each concurrent dump connection needs its own server id, or the server drops the older one.
         dump_server_id(),
-        only_schemas=[schema.database],
-        only_tables=[schema.table],
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent],
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, MariadbGtidEvent, XAPrepareEvent],
+        **filters,
     )
     altered: tuple[str, BinlogPosition] | None = None
+    held: list[ImagePair] | None = None
+    """The rows of the XA transaction's first half being read; None outside one."""
+    prepared: dict[XaId, list[ImagePair]] = {}
     try:
         for event in stream:
             # log_pos is where the event ends; the high watermark is always at a transaction boundary.
             end = BinlogPosition(stream.log_file, event.packet.log_pos)
             if end > high.position:
                 return
+            if isinstance(event, MariadbGtidEvent):
+                held = [] if group_flags(event.flags)[1] else None
+                continue
+            if isinstance(event, XAPrepareEvent):
+                if not event.one_phase:
+                    prepared[XaId(event.xid_format_id, event.xid_gtrid, event.xid_bqual)] = held or []
+                held = None
+                continue
             if isinstance(event, QueryEvent):
                 query, default_db = query_of(event)
+                control = control_statement(query)
+                if control == "xa start":
+                    held = []
+                elif control == "xa commit":
+                    yield from _xa_commit(task, query, end, low, held, prepared)
+                    held = None
+                elif control == "xa rollback":
+                    prepared.pop(xa_statement_id(query, end), None)
                 if statement_tables(query, default_db, [key]):
                     raise refuse_statement(schema.table_id, end, query)
                 if altered is None and ddl_tables(query, default_db, [key]):
                     altered = (query, end)
                 continue
+            kind = event_kind(event)
+            if actions is not None and (event.schema, event.table) in watched:
+                actions.check((event.schema, event.table), kind, event.flags, end, update_changed(event, kind), _never)
             if (event.schema, event.table) != key:
                 continue
             if altered is not None:
                 where = f"inside the window of chunk {task.chunk.index}"
                 table_maps.refuse_by_position_after_ddl(event, schema.table_id, *altered, where)
-            kind = event_kind(event)
             try:
                 images = decoder.rows(key, kind, event, schema.columns, end)
                 if images is None:  # an event only the library reads
@@ -337,9 +369,36 @@ def _binlog_rows(task: ChunkTask, low: Watermark, high: Watermark) -> Iterator[I
                     f"no longer match the columns the copy reads ({e}); none was applied. Re-snapshot the table: "
                     f"`ingest resnapshot --config ... --table {schema.table_id}`, then `ingest run`"
                 ) from None
-            yield from images
+            if held is not None:
+                held.extend(images)
+            else:
+                yield from images
     finally:
         stream.close()
+
+
+def _xa_commit(
+    task: ChunkTask,
+    query: str,
+    end: BinlogPosition,
+    low: Watermark,
+    held: list[ImagePair] | None,
+    prepared: dict[XaId, list[ImagePair]],
+) -> list[ImagePair]:
+    """The rows an XA COMMIT inside the window commits: the group's own (ONE PHASE), those held since its
+    prepare in the window, or those read back from before the window."""
+    if one_phase(query):
+        return held or []
+    xid = xa_statement_id(query, end)
+    found = prepared.pop(xid, None)
+    if found is not None:
+        return found
+    return [(c.before, c.after) for c in read_prepared(task.source, [task.schema], xid, low.position, end)]
+
+
+def _never(table: tuple[str, str]) -> bool:
+    """No table's snapshot was read after a change inside a chunk's window."""
+    return False
 
 
 def _library_images(task: ChunkTask) -> Callable[[str, dict[str, Any]], ImagePair]:
@@ -374,7 +433,7 @@ def window_changes(
     removes the key, an insert/update sets it" on a buffer would: only the last change of a key counts.
     """
     positions = task.schema.key_positions()
-    changes = list(_binlog_rows(task, low, high))
+    changes = list(_binlog_rows(task, low, high, load_actions(conn, [(task.schema.database, task.schema.table)])))
     finals: dict[Key, tuple[Any, ...] | None] = {}
     if not changes:
         return finals, 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import pymysql
 
 from ingest.errors import SourceError
 from ingest.model.schema import quote
+from ingest.source.binlog_values import row_images
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,27 @@ class Actions:
                 )
 
 
+def update_changed(event: Any, kind: str) -> Callable[[Sequence[str]], bool]:
+    """For `Actions.check`: whether any row of an update event changed one of the columns asked about, by the
+    library's rows (True when that cannot be told: a table whose columns the server does not name and the job
+    does not decode, or rows the library cannot read)."""
+
+    def changed(columns: Sequence[str]) -> bool:
+        try:
+            rows = event.rows
+        except Exception:  # noqa: BLE001 - rows of a table the job does not decode: assume the worst
+            return True
+        for row in rows:
+            before, after = row_images(kind, row)
+            if before is None or after is None or any(c not in before or c not in after for c in columns):
+                return True
+            if any(before[c] != after[c] for c in columns):
+                return True
+        return False
+
+    return changed
+
+
 _KEY_COLUMNS = """
 SELECT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME
 FROM information_schema.KEY_COLUMN_USAGE
@@ -149,7 +171,7 @@ def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection
             parents[ident] = (str(parent_schema), str(parent))
             columns.setdefault(ident, []).append(str(column))
         rules: dict[tuple[str, str, str], tuple[str, str]] = {}
-        for schema, child in sorted({(schema, child) for schema, child, _ in parents}):
+        for schema, child in sorted(_upstream(parents, captured)):
             cur.execute(f"SHOW CREATE TABLE {quote(schema)}.{quote(child)}")
             for m in _RULES.finditer(str(cur.fetchone()[1])):
                 rules[(schema, child, m[1].replace("``", "`"))] = (m[2] or "RESTRICT", m[3] or "RESTRICT")
@@ -160,6 +182,21 @@ def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection
         if ident in rules and (rules[ident][0] in ACTING or rules[ident][1] in ACTING)
     ]
     return Actions(keys, captured)
+
+
+def _upstream(parents: dict[tuple[str, str, str], TableKey], captured: Collection[TableKey]) -> set[TableKey]:
+    """The tables whose foreign keys can carry an action to a captured table: the captured tables, the tables
+    they reference, the tables those reference, and so on. Only their rules are read."""
+    up: dict[TableKey, set[TableKey]] = {}
+    for (schema, child, _), parent in parents.items():
+        up.setdefault((schema, child), set()).add(parent)
+    found, todo = set(captured), list(captured)
+    while todo:
+        for parent in up.get(todo.pop(), ()):
+            if parent not in found:
+                found.add(parent)
+                todo.append(parent)
+    return {table for table in found if table in up}
 
 
 def server_logs_actions(conn: pymysql.connections.Connection[Any]) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from ingest.config import PipelineConfig, TableOptions, parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.errors import SchemaChangeError, UnsupportedTableError
+from ingest.errors import SchemaChangeError, SourceError, UnsupportedTableError
 from ingest.model.columns import rows_to_record_batch
 from ingest.model.schema import TableSchema, quote
 from ingest.sink.targets import target_columns
@@ -232,6 +232,92 @@ def test_dml_at_each_hook_point_leaves_the_chunk_equal_to_the_table_at_its_high_
     else:
         # The changes reached the chunk through the binlog window, not only through the SELECT.
         assert result.window_events >= len(HOOK_DML)
+
+
+XA_CASES = {
+    # prepared before the low watermark, committed inside the window: the SELECT may not see the rows
+    "prepared_before_committed_inside": (("before", "prepare"), ("after_low_watermark", "commit")),
+    # prepared inside the window, committed after the high watermark: not the table at the high watermark
+    "prepared_inside_committed_after": (("after_low_watermark", "prepare"), ("after", "commit")),
+    "prepared_and_rolled_back_inside": (("after_low_watermark", "prepare"), ("before_high_watermark", "rollback")),
+    "prepared_and_committed_inside": (("after_low_watermark", "prepare"), ("before_high_watermark", "commit")),
+}
+
+
+@pytest.mark.parametrize("case", list(XA_CASES))
+def test_an_xa_transaction_counts_in_a_chunk_at_its_commit(
+    mariadb: MariaDBServer, config: PipelineConfig, case: str
+) -> None:
+    """An XA transaction writes its rows at XA PREPARE and becomes visible at XA COMMIT: the chunk is the table at
+    its high watermark whichever side of the window each half falls on."""
+    table = f"xa_{case}"
+    _table(
+        mariadb, f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))", [(i, f"v{i}") for i in range(2, 26, 2)]
+    )
+    schema = _schema(config, table)
+    with connect(config.source) as conn:
+        target = next(c for c in split_table(conn, schema, 3) if c.lower == (8,))
+    (prepare_at, first), (decide_at, decision) = XA_CASES[case]
+    assert first == "prepare"
+    with mariadb.admin(DB) as xa, xa.cursor() as cur:
+        at_high: list[tuple[Any, ...]] = []
+
+        def prepare() -> None:
+            for statement in (
+                "XA START 'chunk'",
+                f"INSERT INTO {table} VALUES (9, 'xa')",
+                f"UPDATE {table} SET v = 'xa' WHERE id = 10",
+                "XA END 'chunk'",
+                "XA PREPARE 'chunk'",
+            ):
+                cur.execute(statement)
+
+        def decide() -> None:
+            cur.execute(f"XA {decision.upper()} 'chunk'")
+
+        def hook(at: HookPoint, chunk: Chunk) -> None:
+            if chunk != target:
+                return
+            if at == prepare_at:
+                prepare()
+            if at == decide_at:
+                decide()
+            if at == "after_high_watermark":
+                at_high.extend(_table_rows(mariadb, schema, target))
+
+        if prepare_at == "before":
+            prepare()
+        result = read_chunk(ChunkTask(config.source, "mariadb", schema, target, hook))
+        if decide_at == "after":
+            decide()
+    assert sorted(result.rows) == sorted(_as_target(schema, at_high))
+    expected_xa = decision == "commit" and decide_at != "after"
+    assert ((9, "xa") in _as_target(schema, at_high)) == expected_xa
+
+
+def test_a_parent_delete_inside_a_chunks_window_whose_action_reaches_the_table_stops_the_read(
+    mariadb: MariaDBServer, config: PipelineConfig
+) -> None:
+    """InnoDB does not log the child rows ON DELETE CASCADE removes: the window cannot apply them."""
+    _table(mariadb, "CREATE TABLE fk_parent (id INT PRIMARY KEY)", [(i,) for i in range(2, 26, 2)])
+    _table(
+        mariadb,
+        "CREATE TABLE fk_child (id INT PRIMARY KEY, pid INT, "
+        "FOREIGN KEY fk_child_parent (pid) REFERENCES fk_parent (id) ON DELETE CASCADE)",
+        [(i, i) for i in range(2, 26, 2)],
+    )
+    schema = _schema(config, "fk_child")
+    with connect(config.source) as conn:
+        target = next(c for c in split_table(conn, schema, 3) if c.lower == (8,))
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == "after_low_watermark" and chunk == target:
+            mariadb.execute("DELETE FROM fk_parent WHERE id = 10", database=DB)
+
+    with pytest.raises(
+        SourceError, match=r"may have changed chunkdb.fk_child through the foreign key `fk_child_parent`"
+    ):
+        read_chunk(ChunkTask(config.source, "mariadb", schema, target, hook))
 
 
 def test_the_chunks_of_a_partition_share_two_sessions_and_read_the_same_as_fresh_ones(
