@@ -27,7 +27,8 @@ from ingest.source.binlog_values import row_images
 log = logging.getLogger(__name__)
 
 TableKey = tuple[str, str]
-ACTING = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
+UNREAD = "(a rule the job could not read)"
+ACTING = frozenset({"CASCADE", "SET NULL", "SET DEFAULT", UNREAD})
 NO_FOREIGN_KEY_CHECKS = 0x0002
 """A row event's flag: the statement ran with foreign_key_checks=0, and InnoDB applied no action."""
 
@@ -142,10 +143,10 @@ def update_changed(event: Any, kind: str) -> Callable[[Sequence[str]], bool]:
 
 
 _KEY_COLUMNS = """
-SELECT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME
+SELECT CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME
 FROM information_schema.KEY_COLUMN_USAGE
-WHERE REFERENCED_TABLE_NAME IS NOT NULL
-ORDER BY TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, ORDINAL_POSITION
+WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND REFERENCED_TABLE_NAME IS NOT NULL
+ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION
 """
 _RULES = re.compile(
     r"CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY .*?REFERENCES .*?\)"
@@ -155,48 +156,43 @@ _RULES = re.compile(
 
 
 def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection[TableKey]) -> Actions:
-    """The foreign keys with actions among the tables the CDC user can see, as they stand now, and what they
-    reach; none when the server logs what the actions change itself.
+    """The foreign keys with actions that can reach the captured tables, as they stand now; none when the server
+    logs what the actions change itself.
 
-    MariaDB shows REFERENTIAL_CONSTRAINTS (where the rules are) only to a user with more than SELECT on the
-    table: the key columns come from KEY_COLUMN_USAGE, the rules from SHOW CREATE TABLE, which SELECT allows."""
+    Only a captured table's ancestors can reach it: the foreign keys of the captured tables are read, then those
+    of the tables they reference, and so on (one query per table, which the server answers from that table
+    alone; a table without foreign keys costs one). MariaDB shows REFERENTIAL_CONSTRAINTS, where the rules are,
+    only to a user with more than SELECT on the table: the key columns come from KEY_COLUMN_USAGE and the rules
+    from SHOW CREATE TABLE, which SELECT allows. A table the CDC user cannot see is not followed."""
     if server_logs_actions(conn):
         return Actions((), captured)
-    columns: dict[tuple[str, str, str], list[str]] = {}
-    parents: dict[tuple[str, str, str], TableKey] = {}
+    keys: list[ForeignKey] = []
+    seen, todo = set(captured), list(captured)
     with conn.cursor() as cur:
-        cur.execute(_KEY_COLUMNS)
-        for schema, child, name, parent_schema, parent, column in cur.fetchall():
-            ident = (str(schema), str(child), str(name))
-            parents[ident] = (str(parent_schema), str(parent))
-            columns.setdefault(ident, []).append(str(column))
-        rules: dict[tuple[str, str, str], tuple[str, str]] = {}
-        for schema, child in sorted(_upstream(parents, captured)):
-            cur.execute(f"SHOW CREATE TABLE {quote(schema)}.{quote(child)}")
-            for m in _RULES.finditer(str(cur.fetchone()[1])):
-                rules[(schema, child, m[1].replace("``", "`"))] = (m[2] or "RESTRICT", m[3] or "RESTRICT")
-    keys = [
-        ForeignKey(name, (schema, child), parents[ident], tuple(columns[ident]), *rules[ident])
-        for ident in parents
-        for schema, child, name in [ident]
-        if ident in rules and (rules[ident][0] in ACTING or rules[ident][1] in ACTING)
-    ]
+        while todo:
+            child = todo.pop()
+            cur.execute(_KEY_COLUMNS, child)
+            columns: dict[str, list[str]] = {}
+            parents: dict[str, TableKey] = {}
+            for name, parent_schema, parent, column in cur.fetchall():
+                parents[str(name)] = (str(parent_schema), str(parent))
+                columns.setdefault(str(name), []).append(str(column))
+            if not parents:
+                continue
+            cur.execute(f"SHOW CREATE TABLE {quote(child[0])}.{quote(child[1])}")
+            rules = {
+                m[1].replace("``", "`"): (m[2] or "RESTRICT", m[3] or "RESTRICT")
+                for m in _RULES.finditer(str(cur.fetchone()[1]))
+            }
+            for name, parent in parents.items():
+                # A rule the statement does not show as expected is taken as acting: a stop, never a silent miss.
+                on_delete, on_update = rules.get(name, (UNREAD, UNREAD))
+                if on_delete in ACTING or on_update in ACTING:
+                    keys.append(ForeignKey(name, child, parent, tuple(columns[name]), on_delete, on_update))
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
     return Actions(keys, captured)
-
-
-def _upstream(parents: dict[tuple[str, str, str], TableKey], captured: Collection[TableKey]) -> set[TableKey]:
-    """The tables whose foreign keys can carry an action to a captured table: the captured tables, the tables
-    they reference, the tables those reference, and so on. Only their rules are read."""
-    up: dict[TableKey, set[TableKey]] = {}
-    for (schema, child, _), parent in parents.items():
-        up.setdefault((schema, child), set()).add(parent)
-    found, todo = set(captured), list(captured)
-    while todo:
-        for parent in up.get(todo.pop(), ()):
-            if parent not in found:
-                found.add(parent)
-                todo.append(parent)
-    return {table for table in found if table in up}
 
 
 def server_logs_actions(conn: pymysql.connections.Connection[Any]) -> bool:
