@@ -88,9 +88,22 @@ def _not_advice_to_log_names(record: logging.LogRecord) -> bool:
     return "BINLOG_ROW_METADATA = FULL" not in record.getMessage()
 
 
+_CODECS = {"ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be"}
+"""MySQL's character sets whose library encoding is no Python codec of theirs: `ucs2` is none at all, and
+Python's `utf16` / `utf32` read a byte order mark, and without one this machine's order (little-endian), while
+MySQL stores both big-endian and without a mark."""
+_library_encoding = CHARSET.Charset.encoding
+
+
+def _encoding(charset: Any) -> str:
+    return _CODECS.get(charset.name) or str(_library_encoding.fget(charset))
+
+
 def install() -> None:
-    """Parse table maps through the cache in every stream of this process (idempotent)."""
+    """Parse table maps through the cache in every stream of this process, and decode the UTF-16 and UTF-32
+    character sets with their byte order (idempotent)."""
     TableMapEvent.__init__ = _init
+    CHARSET.Charset.encoding = property(_encoding)
     library_log = logging.getLogger("pymysqlreplication")
     if _not_advice_to_log_names not in library_log.filters:
         library_log.addFilter(_not_advice_to_log_names)

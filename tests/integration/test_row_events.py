@@ -23,7 +23,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.model.columns import InvalidTemporal
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
-from ingest.source.binlog import open_stream
+from ingest.source.binlog import BinlogReader, open_stream
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
@@ -259,3 +259,31 @@ def test_an_event_without_every_column_is_declined(mariadb: MariaDBServer, confi
 
     assert decoded == {}
     assert declined == {"t": 1}
+
+
+def test_utf16_ucs2_and_utf32_columns_read_through_the_binlog_as_mysql_holds_them(
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
+) -> None:
+    """MySQL stores ucs2, utf16 and utf32 big-endian without a byte order mark: read as the library's `utf16`
+    (this machine's order) the reader stopped with a UnicodeDecodeError, and `ucs2` is no Python codec."""
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {DB}",
+        f"CREATE DATABASE {DB}",
+        f"CREATE TABLE {DB}.wide (id INT PRIMARY KEY, u2 VARCHAR(20) CHARACTER SET ucs2, "
+        "u16 VARCHAR(20) CHARACTER SET utf16, le CHAR(10) CHARACTER SET utf16le, u32 TEXT CHARACTER SET utf32)",
+    )
+    schemas = [s for s in discover(config).schemas if s.table == "wide"]
+    start = _position(config)
+    rows = [(1, "añ€", "a😀€z", "le😀", "u32 😀"), (2, "", "", "", ""), (3, None, None, None, None)]
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO wide VALUES (%s, %s, %s, %s, %s)", rows)
+        cur.execute("UPDATE wide SET u16 = 'ü', u32 = 'ÿ' WHERE id = 2")
+        conn.commit()
+        cur.execute("SELECT * FROM wide ORDER BY id")
+        assert [tuple(r) for r in cur.fetchall()] == [rows[0], (2, "", "ü", "", "ÿ"), rows[2]]
+    reader = BinlogReader(config.source, schemas, start)
+    try:
+        changes = [c for t in reader.transactions() for c in getattr(t, "changes", [])]
+    finally:
+        reader.close()
+    assert [c.after for c in changes] == [*rows, (2, "", "ü", "", "ÿ")]
