@@ -32,7 +32,7 @@ from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
 from ingest.model.changes import AlterColumns, DdlStatement, RowChange, TablesNamed, Transaction
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
-from ingest.source import compressed_events, table_maps
+from ingest.source import compressed_events, row_events, table_maps
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.ddl import (
     CUT_OVER,
@@ -277,6 +277,7 @@ def open_stream(
     """A replication stream from a file/position as the CDC user; `filters` are the library's only_* options."""
     table_maps.install()
     compressed_events.install()
+    row_events.install()
     return BinLogStreamReader(
         **stream_connection(source),
         server_id=server_id,

@@ -8,6 +8,7 @@ values, so binlog values are first brought to the driver's form, then share one 
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,12 +35,42 @@ def unchanged(value: Any) -> Any:
     return value
 
 
+def _padded(length: int) -> Callable[[Any], Any]:
+    def pad(value: Any) -> Any:
+        # The binlog drops a BINARY(n) value's trailing 0x00 bytes (all of them for an all-zero value, which the
+        # library then gives as ''); the server pads it back to n bytes.
+        if isinstance(value, str):
+            value = value.encode()
+        return value.ljust(length, b"\x00") if isinstance(value, bytes) else value
+
+    return pad
+
+
+def _bytes(value: Any) -> Any:
+    """An empty binary value, which the library gives as '' (it decodes with no codec), is b''."""
+    return b"" if value == "" else value
+
+
+def _year(value: Any) -> Any:
+    """YEAR stores 0000 as 0, which the library reads as 1900 (no YEAR is 1900: they run 1901 to 2155)."""
+    return 0 if value == 1900 else value
+
+
+_BINARY_LENGTH = re.compile(r"^binary\((\d+)\)")
+
+
 def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
     """One function per column turning a binlog value into the driver's value (identity where equal)."""
     fns: list[Callable[[Any], Any]] = []
     for col in columns:
         if col.data_type == "set":
             fns.append(_set_joiner(col.members))
+        elif col.data_type == "binary" and (m := _BINARY_LENGTH.match(col.column_type.lower())):
+            fns.append(_padded(int(m[1])))
+        elif col.data_type in ("varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+            fns.append(_bytes)
+        elif col.data_type == "year":
+            fns.append(_year)
         else:
             # BIT arrives as a '0101' string and zero dates as None; the converters accept both forms.
             fns.append(unchanged)

@@ -197,23 +197,48 @@ def _timestamp2(fsp: int) -> Reader:
     return read
 
 
+_TIMEF_INT_OFS = 0x800000
+_TIMEF_OFS = 0x800000000000
+
+
+def time2_value(buf: bytes, pos: int, fsp: int) -> dt.timedelta:
+    """A TIME2 value as MySQL packs it (`my_time_packed_from_binary`): an offset integer of 3 bytes and a
+    fraction of 1 or 2 bytes, or one offset integer of 6 bytes for 5 or 6 digits. A negative value with a
+    fraction stores its integer part one lower and its fraction counted back from it, for byte order: read
+    apart, as python-mysql-replication reads them, -0.000001 s became -0.999999 s."""
+    size = _FSP_BYTES.get(fsp, 0)
+    if size == 3:
+        packed = int.from_bytes(buf[pos : pos + 6], "big") - _TIMEF_OFS
+    else:
+        whole = int.from_bytes(buf[pos : pos + 3], "big") - _TIMEF_INT_OFS
+        fraction = int.from_bytes(buf[pos + 3 : pos + 3 + size], "big")
+        if whole < 0 and fraction:
+            whole += 1
+            fraction -= 1 << (8 * size)
+        packed = (whole << 24) + fraction * (10000 if size == 1 else 100)
+    sign, packed = (-1, -packed) if packed < 0 else (1, packed)
+    hms, micros = packed >> 24, packed & 0xFFFFFF
+    value = dt.timedelta(hours=(hms >> 12) & 0x3FF, minutes=(hms >> 6) & 0x3F, seconds=hms & 0x3F)
+    return sign * (value + dt.timedelta(microseconds=micros))
+
+
 def _time2(fsp: int) -> Reader:
-    size, micros = _fraction(fsp)
+    size = 3 + _FSP_BYTES.get(fsp, 0)
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        packed = _be_signed(buf, pos, 3)
-        sign = 1 if (packed >> 23) & 1 else -1
-        if sign == -1:
-            packed = -packed  # stored as a two's complement
-        value = dt.timedelta(
-            hours=(packed >> 12) & 0x3FF,
-            minutes=(packed >> 6) & 0x3F,
-            seconds=packed & 0x3F,
-            microseconds=micros(buf, pos + 3),
-        )
-        return value * sign, pos + 3 + size
+        return time2_value(buf, pos, fsp), pos + size
 
     return read
+
+
+def _library_time2(self: Any, column: Any) -> dt.timedelta:
+    """python-mysql-replication's TIME2 reader, replaced (`install`): the events it reads itself agree."""
+    return time2_value(self.packet.read(3 + _FSP_BYTES.get(column.fsp, 0)), 0, column.fsp)
+
+
+def install() -> None:
+    """Read TIME2 right in the library too (idempotent)."""
+    RowsEvent._RowsEvent__read_time2 = _library_time2
 
 
 def _date(buf: bytes, pos: int) -> tuple[Any, int]:
