@@ -23,6 +23,7 @@ from ingest.config import PipelineConfig, SourceConfig
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.source.binlog import binlog_sizes, dump_server_id, first_ddl_between, open_stream, query_of
+from ingest.source.event_groups import control_statement
 from ingest.source.failover import gtid_at, locate
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
@@ -219,6 +220,9 @@ def _file_began(source: SourceConfig, file: str) -> int:
     raise BinlogPurgedError(f"the binlog {file} could not be read from the server (purged while the job started?)")
 
 
+_INSIDE_A_GROUP = frozenset({"begin", "savepoint", "rollback to savepoint", "xa start", "xa end"})
+
+
 def _first_commit_at_or_after(
     source: SourceConfig, begin: BinlogPosition, at: int, end: BinlogPosition
 ) -> BinlogPosition | None:
@@ -238,8 +242,8 @@ def _first_commit_at_or_after(
                 return None
             if group is None:
                 group = BinlogPosition(stream.log_file, event.packet.log_pos - event.packet.event_size)
-            if isinstance(event, QueryEvent) and query_of(event)[0].strip().upper() == "BEGIN":
-                continue
+            if isinstance(event, QueryEvent) and control_statement(query_of(event)[0]) in _INSIDE_A_GROUP:
+                continue  # a SAVEPOINT is no commit: a start after it would split its transaction
             if isinstance(event, XidEvent | QueryEvent):  # a commit, or a statement that is a group of its own
                 if int(event.timestamp) >= at:
                     return group

@@ -7,6 +7,7 @@ test at the end lands them all in Iceberg and compares with MySQL."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ingest.query.pipeline import run
 from ingest.source.binlog import BinlogReader
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
+from ingest.source.startup import _first_commit_at_or_after
 from ingest.source.watermark import read_watermark
 from tests.conftest import embedded_sink, source_section
 
@@ -365,3 +367,23 @@ def test_parent_changes_that_cannot_act_on_a_captured_table_pass(
     start = _here(config)
     _session(mariadb, "DELETE FROM p WHERE id = 4")  # its actions reach c, mid and leaf: none is captured
     assert _rows(_read(config, start, [schemas["p"], schemas["kept"]])) == [(4, None)]
+
+
+def test_a_start_by_timestamp_never_splits_a_transaction_at_its_savepoint(
+    mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """`startup_mode: timestamp` starts at the first group committed at or after the time: a SAVEPOINT before
+    the time inside a transaction committed after it is no group's end."""
+    _fresh(mariadb)
+    config = _config(mariadb, tmp_path)
+    begin = _here(config)
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        for statement in ("BEGIN", "UPDATE t SET v = 'before the time' WHERE id = 1", "SAVEPOINT s1"):
+            cur.execute(statement)
+        at = int(time.time()) + 1  # the binlog stamps whole seconds
+        time.sleep(max(0.0, at - time.time()) + 0.05)
+        cur.execute("UPDATE t SET v = 'after the time' WHERE id = 2")
+        cur.execute("COMMIT")
+    start = _first_commit_at_or_after(config.source, begin, at, _here(config))
+    assert start is not None
+    assert _rows(_read(config, start)) == [(1, (1, "before the time")), (2, (2, "after the time"))]
