@@ -352,14 +352,15 @@ def load_schema(
         primary_key = tuple(str(r["COLUMN_NAME"]) for r in cur.fetchall())
     columns = tuple(SourceColumn.from_information_schema(r) for r in column_rows)
     collation_of = {str(r["COLUMN_NAME"]): r["COLLATION_NAME"] for r in column_rows}
-    chunk_key = options.chunk_key or primary_key
     table_id = f"{database}.{table}"
+    by_name = {c.name: c for c in columns}
+    chunk_key = options.chunk_key or primary_key or _unique_not_null_key(conn, database, table, by_name)
     if not chunk_key:
         raise UnsupportedTableError(
-            f"table {table_id} has no primary key; name a unique NOT NULL key in "
-            f"`table_options: {{{table_id}: {{chunk_key: [column, ...]}}}}` or exclude the table"
+            f"table {table_id} has no primary key and no unique index on NOT NULL columns, which the job needs to "
+            "tell its rows apart (copying a table as a multiset of rows is not built); add such a key, or "
+            "exclude the table"
         )
-    by_name = {c.name: c for c in columns}
     for name in chunk_key:
         if name not in by_name:
             raise UnsupportedTableError(f"chunk key column {name!r} of {table_id} does not exist")
@@ -381,9 +382,8 @@ def load_schema(
     return TableSchema(database, table, columns, primary_key or tuple(chunk_key), tuple(chunk_key), collations)
 
 
-def _require_unique_index(
-    conn: pymysql.connections.Connection[Any], database: str, table: str, key: Sequence[str]
-) -> None:
+def _unique_indexes(conn: pymysql.connections.Connection[Any], database: str, table: str) -> dict[str, tuple[str, ...]]:
+    """The table's unique indexes by name: their columns in index order."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR '\\0') "
@@ -391,7 +391,36 @@ def _require_unique_index(
             "GROUP BY INDEX_NAME",
             (database, table),
         )
-        indexes = [tuple(str(cols).split("\0")) for _, cols in cur.fetchall()]
+        return {str(name): tuple(str(cols).split("\0")) for name, cols in cur.fetchall()}
+
+
+def _unique_not_null_key(
+    conn: pymysql.connections.Connection[Any], database: str, table: str, by_name: dict[str, SourceColumn]
+) -> tuple[str, ...]:
+    """For a table without a primary key: the unique index on NOT NULL columns that identifies its rows (the
+    one with the fewest columns, then the first by name), as InnoDB would cluster it; () when there is none."""
+    usable = [
+        (len(columns), name, columns)
+        for name, columns in _unique_indexes(conn, database, table).items()
+        if all(c in by_name and not by_name[c].nullable for c in columns)
+    ]
+    if not usable:
+        return ()
+    _, name, columns = min(usable)
+    log.info(
+        "%s.%s has no primary key: its rows are told apart by its unique key %s (%s)",
+        database,
+        table,
+        name,
+        ", ".join(columns),
+    )
+    return columns
+
+
+def _require_unique_index(
+    conn: pymysql.connections.Connection[Any], database: str, table: str, key: Sequence[str]
+) -> None:
+    indexes = list(_unique_indexes(conn, database, table).values())
     if tuple(key) not in indexes:
         raise UnsupportedTableError(
             f"chunk key {list(key)} of {database}.{table} is not a unique index; rows could be read twice or lost"

@@ -163,15 +163,24 @@ def test_a_nullable_chunk_key_is_refused(mariadb: MariaDBServer, config: Pipelin
         _schema(config, "nullable_k", TableOptions(chunk_key=("k",)))
 
 
-def test_a_table_without_primary_key_is_refused_with_the_option_to_name_a_key(
+def test_a_table_without_primary_key_is_told_apart_by_its_unique_not_null_key_or_refused(
     mariadb: MariaDBServer, config: PipelineConfig
 ) -> None:
-    _table(mariadb, "CREATE TABLE no_pk (a INT NOT NULL, b INT, UNIQUE KEY (a))", [(1, 1), (2, 2), (3, 3)])
-    with pytest.raises(UnsupportedTableError, match=r"chunkdb.no_pk has no primary key.*chunk_key"):
-        _schema(config, "no_pk")
-    schema = _schema(config, "no_pk", TableOptions(chunk_key=("a",)))
+    _table(
+        mariadb,
+        "CREATE TABLE no_pk (a INT NOT NULL, b INT NOT NULL, c INT, UNIQUE KEY wide (a, b), UNIQUE KEY nullable (c), "
+        "UNIQUE KEY narrow (b))",
+        [(1, 3, 1), (2, 2, None), (3, 1, None)],
+    )
+    schema = _schema(config, "no_pk")
+    assert schema.chunk_key == schema.primary_key == ("b",)  # the narrowest unique key on NOT NULL columns
     _, results = _read_all(config, schema, 2)
     _assert_exact_copy(mariadb, schema, results)
+    named = _schema(config, "no_pk", TableOptions(chunk_key=("a", "b")))  # a key named in its options wins
+    assert named.chunk_key == ("a", "b")
+    _table(mariadb, "CREATE TABLE no_key (a INT NOT NULL, c INT, UNIQUE KEY (c), KEY (a))", [(1, 1), (1, 2)])
+    with pytest.raises(UnsupportedTableError, match=r"chunkdb.no_key has no primary key and no unique index on NOT"):
+        _schema(config, "no_key")
 
 
 def test_a_named_chunk_key_must_be_unique(mariadb: MariaDBServer, config: PipelineConfig) -> None:
