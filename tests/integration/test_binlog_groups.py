@@ -7,12 +7,14 @@ test at the end lands them all in Iceberg and compares with MySQL."""
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
@@ -22,12 +24,14 @@ from ingest.model.changes import Transaction
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.query.pipeline import run
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.source.binlog import BinlogReader
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.source.startup import _first_commit_at_or_after
 from ingest.source.watermark import read_watermark
-from tests.conftest import embedded_sink, source_section
+from tests.conftest import embedded_sink, run_ingest, source_section
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +50,17 @@ def compressed(mariadb: MariaDBServer) -> Iterator[None]:
         mariadb.execute("SET GLOBAL log_bin_compress = OFF", "SET GLOBAL log_bin_compress_min_len = 256")
 
 
+def _document(mariadb: MariaDBServer, warehouse: Path) -> dict[str, Any]:
+    return {
+        "name": DB,
+        "source": source_section(mariadb),
+        "tables": {"include": [rf"{DB}\..*"]},
+        "sink": embedded_sink(warehouse),
+    }
+
+
 def _config(mariadb: MariaDBServer, warehouse: Path) -> PipelineConfig:
-    return parse_config(
-        {
-            "name": DB,
-            "source": source_section(mariadb),
-            "tables": {"include": [rf"{DB}\..*"]},
-            "sink": embedded_sink(warehouse),
-        }
-    )
+    return parse_config(_document(mariadb, warehouse))
 
 
 def _fresh(mariadb: MariaDBServer) -> None:
@@ -239,11 +245,17 @@ def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name(
     assert f"{DB}." in str(caught.value) and "ingest resnapshot" in str(caught.value)
 
 
-def test_savepoints_xa_and_a_compressed_binlog_land_in_iceberg_equal_to_mysql(
+def test_savepoints_xa_and_a_compressed_binlog_land_in_iceberg_equal_to_mysql_across_a_kill(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, compressed: None
 ) -> None:
+    """A savepoint, compressed events, and an XA transaction over two tables prepared before one run's end and
+    committed before the next run, which is killed (-9) between the two tables' commits of that batch: the
+    resumed run reads the prepared rows back again, and each table holds the batch once."""
     _fresh(mariadb)
-    config = _config(mariadb, tmp_path)
+    mariadb.execute(f"CREATE TABLE {DB}.u (id INT PRIMARY KEY, v VARCHAR(1000))", f"INSERT INTO {DB}.u VALUES (1, 'a')")
+    document = _document(mariadb, tmp_path)
+    document["stream"] = {"concurrent_merges": 1}  # tables commit one after the other, in name order
+    config = parse_config(document)
     run(config, spark=spark, snapshot_only=True)
     _session(
         mariadb,
@@ -257,14 +269,33 @@ def test_savepoints_xa_and_a_compressed_binlog_land_in_iceberg_equal_to_mysql(
         "XA START 'e2e'",
         f"INSERT INTO t VALUES (11, '{LONG}')",
         "DELETE FROM t WHERE id = 4",
+        f"UPDATE u SET v = '{LONG}' WHERE id = 1",
         "XA END 'e2e'",
         "XA PREPARE 'e2e'",
     )
     run(config, spark=spark, until_caught_up=True)  # commits past the prepare, which is still undecided
     assert verify(config)  # MySQL shows none of the prepared rows yet, and neither does Iceberg
-    _session(mariadb, "XA COMMIT 'e2e'", "UPDATE t SET v = 'last' WHERE id = 3")
-    run(config, spark=spark, until_caught_up=True)  # reads the prepared rows back at the commit
+    _session(mariadb, "XA COMMIT 'e2e'")
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(document))
+    killed = run_ingest(
+        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_table_commit:1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    _session(mariadb, "UPDATE t SET v = 'last' WHERE id = 3")
+    run(config, spark=spark, until_caught_up=True)  # reads the prepared rows back at the commit, again
     assert verify(config)
+    for table in ("t", "u"):
+        offsets = _stream_offsets(config, table)
+        assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"
+
+
+def _stream_offsets(config: PipelineConfig, table: str) -> list[str]:
+    """The binlog offset of each stream commit to a target, in commit order."""
+    target = load_pyiceberg_catalog(config.sink).load_table((DB, table))
+    snapshots = sorted(target.snapshots(), key=lambda s: s.sequence_number)
+    summaries = [s.summary.additional_properties for s in snapshots if s.summary is not None]
+    return [props[SUMMARY_STREAM_OFFSET] for props in summaries if SUMMARY_STREAM_OFFSET in props]
 
 
 def test_a_system_versioned_table_or_a_sequence_the_patterns_match_is_refused_by_name_and_a_view_is_named(
