@@ -9,6 +9,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,10 +248,26 @@ def run_ingest(
 
 def open_descriptors(spark: Any) -> dict[str, int]:
     """This process's open sockets, pipes and files by kind, and its threads, once unreachable objects are gone
-    on both sides of py4j. (A long-lived JVM thread that calls Python keeps a connection of its own, made the
-    first time it calls: counted from after that.)"""
-    gc.collect()
-    spark.sparkContext._jvm.System.gc()
+    on both sides of py4j.
+
+    The JVM releases the Python objects it held (a query's foreachBatch function) from its finalizer thread,
+    which calls Python on a connection of its own, made the first time and kept as long as that thread lives:
+    the JVM's finalizers are run here, and the count is taken once the process's threads stop changing."""
+    jvm = spark.sparkContext._jvm
+    last: dict[str, int] = {}
+    for _ in range(20):
+        gc.collect()
+        jvm.System.gc()
+        jvm.System.runFinalization()
+        time.sleep(0.1)
+        now = _descriptors()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def _descriptors() -> dict[str, int]:
     kinds: Counter[str] = Counter()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now

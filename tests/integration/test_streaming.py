@@ -140,7 +140,7 @@ def test_changes_after_the_snapshot_are_applied_exactly_once(
     write_dml(mariadb, db)
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    # Warmed up by two queries: py4j's connection for the JVM's finalizer thread, made once, is open by now.
+    # Warmed up by two queries: py4j's connection for the JVM's finalizer thread (made once) is open by now.
     warmed_up = open_descriptors(spark)
     before = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
