@@ -20,7 +20,7 @@ from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, SourceError, UnsupportedTableError
-from ingest.model.changes import Transaction
+from ingest.model.changes import DdlStatement, Transaction
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.query.pipeline import run
@@ -243,6 +243,13 @@ def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name(
     finally:
         reader.close()
     assert f"{DB}." in str(caught.value) and "ingest resnapshot" in str(caught.value)
+    # With `stream.on_unfollowable: recopy` the statement is handed on, for the table to be copied again.
+    reader = BinlogReader(config.source, schemas, start, on_ddl="evolve", recopy=True)
+    try:
+        statements = [item for item in reader.transactions() if isinstance(item, DdlStatement)]
+    finally:
+        reader.close()
+    assert [(s.kind, [t for _, t in s.tables]) for s in statements] == [("partition", [schemas[0].table])]
 
 
 def test_savepoints_xa_and_a_compressed_binlog_land_in_iceberg_equal_to_mysql_across_a_kill(
