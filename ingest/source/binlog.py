@@ -8,6 +8,7 @@ rows go through the same converters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -255,7 +256,8 @@ def read_prepared(
             "applied. Snapshot the captured tables it may have changed again (`ingest resnapshot --config ... "
             "--table DB.T`)"
         )
-    reader = BinlogReader(source, schemas, found)
+    # A dump connection of its own: the server would drop the running reader's, which has the pipeline's id.
+    reader = BinlogReader(dataclasses.replace(source, server_id=dump_server_id()), schemas, found)
     reader._stop_after_prepare = xid
     try:
         for _ in reader.transactions():
