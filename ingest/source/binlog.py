@@ -12,7 +12,8 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import pymysql
@@ -214,36 +215,44 @@ def find_prepared(source: SourceConfig, xid: XaId, before: BinlogPosition) -> Bi
     with connect(source) as conn:
         files = [f for f in binlog_files(conn) if BinlogPosition(f, 4) <= before]
     for file in reversed(files):
-        stream = open_stream(
-            source,
-            BinlogPosition(file, 4),
-            dump_server_id(),
-            only_events=[MariadbGtidEvent, QueryEvent, XAPrepareEvent],
-        )
         group: BinlogPosition | None = None
-        try:
-            for event in stream:
-                if not event.packet.log_pos:
-                    continue  # an artificial event (a rotate the server sends ahead of a file)
-                here = BinlogPosition(stream.log_file, event.packet.log_pos)
-                if here > before or stream.log_file != file:
+        with closing(scan(source, BinlogPosition(file, 4), [MariadbGtidEvent, QueryEvent, XAPrepareEvent])) as events:
+            for event, begins, ends in events:
+                if ends > before or ends.file != file:
                     break
                 opens = isinstance(event, MariadbGtidEvent) or (
                     isinstance(event, QueryEvent) and control_statement(query_of(event)[0]) == "xa start"
                 )
                 if opens and (group is None or isinstance(event, MariadbGtidEvent)):
-                    group = BinlogPosition(file, event.packet.log_pos - event.packet.event_size)
+                    group = begins
                 if isinstance(event, XAPrepareEvent) and not event.one_phase:
-                    if XaId(event.xid_format_id, event.xid_gtrid, event.xid_bqual) == xid:
+                    if XaId.of(event) == xid:
                         return group
                     group = None
-        finally:
-            stream.close()
     return None
 
 
+def scan(
+    source: SourceConfig, start: BinlogPosition, only_events: Sequence[type]
+) -> Generator[tuple[Any, BinlogPosition, BinlogPosition], None, None]:
+    """A side stream's events from `start` (a dump connection of its own), each with where it begins and ends;
+    the artificial events a server sends ahead of a file are left out. Close it to end the stream early."""
+    stream = open_stream(source, start, dump_server_id(), only_events=list(only_events))
+    try:
+        for event in stream:
+            if event.packet.log_pos:
+                end = event.packet.log_pos
+                yield (
+                    event,
+                    BinlogPosition(stream.log_file, end - event.packet.event_size),
+                    BinlogPosition(stream.log_file, end),
+                )
+    finally:
+        stream.close()
+
+
 def read_prepared(
-    source: SourceConfig, schemas: Sequence[TableSchema], xid: XaId, before: BinlogPosition, end: BinlogPosition
+    source: SourceConfig, schemas: Iterable[TableSchema], xid: XaId, before: BinlogPosition, end: BinlogPosition
 ) -> list[RowChange]:
     """The changes to `schemas`' tables of XA transaction `xid`, prepared before `before` and committed at `end`,
     read back from the binlog. The prepared transaction held its rows' locks (and its tables' metadata locks)
@@ -257,7 +266,7 @@ def read_prepared(
             "--table DB.T`)"
         )
     # A dump connection of its own: the server would drop the running reader's, which has the pipeline's id.
-    reader = BinlogReader(dataclasses.replace(source, server_id=dump_server_id()), schemas, found)
+    reader = BinlogReader(dataclasses.replace(source, server_id=dump_server_id()), list(schemas), found)
     reader._stop_after_prepare = xid
     try:
         for _ in reader.transactions():
@@ -332,7 +341,7 @@ class BinlogReader:
         """The captured changes of each XA transaction prepared in the binlog read so far and not yet decided:
         applied at its XA COMMIT (at the commit's position), dropped at its XA ROLLBACK."""
         self._stop_after_prepare: XaId | None = None
-        """Set on a reader that only reads back one prepared XA transaction (`_read_back_prepared`)."""
+        """Set on a reader that only reads back one prepared XA transaction (`read_prepared`)."""
         self._contained_until = dict(contained_until or {})
         """Per table, a position up to which every row change is already in the snapshot's chunks (the lowest
         chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
@@ -480,7 +489,7 @@ class BinlogReader:
                         changes.append(RowChange(table_id, end, i, before, after))
                     continue
                 if isinstance(event, XAPrepareEvent) and not event.one_phase:
-                    xid = XaId(event.xid_format_id, event.xid_gtrid, event.xid_bqual)
+                    xid = XaId.of(event)
                     self._prepared[xid] = current.changes if current is not None else []
                     self._boundary(end)
                     current = None
@@ -610,7 +619,9 @@ class BinlogReader:
             found = self._prepared.pop(xid, None)
             if control == "xa rollback":
                 return current
-            held = found if found is not None else self._read_back_prepared(xid, end)
+            if found is None:  # prepared before this reader's start (it resumed between prepare and decision)
+                found = read_prepared(self.source, self.schemas.values(), xid, self.start, end)
+            held = found
         by_table = {s.table_id: key for key, s in self.schemas.items()}
         changes: list[RowChange] = []
         for change in held:
@@ -619,11 +630,6 @@ class BinlogReader:
                 changes.append(RowChange(change.table_id, end, len(changes), change.before, change.after))
         transaction.changes.extend(changes)
         return transaction
-
-    def _read_back_prepared(self, xid: XaId, end: BinlogPosition) -> list[RowChange]:
-        """The captured changes of an XA transaction prepared before this reader's start (it began between the
-        prepare and the decision, after a restart): read back from the binlog."""
-        return read_prepared(self.source, list(self.schemas.values()), xid, self.start, end)
 
     def _load_actions(self) -> Actions:
         """The foreign key actions that can reach the captured tables, as the server shows them now."""

@@ -329,7 +329,7 @@ def _binlog_rows(
                 continue
             if isinstance(event, XAPrepareEvent):
                 if not event.one_phase:
-                    prepared[XaId(event.xid_format_id, event.xid_gtrid, event.xid_bqual)] = held or []
+                    prepared[XaId.of(event)] = held or []
                 held = None
                 continue
             if isinstance(event, QueryEvent):

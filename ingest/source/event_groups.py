@@ -76,6 +76,11 @@ class XaId(NamedTuple):
     def __str__(self) -> str:
         return f"X'{self.gtrid.hex()}',X'{self.bqual.hex()}',{self.format_id}"
 
+    @classmethod
+    def of(cls, event: Any) -> XaId:
+        """The id an XA_PREPARE event carries."""
+        return cls(event.xid_format_id, event.xid_gtrid, event.xid_bqual)
+
 
 _XID = re.compile(
     r"^\s*XA\s+(?:COMMIT|ROLLBACK)\s+X'(?P<gtrid>[0-9a-f]*)'\s*,\s*X'(?P<bqual>[0-9a-f]*)'\s*,\s*(?P<format>\d+)",

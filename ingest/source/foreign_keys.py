@@ -44,16 +44,6 @@ class ForeignKey:
     on_delete: str
     on_update: str
 
-    def describe(self, rule: str) -> str:
-        return f"`{self.name}` of {self.child[0]}.{self.child[1]} (ON {rule} {getattr(self, 'on_' + rule.lower())})"
-
-
-@dataclass(frozen=True)
-class Watch:
-    """What a change of one parent table can reach: per foreign key out of it, the captured tables at its end."""
-
-    keys: tuple[tuple[ForeignKey, frozenset[TableKey]], ...]
-
 
 class Actions:
     """The parent tables whose deletes or key updates can change captured tables through foreign key actions."""
@@ -77,12 +67,12 @@ class Actions:
                         todo.append(key.child)
             return frozenset(found)
 
-        self.watched: dict[TableKey, Watch] = {}
+        self.watched: dict[TableKey, list[tuple[ForeignKey, frozenset[TableKey]]]] = {}
+        """Per parent table: each foreign key out of it whose action reaches captured tables, and those tables."""
         for parent, from_parent in out.items():
-            ends = tuple((key, reached(key.child)) for key in from_parent)
-            ends = tuple((key, end) for key, end in ends if end)
+            ends = [(key, end) for key in from_parent if (end := reached(key.child))]
             if ends:
-                self.watched[parent] = Watch(ends)
+                self.watched[parent] = ends
 
     def __bool__(self) -> bool:
         return bool(self.watched)
@@ -93,18 +83,18 @@ class Actions:
         kind: str,
         flags: int,
         at: object,
-        key_changed: Any,
-        copied_after: Any,
+        key_changed: Callable[[Sequence[str]], bool],
+        copied_after: Callable[[TableKey], bool],
     ) -> None:
         """Stop at a row event of `table` whose foreign key actions may have changed captured tables.
 
         `key_changed(columns)` says whether an update changed any of the parent's `columns` (True when it cannot
         be told); `copied_after(table)` whether a captured table's snapshot was read after this event."""
-        watch = self.watched.get(table)
-        if watch is None or kind == "insert" or flags & NO_FOREIGN_KEY_CHECKS:
+        watched = self.watched.get(table)
+        if watched is None or kind == "insert" or flags & NO_FOREIGN_KEY_CHECKS:
             return
         rule = "DELETE" if kind == "delete" else "UPDATE"
-        for key, ends in watch.keys:
+        for key, ends in watched:
             acting = key.on_delete if kind == "delete" else key.on_update
             if acting not in ACTING:
                 continue
@@ -114,7 +104,8 @@ class Actions:
             if stale:
                 raise SourceError(
                     f"{table[0]}.{table[1]}: the {kind} at binlog position {at} may have changed {', '.join(stale)} "
-                    f"through the foreign key {key.describe(rule)}, and InnoDB does not log what a foreign key "
+                    f"through the foreign key `{key.name}` of {key.child[0]}.{key.child[1]} (ON {rule} {acting}), "
+                    "and InnoDB does not log what a foreign key "
                     "action changes: the job cannot apply it, and nothing from the event on was applied. Snapshot "
                     f"those tables again (`ingest resnapshot --config ... --table {stale[0]}`), or make the "
                     "application change the children itself (the foreign key without its action)"
@@ -164,8 +155,6 @@ def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection
     alone; a table without foreign keys costs one). MariaDB shows REFERENTIAL_CONSTRAINTS, where the rules are,
     only to a user with more than SELECT on the table: the key columns come from KEY_COLUMN_USAGE and the rules
     from SHOW CREATE TABLE, which SELECT allows. A table the CDC user cannot see is not followed."""
-    if server_logs_actions(conn):
-        return Actions((), captured)
     keys: list[ForeignKey] = []
     seen, todo = set(captured), list(captured)
     with conn.cursor() as cur:
@@ -192,6 +181,8 @@ def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection
                 if parent not in seen:
                     seen.add(parent)
                     todo.append(parent)
+    if keys and server_logs_actions(conn):  # asked only when there is something to watch
+        return Actions((), captured)
     return Actions(keys, captured)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from typing import Any
 
 import pymysql
@@ -22,7 +23,7 @@ from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbG
 from ingest.config import PipelineConfig, SourceConfig
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
-from ingest.source.binlog import binlog_sizes, dump_server_id, first_ddl_between, open_stream, query_of
+from ingest.source.binlog import binlog_sizes, dump_server_id, first_ddl_between, open_stream, query_of, scan
 from ingest.source.event_groups import control_statement
 from ingest.source.failover import gtid_at, locate
 from ingest.source.mysql import connect
@@ -228,28 +229,20 @@ def _first_commit_at_or_after(
 ) -> BinlogPosition | None:
     """Where the first event group (in binlog order) whose commit event is stamped `at` or later begins, reading
     from `begin` up to `end`; None when there is none yet."""
-    stream = open_stream(
-        source, begin, dump_server_id(), only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent]
-    )
     group: BinlogPosition | None = None
     """Where the event group being read began (its first event read)."""
-    try:
-        for event in stream:
-            if not event.packet.log_pos:
-                continue  # an artificial event (a rotate the server sends ahead of a file)
-            here = BinlogPosition(stream.log_file, event.packet.log_pos)
-            if here > end:
+    with closing(scan(source, begin, [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent])) as events:
+        for event, begins, ends in events:
+            if ends > end:
                 return None
             if group is None:
-                group = BinlogPosition(stream.log_file, event.packet.log_pos - event.packet.event_size)
+                group = begins
             if isinstance(event, QueryEvent) and control_statement(query_of(event)[0]) in _INSIDE_A_GROUP:
                 continue  # a SAVEPOINT is no commit: a start after it would split its transaction
             if isinstance(event, XidEvent | QueryEvent):  # a commit, or a statement that is a group of its own
                 if int(event.timestamp) >= at:
                     return group
                 group = None
-    finally:
-        stream.close()
     return None
 
 

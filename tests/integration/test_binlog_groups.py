@@ -59,8 +59,11 @@ def _document(mariadb: MariaDBServer, warehouse: Path) -> dict[str, Any]:
     }
 
 
-def _config(mariadb: MariaDBServer, warehouse: Path) -> PipelineConfig:
-    return parse_config(_document(mariadb, warehouse))
+@pytest.fixture
+def config(mariadb: MariaDBServer, tmp_path: Path) -> PipelineConfig:
+    """The pipeline of the test's database, made afresh with its table `t`."""
+    _fresh(mariadb)
+    return parse_config(_document(mariadb, tmp_path))
 
 
 def _fresh(mariadb: MariaDBServer) -> None:
@@ -102,10 +105,8 @@ def _rows(transactions: list[Transaction]) -> list[tuple[Any, Any]]:
 
 
 def test_a_savepoint_keeps_the_changes_before_it_and_the_rollback_to_it_drops_only_what_it_undid(
-    mariadb: MariaDBServer, tmp_path: Path, row_metadata: str, compressed: None
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str, compressed: None
 ) -> None:
-    _fresh(mariadb)
-    config = _config(mariadb, tmp_path)
     start = _here(config)
     _session(
         mariadb,
@@ -126,10 +127,8 @@ def test_a_savepoint_keeps_the_changes_before_it_and_the_rollback_to_it_drops_on
 
 
 def test_compressed_inserts_updates_and_deletes_read_as_the_rows_they_were(
-    mariadb: MariaDBServer, tmp_path: Path, row_metadata: str, compressed: None
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str, compressed: None
 ) -> None:
-    _fresh(mariadb)
-    config = _config(mariadb, tmp_path)
     start = _here(config)
     _session(
         mariadb,
@@ -148,10 +147,8 @@ def test_compressed_inserts_updates_and_deletes_read_as_the_rows_they_were(
 
 
 def test_xa_transactions_count_at_their_commit_and_not_at_all_when_rolled_back(
-    mariadb: MariaDBServer, tmp_path: Path, row_metadata: str, compressed: None
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str, compressed: None
 ) -> None:
-    _fresh(mariadb)
-    config = _config(mariadb, tmp_path)
     start = _here(config)
     _session(
         mariadb,
@@ -188,12 +185,10 @@ def test_xa_transactions_count_at_their_commit_and_not_at_all_when_rolled_back(
 
 
 def test_an_xa_transaction_prepared_before_the_reader_started_is_read_back_at_its_commit(
-    mariadb: MariaDBServer, tmp_path: Path, row_metadata: str, compressed: None
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str, compressed: None
 ) -> None:
     """The job stopped (or was killed) between XA PREPARE and XA COMMIT and resumed at an offset after the
     prepare: the commit finds the prepared rows in the binlog behind it."""
-    _fresh(mariadb)
-    config = _config(mariadb, tmp_path)
     with mariadb.admin(DB) as xa, xa.cursor() as cur:
         for statement in (
             "XA START 'late'",
@@ -218,9 +213,8 @@ def test_an_xa_transaction_prepared_before_the_reader_started_is_read_back_at_it
     ],
 )
 def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name(
-    mariadb: MariaDBServer, tmp_path: Path, statement: str
+    mariadb: MariaDBServer, config: PipelineConfig, statement: str
 ) -> None:
-    _fresh(mariadb)
     mariadb.execute(
         f"CREATE TABLE {DB}.p (id INT PRIMARY KEY) PARTITION BY RANGE (id) "
         "(PARTITION p0 VALUES LESS THAN (100), PARTITION p1 VALUES LESS THAN MAXVALUE)",
@@ -228,7 +222,6 @@ def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name(
         f"CREATE TABLE {DB}.swap (id INT PRIMARY KEY)",
         f"CREATE TABLE {DB}.swap_into LIKE {DB}.p",
     )
-    config = _config(mariadb, tmp_path)
     schemas = [s for s in discover(config).schemas if s.table in ("p", "t")]
     if "{captured}" in statement:  # the captured table is the one exchanged into a partition of another
         mariadb.execute(f"CREATE TABLE {DB}.flat (id INT PRIMARY KEY)", f"INSERT INTO {DB}.flat VALUES (5)")
@@ -306,15 +299,13 @@ def _stream_offsets(config: PipelineConfig, table: str) -> list[str]:
 
 
 def test_a_system_versioned_table_or_a_sequence_the_patterns_match_is_refused_by_name_and_a_view_is_named(
-    mariadb: MariaDBServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    mariadb: MariaDBServer, config: PipelineConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _fresh(mariadb)
     mariadb.execute(
         f"CREATE TABLE {DB}.hist (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING",
         f"CREATE SEQUENCE {DB}.seq",
         f"CREATE VIEW {DB}.v AS SELECT id FROM {DB}.t",
     )
-    config = _config(mariadb, tmp_path)
     with pytest.raises(UnsupportedTableError) as caught:
         discover(config)
     assert f"{DB}.hist (SYSTEM VERSIONED)" in str(caught.value)
@@ -371,13 +362,16 @@ FOREIGN_KEYS = [
     ],
 )
 def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops_the_reader_by_name(
-    mariadb: MariaDBServer, tmp_path: Path, row_metadata: str, captured: tuple[str, ...], statement: str, reached: str
+    mariadb: MariaDBServer,
+    config: PipelineConfig,
+    row_metadata: str,
+    captured: tuple[str, ...],
+    statement: str,
+    reached: str,
 ) -> None:
     """InnoDB applies ON DELETE / ON UPDATE actions without logging them: a copy following the binlog would keep
     the children as they were."""
-    _fresh(mariadb)
     mariadb.execute(*FOREIGN_KEYS)
-    config = _config(mariadb, tmp_path)
     schemas = [s for s in discover(config).schemas if s.table in captured]
     start = _here(config)
     mariadb.execute(statement, database=DB)
@@ -391,11 +385,9 @@ def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops
 
 
 def test_parent_changes_that_cannot_act_on_a_captured_table_pass(
-    mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
 ) -> None:
-    _fresh(mariadb)
     mariadb.execute(*FOREIGN_KEYS)
-    config = _config(mariadb, tmp_path)
     schemas = {s.table: s for s in discover(config).schemas}
     start = _here(config)
     _session(mariadb, "UPDATE p SET name = 'renamed', a = 10 WHERE id = 1")  # no referenced column changed
@@ -408,12 +400,10 @@ def test_parent_changes_that_cannot_act_on_a_captured_table_pass(
 
 
 def test_a_start_by_timestamp_never_splits_a_transaction_at_its_savepoint(
-    mariadb: MariaDBServer, tmp_path: Path
+    mariadb: MariaDBServer, config: PipelineConfig
 ) -> None:
     """`startup_mode: timestamp` starts at the first group committed at or after the time: a SAVEPOINT before
     the time inside a transaction committed after it is no group's end."""
-    _fresh(mariadb)
-    config = _config(mariadb, tmp_path)
     begin = _here(config)
     with mariadb.admin(DB) as conn, conn.cursor() as cur:
         for statement in ("BEGIN", "UPDATE t SET v = 'before the time' WHERE id = 1", "SAVEPOINT s1"):
