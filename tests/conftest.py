@@ -247,24 +247,25 @@ def run_ingest(
 
 
 def open_descriptors(spark: Any) -> dict[str, int]:
-    """This process's open sockets, pipes and files by kind, and its threads, once unreachable objects are gone
-    on both sides of py4j.
+    """This process's open sockets, pipes and files by kind, and its threads, once the JVM has released every
+    Python object it held and the count has stopped changing.
 
-    The JVM releases the Python objects it held (a query's foreachBatch function) from its finalizer thread,
-    which calls Python on a connection of its own, made the first time and kept as long as that thread lives:
-    the JVM's finalizers are run here, and the count is taken once the process's threads stop changing."""
+    A stopped query's foreachBatch function is released from the JVM's finalizer thread, which calls Python on a
+    connection of its own, made the first time and kept as long as that thread lives: the count waits for the
+    release, so that connection is in every count, whenever the JVM's collector gets to it. (`runFinalization`
+    is not used: it runs finalizers on a new thread each time, and py4j would give each one a connection.)"""
     jvm = spark.sparkContext._jvm
+    held = spark.sparkContext._gateway.gateway_property.pool
     last: dict[str, int] = {}
-    for _ in range(20):
+    for _ in range(100):
         gc.collect()
         jvm.System.gc()
-        jvm.System.runFinalization()
         time.sleep(0.1)
         now = _descriptors()
-        if now == last:
+        if now == last and len(held) == 0:
             return now
         last = now
-    return last
+    raise AssertionError(f"the JVM still holds {len(held)} Python objects, or the descriptors keep changing: {last}")
 
 
 def _descriptors() -> dict[str, int]:
