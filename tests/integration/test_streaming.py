@@ -269,6 +269,31 @@ def test_type_values_do_not_depend_on_the_server_or_job_time_zone(cdc_password: 
             assert check_iceberg_rows(catalog.load_table(("tz", table)).scan().to_arrow().to_pylist()) == [], table
 
 
+def _busy_writes(cur: Any, n: int) -> None:
+    """An update, a delete and an insert of keys spread over the table, chosen by `n`."""
+    cur.execute("UPDATE acct SET balance = balance + 1 WHERE id = %s", (1 + n * 13 % 300,))
+    cur.execute("DELETE FROM acct WHERE id = %s", (1 + n * 29 % 300,))
+    cur.execute("INSERT IGNORE INTO acct VALUES (%s, 'w', 0)", (1 + n * 31 % 300,))
+
+
+class WriteInEveryChunkWindow:
+    """A chunk hook (run on an executor): between each chunk's low watermark and its select, writes to keys
+    inside and outside the chunk, so every window has changes to reconcile, whatever the writer thread's timing."""
+
+    def __init__(self, socket: str, db: str) -> None:
+        self.socket, self.db = socket, db
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        if at != "after_low_watermark":
+            return
+        import pymysql
+
+        with pymysql.connect(unix_socket=self.socket, user="root", database=self.db, autocommit=True) as conn:
+            with conn.cursor() as cur:
+                for i in range(10):
+                    _busy_writes(cur, 100_000 + chunk.index * 100 + i)
+
+
 def test_writes_during_the_snapshot_and_after_end_equal(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
@@ -278,18 +303,18 @@ def test_writes_during_the_snapshot_and_after_end_equal(
     stop = threading.Event()
 
     def writer() -> None:
-        n = 0
+        # Paced and bounded: the run's work grows with what is written while it runs, and an unpaced writer made
+        # this test take minutes (each change written while the binlog phase catches up is read by the next run).
         with mariadb.admin(db) as conn, conn.cursor() as cur:
-            while not stop.is_set():
-                n += 1
-                cur.execute("UPDATE acct SET balance = balance + 1 WHERE id = %s", (1 + n * 13 % 300,))
-                cur.execute("DELETE FROM acct WHERE id = %s", (1 + n * 29 % 300,))
-                cur.execute("INSERT IGNORE INTO acct VALUES (%s, 'w', 0)", (1 + n * 31 % 300,))
+            for n in range(1, 2001):
+                if stop.wait(0.005):
+                    return
+                _busy_writes(cur, n)
 
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        run(config, spark=spark, until_caught_up=True)
+        run(config, spark=spark, until_caught_up=True, hook=WriteInEveryChunkWindow(mariadb.socket, db))
     finally:
         stop.set()
         thread.join()
