@@ -35,6 +35,22 @@ class RowChange(NamedTuple):
     after: tuple[Any, ...] | None
 
 
+class KeyAction(NamedTuple):
+    """What a foreign key action of InnoDB did to a captured child table, unlogged, at a parent's row change: every
+    row whose foreign key columns held `old` was deleted (`new` None) or got `new` there (SET NULL: all None)."""
+
+    table_id: str
+    """The child table."""
+    position: BinlogPosition
+    """End of the parent's row event."""
+    row_index: int
+    """The parent row's place in its event."""
+    columns: tuple[int, ...]
+    """The child's foreign key columns, by place in its rows."""
+    old: tuple[Any, ...]
+    new: tuple[Any, ...] | None
+
+
 @dataclass
 class Transaction:
     """The row changes of one committed transaction to captured tables, and where it ends."""
@@ -46,6 +62,8 @@ class Transaction:
     """Seconds since the epoch, from the commit event's header."""
     gtid_after: MariadbGtidPos | None = None
     """The server's GTID position once this transaction is applied (MariaDB; None where not tracked)."""
+    actions: list[KeyAction] = field(default_factory=list)
+    """What foreign key actions did to captured tables without row events (ingest.source.foreign_keys)."""
 
 
 @dataclass(frozen=True)

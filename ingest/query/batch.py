@@ -19,10 +19,12 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.changes.changelog import SourceChange, changelog_rows
+from ingest.changes.key_actions import act_on_changes
 from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.changes.rejects import split_rejected
 from ingest.config import PipelineConfig
-from ingest.model.changes import RejectedValue, RowChange, Transaction
+from ingest.errors import SourceError
+from ingest.model.changes import KeyAction, RejectedValue, RowChange, Transaction
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.sink.changelog import changelog_arrow
@@ -183,6 +185,9 @@ class TableBatch:
     changelog: pa.Table | None
     """The changelog table's rows (`changelog_arrow`); None: no changelog, or nothing for it."""
     rejected: list[RejectedValue]
+    actions: list[KeyAction] = field(default_factory=list)
+    """Foreign key actions to apply at commit to the target's rows of keys `rows` does not hold
+    (ingest.sink.key_actions); those of the keys it holds are in `rows` already."""
 
 
 def prepare_batch(
@@ -203,19 +208,27 @@ def prepare_batch(
     logged = {
         table_id for table_id, table in tables.items() if table.changelog is not None or policy[table_id] != "null"
     }
+    per_actions: dict[str, list[KeyAction]] = defaultdict(list)
     for tx in batch:
         for change in tx.changes:
             per_table[change.table_id].append(change)
             if change.table_id in logged:
                 transaction_of[change.position] = tx
+        for action in tx.actions:
+            per_actions[action.table_id].append(action)
+            if action.table_id in logged:
+                transaction_of[action.position] = tx
     prepared = []
-    for table_id, changes in sorted(per_table.items()):
+    for table_id in sorted(per_table.keys() | per_actions.keys()):
+        changes = per_table.get(table_id, [])
         table = tables[table_id]
         # What the target (and the changelog) hold already is skipped, each by its own committed offset.
         floor = _older(table.committed, table.changelog_committed) if table.changelog else table.committed
         if floor is not None:
             changes = [c for c in changes if c.position > floor]
         changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
+        actions = _actions_to_apply(table, per_actions.get(table_id, []), floor)
+        changes = act_on_changes(changes, actions, table.schema.primary_key_positions())
         # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
         # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
         changes, rejected = split_rejected(
@@ -228,11 +241,44 @@ def prepare_batch(
         to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
         done = table.changelog_committed
         to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
-        if to_merge or to_log or rejected:
+        if to_merge or to_log or rejected or actions:
             rows, append, where = _target_rows(config, table, to_merge)
+            if actions and rows is None:
+                rows = batch_arrow(table.schema, {})  # the target's rows the actions reach are added at commit
             changelog = _changelog_rows(table, to_log, transaction_of) if to_log else None
-            prepared.append(TableBatch(table_id, rows, append, where, len(to_merge), changelog, rejected))
+            part = TableBatch(table_id, rows, append and not actions, where, len(to_merge), changelog, rejected)
+            part.actions = actions
+            prepared.append(part)
     return prepared
+
+
+def _actions_to_apply(table: TableStream, actions: list[KeyAction], floor: BinlogPosition | None) -> list[KeyAction]:
+    """The foreign key actions of a batch that the table's target does not hold yet.
+
+    Those before every chunk's read are held by the chunks; after every chunk's read, by nothing yet. An action
+    between the reads of two chunks would reach rows of both kinds, which the job cannot tell apart: a stop."""
+    if floor is not None:
+        actions = [a for a in actions if a.position > floor]
+    if not actions or table.last_read is None:
+        return []  # nothing new, or no chunk read yet: the chunks will hold what the actions did
+    schema = table.schema
+    if table.changelog is not None:
+        raise SourceError(
+            f"{schema.table_id}: a foreign key action at binlog position {actions[0].position} changed its rows "
+            "without row events, and the job does not write such changes to a changelog table yet: nothing from "
+            f"there on was applied. Snapshot it again (`ingest resnapshot --config ... --table {schema.table_id}`)"
+        )
+    min_high, max_high = table.min_high, table.max_high
+    assert min_high is not None
+    actions = [a for a in actions if a.position > min_high]
+    straddling = [a for a in actions if max_high is None or a.position <= max_high]
+    if straddling:
+        raise SourceError(
+            f"{schema.table_id}: a foreign key action at binlog position {straddling[0].position} changed rows of "
+            "chunks read before it and after it, without row events; the job cannot tell which rows the chunks "
+            f"read after it hold. Snapshot it again (`ingest resnapshot --config ... --table {schema.table_id}`)"
+        )
+    return actions
 
 
 def _target_rows(

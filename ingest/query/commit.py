@@ -18,6 +18,7 @@ from ingest.model.position import BinlogPosition, Watermark
 from ingest.query.batch import TableBatch, TableStream
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog
+from ingest.sink.key_actions import act_on_target
 from ingest.sink.maintenance import maintain
 from ingest.sink.merge import committed_offset, merge_arrow, stream_offset_properties
 from ingest.sink.rejected import ensure_rejected, merge_rejected
@@ -114,7 +115,11 @@ def _merge_table(spark: Any, config: PipelineConfig, table: TableStream, part: T
             return table.committed
         return committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    done = merge_arrow(spark, table.target, table.schema, part.rows, part.where, end, read_offset, part.append)
+    rows, where = part.rows, part.where
+    if part.actions and not (table.committed is not None and table.committed >= end.position):
+        # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none of it).
+        rows, where = act_on_target(spark, table.target, table.schema, rows, part.actions)
+    done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, part.append)
     table.committed, table.committed_known = end.position, True
     return done
 

@@ -31,7 +31,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent
 
 from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
-from ingest.model.changes import AlterColumns, DdlStatement, RowChange, TablesNamed, Transaction
+from ingest.model.changes import AlterColumns, DdlStatement, KeyAction, RowChange, TablesNamed, Transaction
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
 from ingest.source import compressed_events, row_events, table_maps
@@ -139,6 +139,20 @@ def stream_connection(source: SourceConfig) -> dict[str, Any]:
         "ssl": tls_context(source),
     }
     return {"connection_settings": settings, "pymysql_wrapper": connect_checked}
+
+
+def _key_changed(images: list[Any], schema: TableSchema) -> Callable[[Sequence[str]], bool]:
+    """For `Actions.act`: whether an update's rows, decoded with the schema the job follows, changed any of the
+    columns asked about (True when one is not in the schema)."""
+    names = schema.column_names
+
+    def changed(columns: Sequence[str]) -> bool:
+        spots = [names.index(c) for c in columns if c in names]
+        return len(spots) < len(columns) or any(
+            b is None or a is None or any(b[p] != a[p] for p in spots) for b, a in images
+        )
+
+    return changed
 
 
 def dump_server_id() -> int:
@@ -464,8 +478,13 @@ class BinlogReader:
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     key = (event.schema, event.table)
+                    kind = event_kind(event)
+                    images = None
                     if key in self._actions.watched:
-                        self._check_actions(key, event, end)
+                        images, acted = self._key_actions(key, kind, event, end)
+                        if acted:
+                            current = current if current is not None else Transaction(end)
+                            current.actions.extend(acted)
                     if key not in self._tables:
                         continue
                     contained = self._contained_until.get(key)
@@ -480,11 +499,9 @@ class BinlogReader:
                     if current is None:
                         current = Transaction(end)
                     table_id = f"{key[0]}.{key[1]}"
-                    kind = event_kind(event)
                     changes = current.changes
-                    images = self._row_events.rows(key, kind, event, self.schemas[key].columns, end)
-                    if images is None:  # an event only the library reads
-                        images = [self._library_row(key, kind, row) for row in event.rows]
+                    if images is None:
+                        images = self._images(key, kind, event, end)
                     for i, (before, after) in enumerate(images):
                         changes.append(RowChange(table_id, end, i, before, after))
                     continue
@@ -643,21 +660,31 @@ class BinlogReader:
             )
         return actions
 
-    def _check_actions(self, key: tuple[str, str], event: Any, end: BinlogPosition) -> None:
-        """Stop at a row event of a parent table whose foreign key actions may reach captured tables."""
-        kind = event_kind(event)
+    def _images(self, key: tuple[str, str], kind: str, event: Any, end: BinlogPosition) -> list[Any]:
+        """(before, after) per row of a captured table's row event, decoded with the schema in force."""
+        images = self._row_events.rows(key, kind, event, self.schemas[key].columns, end)
+        if images is None:  # an event only the library reads
+            images = [self._library_row(key, kind, row) for row in event.rows]
+        return images
+
+    def _key_actions(
+        self, key: tuple[str, str], kind: str, event: Any, end: BinlogPosition
+    ) -> tuple[list[Any] | None, list[KeyAction]]:
+        """What the foreign key actions of a parent table's row event did to captured tables (a stop where the
+        job cannot apply them), and the event's rows when they were decoded for that (a captured parent)."""
 
         def copied_after(table: tuple[str, str]) -> bool:
             contained = self._contained_until.get(table)
             return contained is not None and end <= contained
 
-        if key in self._tables and kind == "update":
-            table = event.table_map.get(event.table_id)
-            if table is not None:  # the library names the columns of a captured table at any row metadata
-                schema = self.schemas[key]
-                dbms = getattr(event, "dbms", None) or "mysql"
-                table_maps.by_position(table, schema.table_id, schema.columns, dbms, end)
-        self._actions.check(key, kind, event.flags, end, update_changed(event, kind), copied_after)
+        images = None
+        if key in self._tables and key not in self._unfollowed and kind != "insert":
+            images = self._images(key, kind, event, end)
+        changed = update_changed(event, kind) if images is None else _key_changed(images, self.schemas[key])
+        acted = self._actions.act(
+            key, kind, event.flags, end, changed, copied_after, images, self.schemas, self._xa_group
+        )
+        return images, acted
 
     def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
         """A partition statement that deletes or moves rows without row events (DROP, TRUNCATE, EXCHANGE,

@@ -349,7 +349,7 @@ def _binlog_rows(
                 continue
             kind = event_kind(event)
             if actions is not None and (event.schema, event.table) in watched:
-                actions.check((event.schema, event.table), kind, event.flags, end, update_changed(event, kind), _never)
+                actions.act((event.schema, event.table), kind, event.flags, end, update_changed(event, kind), _never)
             if (event.schema, event.table) != key:
                 continue
             if altered is not None:

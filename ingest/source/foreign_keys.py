@@ -5,23 +5,28 @@ child rows inside InnoDB: the binlog holds the parent's row event and nothing fo
 follows the binlog alone keeps the children as they were. MySQL 9.6 moved the actions to the SQL layer, which
 logs them unless `innodb_native_foreign_keys` is on; MariaDB does not log them.
 
-The reader watches the tables from which an action can reach a captured table (`Actions`): a delete, or an
-update that changes a referenced column, of such a table stops it by name at that row event (unless the event
-ran with `foreign_key_checks=0`, when nothing cascades). Applying the actions instead is not built yet.
+The reader watches the tables from which an action can reach a captured table (`Actions`). At a delete, or an
+update that changes a referenced column, of such a table (unless the event ran with `foreign_key_checks=0`,
+when nothing acts), each acting parent row becomes a `KeyAction` of the child, which the batch applies
+(ingest.changes.key_actions), when the job can tell exactly which child rows the action reached: the parent is
+captured too (its rows are decoded with the schema the job follows), the action reaches the child table alone
+(no deeper table it would act on in turn, no self-reference), the key's columns are integers (compared by value,
+never by a collation), and it is not inside an XA transaction. Any other acting change stops the reader by name.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pymysql
 
 from ingest.errors import SourceError
-from ingest.model.schema import quote
+from ingest.model.changes import KeyAction
+from ingest.model.schema import TableSchema, quote
 from ingest.source.binlog_values import row_images
 
 log = logging.getLogger(__name__)
@@ -31,6 +36,10 @@ UNREAD = "(a rule the job could not read)"
 ACTING = frozenset({"CASCADE", "SET NULL", "SET DEFAULT", UNREAD})
 NO_FOREIGN_KEY_CHECKS = 0x0002
 """A row event's flag: the statement ran with foreign_key_checks=0, and InnoDB applied no action."""
+EXACT_KEY_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+"""Column types whose values the job compares as MySQL does (no collation, no rounding): integers that Iceberg
+holds as integers (BIGINT UNSIGNED is a decimal there)."""
+Images = list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]]
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class ForeignKey:
     parent_columns: tuple[str, ...]
     on_delete: str
     on_update: str
+    child_columns: tuple[str, ...] = ()
 
 
 class Actions:
@@ -77,23 +87,29 @@ class Actions:
     def __bool__(self) -> bool:
         return bool(self.watched)
 
-    def check(
+    def act(
         self,
         table: TableKey,
         kind: str,
         flags: int,
-        at: object,
+        at: Any,
         key_changed: Callable[[Sequence[str]], bool],
         copied_after: Callable[[TableKey], bool],
-    ) -> None:
-        """Stop at a row event of `table` whose foreign key actions may have changed captured tables.
+        images: Images | None = None,
+        schemas: Mapping[TableKey, TableSchema] | None = None,
+        in_xa: bool = False,
+    ) -> list[KeyAction]:
+        """What the foreign key actions of a row event of `table` did to captured tables, as `KeyAction`s; a stop
+        when they may have changed captured tables in a way the job cannot apply.
 
         `key_changed(columns)` says whether an update changed any of the parent's `columns` (True when it cannot
-        be told); `copied_after(table)` whether a captured table's snapshot was read after this event."""
+        be told); `copied_after(table)` whether a captured table's snapshot was read after this event. `images`
+        are the event's rows, decoded with `schemas[table]`, when the parent is captured."""
         watched = self.watched.get(table)
         if watched is None or kind == "insert" or flags & NO_FOREIGN_KEY_CHECKS:
-            return
+            return []
         rule = "DELETE" if kind == "delete" else "UPDATE"
+        out: list[KeyAction] = []
         for key, ends in watched:
             acting = key.on_delete if kind == "delete" else key.on_update
             if acting not in ACTING:
@@ -101,15 +117,79 @@ class Actions:
             if kind == "update" and not key_changed(key.parent_columns):
                 continue
             stale = sorted(f"{db}.{t}" for db, t in ends if not copied_after((db, t)))
-            if stale:
-                raise SourceError(
-                    f"{table[0]}.{table[1]}: the {kind} at binlog position {at} may have changed {', '.join(stale)} "
-                    f"through the foreign key `{key.name}` of {key.child[0]}.{key.child[1]} (ON {rule} {acting}), "
-                    "and InnoDB does not log what a foreign key "
-                    "action changes: the job cannot apply it, and nothing from the event on was applied. Snapshot "
-                    f"those tables again (`ingest resnapshot --config ... --table {stale[0]}`), or make the "
-                    "application change the children itself (the foreign key without its action)"
-                )
+            if not stale:
+                continue
+            why = _why_not(key, acting, ends, images, schemas, in_xa)
+            if not why:
+                assert images is not None and schemas is not None
+                out.extend(_key_actions(key, acting, kind, at, images, schemas))
+                continue
+            raise SourceError(
+                f"{table[0]}.{table[1]}: the {kind} at binlog position {at} may have changed {', '.join(stale)} "
+                f"through the foreign key `{key.name}` of {key.child[0]}.{key.child[1]} (ON {rule} {acting}), "
+                "and InnoDB does not log what a foreign key action changes: the job cannot apply this one "
+                f"({why}), and nothing from the event on was "
+                f"applied. Snapshot those tables again (`ingest resnapshot --config ... --table {stale[0]}`), or "
+                "make the application change the children itself (the foreign key without its action)"
+            )
+        return out
+
+
+def _why_not(
+    key: ForeignKey,
+    acting: str,
+    ends: frozenset[TableKey],
+    images: Images | None,
+    schemas: Mapping[TableKey, TableSchema] | None,
+    in_xa: bool,
+) -> str:
+    """Why the job cannot apply `key`'s action exactly ("" when it can)."""
+    if acting not in ("CASCADE", "SET NULL"):
+        return f"ON ... {acting}"
+    if key.child == key.parent or ends != {key.child}:
+        return "the action acts on further tables in turn"
+    if schemas is None:
+        return "while a snapshot chunk of the table was read"
+    if images is None or key.parent not in schemas:
+        return f"{key.parent[0]}.{key.parent[1]} is not captured, so its rows are not read"
+    if in_xa:
+        return "inside an XA transaction"
+    child, parent = schemas.get(key.child), schemas[key.parent]
+    if child is None or not key.child_columns:
+        return "the child's key columns are unknown"
+    for schema, names in ((child, key.child_columns), (parent, key.parent_columns)):
+        for name in names:
+            column = next((c for c in schema.columns if c.name == name), None)
+            if column is None or column.data_type not in EXACT_KEY_TYPES or "bigint unsigned" in column.column_type:
+                return f"the key column {schema.table_id}.{name} is not an integer"
+    return ""
+
+
+def _key_actions(
+    key: ForeignKey, acting: str, kind: str, at: Any, images: Images, schemas: Mapping[TableKey, TableSchema]
+) -> list[KeyAction]:
+    """One `KeyAction` per parent row whose key the event deleted or changed."""
+    child, parent = schemas[key.child], schemas[key.parent]
+    names = parent.column_names
+    referenced = [names.index(c) for c in key.parent_columns]
+    columns = tuple(child.column_names.index(c) for c in key.child_columns)
+    out = []
+    for i, (before, after) in enumerate(images):
+        if before is None:
+            continue
+        old = tuple(before[p] for p in referenced)
+        if None in old:
+            continue  # no child row refers to a NULL
+        if kind == "delete":
+            new = None if acting == "CASCADE" else (None,) * len(old)
+        else:
+            assert after is not None
+            moved = tuple(after[p] for p in referenced)
+            if moved == old:
+                continue
+            new = moved if acting == "CASCADE" else (None,) * len(old)
+        out.append(KeyAction(child.table_id, at, i, columns, old, new))
+    return out
 
 
 def update_changed(event: Any, kind: str) -> Callable[[Sequence[str]], bool]:
@@ -134,7 +214,7 @@ def update_changed(event: Any, kind: str) -> Callable[[Sequence[str]], bool]:
 
 
 _KEY_COLUMNS = """
-SELECT CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME
+SELECT CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME, COLUMN_NAME
 FROM information_schema.KEY_COLUMN_USAGE
 WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND REFERENCED_TABLE_NAME IS NOT NULL
 ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION
@@ -162,10 +242,12 @@ def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection
             child = todo.pop()
             cur.execute(_KEY_COLUMNS, child)
             columns: dict[str, list[str]] = {}
+            own: dict[str, list[str]] = {}
             parents: dict[str, TableKey] = {}
-            for name, parent_schema, parent, column in cur.fetchall():
+            for name, parent_schema, parent, column, child_column in cur.fetchall():
                 parents[str(name)] = (str(parent_schema), str(parent))
                 columns.setdefault(str(name), []).append(str(column))
+                own.setdefault(str(name), []).append(str(child_column))
             if not parents:
                 continue
             cur.execute(f"SHOW CREATE TABLE {quote(child[0])}.{quote(child[1])}")
@@ -177,7 +259,9 @@ def load_actions(conn: pymysql.connections.Connection[Any], captured: Collection
                 # A rule the statement does not show as expected is taken as acting: a stop, never a silent miss.
                 on_delete, on_update = rules.get(name, (UNREAD, UNREAD))
                 if on_delete in ACTING or on_update in ACTING:
-                    keys.append(ForeignKey(name, child, parent, tuple(columns[name]), on_delete, on_update))
+                    keys.append(
+                        ForeignKey(name, child, parent, tuple(columns[name]), on_delete, on_update, tuple(own[name]))
+                    )
                 if parent not in seen:
                     seen.add(parent)
                     todo.append(parent)

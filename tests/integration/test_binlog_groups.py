@@ -341,6 +341,11 @@ FOREIGN_KEYS = [
     f"INSERT INTO {DB}.mid VALUES (3, 3)",
     f"INSERT INTO {DB}.leaf VALUES (1, 3)",
     f"INSERT INTO {DB}.tree VALUES (1, NULL), (2, 1)",
+    f"CREATE TABLE {DB}.s (code VARCHAR(8) PRIMARY KEY)",
+    f"CREATE TABLE {DB}.sc (id INT PRIMARY KEY, code VARCHAR(8), "
+    f"FOREIGN KEY fk_sc (code) REFERENCES {DB}.s (code) ON DELETE CASCADE)",
+    f"INSERT INTO {DB}.s VALUES ('A')",
+    f"INSERT INTO {DB}.sc VALUES (1, 'a')",  # refers to 'A' by the collation
 ]
 
 
@@ -348,17 +353,34 @@ FOREIGN_KEYS = [
     ("captured", "statement", "reached"),
     [
         (
-            ("p", "c"),
+            ("c",),
             "DELETE FROM p WHERE id = 1",
-            "groups.c through the foreign key `fk_c` of groups.c (ON DELETE CASCADE)",
+            "groups.c through the foreign key `fk_c` of groups.c (ON DELETE CASCADE), and InnoDB does not log what "
+            "a foreign key action changes: the job cannot apply this one (groups.p is not captured",
         ),
         (
             ("c",),
             "UPDATE p SET id = 10 WHERE id = 2",
             "groups.c through the foreign key `fk_c` of groups.c (ON UPDATE CASCADE)",
         ),
-        (("leaf",), "DELETE FROM p WHERE id = 3", "groups.leaf through the foreign key `fk_mid`"),  # two levels
+        (  # two levels: the rows of mid that p's delete removes remove rows of leaf in turn
+            ("p", "mid", "leaf"),
+            "DELETE FROM p WHERE id = 3",
+            "groups.leaf, groups.mid through the foreign key `fk_mid` of groups.mid (ON DELETE CASCADE), and InnoDB "
+            "does not log what a foreign key action changes: the job cannot apply this one (the action acts on "
+            "further tables in turn)",
+        ),
         (("tree",), "DELETE FROM tree WHERE id = 1", "groups.tree through the foreign key `fk_up`"),  # itself
+        (  # a key the job would have to compare by collation
+            ("s", "sc"),
+            "DELETE FROM s WHERE code = 'a'",
+            "(the key column groups.sc.code is not an integer)",
+        ),
+        (
+            ("p", "c"),
+            "XA START 'fk'; DELETE FROM p WHERE id = 1; XA END 'fk'; XA PREPARE 'fk'; XA COMMIT 'fk'",
+            "(inside an XA transaction)",
+        ),
     ],
 )
 def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops_the_reader_by_name(
@@ -374,7 +396,7 @@ def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops
     mariadb.execute(*FOREIGN_KEYS)
     schemas = [s for s in discover(config).schemas if s.table in captured]
     start = _here(config)
-    mariadb.execute(statement, database=DB)
+    _session(mariadb, *statement.split("; "))
     reader = BinlogReader(config.source, schemas, start)
     try:
         with pytest.raises(SourceError, match="does not log what a foreign key action changes") as caught:
@@ -382,6 +404,21 @@ def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops
     finally:
         reader.close()
     assert reached in str(caught.value)
+
+
+def test_a_captured_parent_whose_actions_reach_only_a_captured_child_gives_the_child_what_they_did(
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
+) -> None:
+    mariadb.execute(*FOREIGN_KEYS)
+    schemas = [s for s in discover(config).schemas if s.table in ("p", "c")]
+    start = _here(config)
+    _session(mariadb, "BEGIN", "DELETE FROM p WHERE id = 1", "UPDATE p SET id = 20, a = 5 WHERE id = 2", "COMMIT")
+    _session(mariadb, "UPDATE p SET a = 6 WHERE id = 20")  # no referenced column changed: nothing acts
+    read = _read(config, start, schemas)
+    assert [(a.table_id, a.columns, a.old, a.new) for t in read for a in t.actions] == [
+        ("groups.c", (1,), (1,), None),  # ON DELETE CASCADE
+        ("groups.c", (1,), (2,), (20,)),  # ON UPDATE CASCADE
+    ]
 
 
 def test_parent_changes_that_cannot_act_on_a_captured_table_pass(
@@ -415,3 +452,53 @@ def test_a_start_by_timestamp_never_splits_a_transaction_at_its_savepoint(
     start = _first_commit_at_or_after(config.source, begin, at, _here(config))
     assert start is not None
     assert _rows(_read(config, start)) == [(1, (1, "before the time")), (2, (2, "after the time"))]
+
+
+def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_between_two_tables_commits(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """ON DELETE CASCADE, ON UPDATE CASCADE and ON DELETE / UPDATE SET NULL, which InnoDB applies to the children
+    without row events, interleaved with changes of the same children in one batch: rows the batch changed before
+    an action, rows it did not change (read from the target), chains of re-keyings and a delete at the end. The
+    second batch is killed (-9) after the first table's commit and resumed: every table holds it once."""
+    _fresh(mariadb)
+    mariadb.execute(
+        f"CREATE TABLE {DB}.p (id INT PRIMARY KEY, a INT)",
+        f"CREATE TABLE {DB}.c (id INT PRIMARY KEY, pid INT, v VARCHAR(20), "
+        f"FOREIGN KEY (pid) REFERENCES {DB}.p (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+        f"CREATE TABLE {DB}.n (id INT PRIMARY KEY, pid INT, "
+        f"FOREIGN KEY (pid) REFERENCES {DB}.p (id) ON DELETE SET NULL ON UPDATE SET NULL)",
+        f"INSERT INTO {DB}.p SELECT seq, seq FROM {DB}.seq_1_to_9",
+        f"INSERT INTO {DB}.c VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 2, 'c'), (4, 3, 'd'), (5, 4, 'e'), (6, 5, 'f'), "
+        "(7, NULL, 'g'), (9, 7, 'h'), (10, 8, 'i')",
+        f"INSERT INTO {DB}.n VALUES (1, 1), (2, 2), (3, 3), (4, 6), (5, 7), (6, 8)",
+    )
+    document = _document(mariadb, tmp_path)
+    document["sink"]["catalog_name"] = "fk_lake"  # the module's Spark session keeps each catalog name's first warehouse
+    document["stream"] = {"concurrent_merges": 1}  # tables commit one after the other, in name order
+    config = parse_config(document)
+    run(config, spark=spark, snapshot_only=True)
+    _session(mariadb, "BEGIN", "UPDATE c SET v = 'touched' WHERE id = 1", "DELETE FROM p WHERE id = 1", "COMMIT")
+    _session(mariadb, "UPDATE p SET id = 20 WHERE id = 2")  # c 3 re-keyed, n 2 nulled, neither in the batch
+    _session(mariadb, "INSERT INTO c VALUES (8, 20, 'new')", "UPDATE p SET id = 30 WHERE id = 20")  # a chain
+    _session(mariadb, "UPDATE c SET v = 'after' WHERE id = 4", "DELETE FROM p WHERE id = 3")
+    _session(mariadb, "SET foreign_key_checks = 0", "DELETE FROM p WHERE id = 4")  # nothing acts: c 5 dangles
+    _session(mariadb, "DELETE FROM c WHERE id = 6", "DELETE FROM p WHERE id = 5")  # nothing left to act on
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, pid FROM c ORDER BY id")
+        assert cur.fetchall() == ((3, 30), (5, 4), (7, None), (8, 30), (9, 7), (10, 8))  # the actions acted
+
+    _session(mariadb, "DELETE FROM p WHERE id = 30", "UPDATE p SET id = 70 WHERE id = 7", "DELETE FROM p WHERE id = 8")
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(document))
+    killed = run_ingest(
+        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_table_commit:1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    for table in ("c", "n", "p"):
+        offsets = _stream_offsets(config, table)
+        assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"

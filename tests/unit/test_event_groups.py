@@ -86,7 +86,7 @@ def test_actions_reach_captured_tables_through_tables_not_captured_and_stop_at_c
 
 
 def _check(actions: Actions, table: str, kind: str, flags: int = 0, changed: bool = True, copied: bool = False) -> None:
-    actions.check(("d", table), kind, flags, "here", lambda columns: changed, lambda table: copied)
+    actions.act(("d", table), kind, flags, "here", lambda columns: changed, lambda table: copied)
 
 
 def test_a_change_stops_only_when_its_rule_acts_and_reaches_a_table_not_copied_after_it() -> None:

@@ -1,0 +1,83 @@
+"""Foreign key actions applied at commit to the target's rows of keys the batch does not change.
+
+InnoDB deleted, nulled or re-keyed child rows the binlog never names (ingest.source.foreign_keys); the batch
+applied the actions to the keys it changes itself (ingest.changes.key_actions). Every other row an action reached
+is in the target as it was before the batch: those rows are read from it (a filter on the values the actions
+start from, then an exact match here), acted on in binlog order, and join the batch's rows, so that one MERGE
+commits all of it with the batch's offset.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.changes.key_actions import acted
+from ingest.model.changes import KeyAction
+from ingest.model.columns import quote_identifier
+from ingest.model.schema import TableSchema
+from ingest.sink.merge import OP_COLUMN, batch_where
+from ingest.sink.pruning import target_predicate
+from ingest.sink.targets import target_columns
+
+
+def act_on_target(
+    spark: Any, target: str, schema: TableSchema, rows: pa.Table, actions: Sequence[KeyAction]
+) -> tuple[pa.Table, str | None]:
+    """The batch's `rows` (`batch_arrow`) and, for every row of `target` the actions reach whose key `rows` does
+    not hold, its delete or its new row; with what of the target a MERGE of them all reads."""
+    names = schema.column_names
+    keys = schema.primary_key
+    held = set(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
+    found = _reached(spark, target, schema, [c for c in rows.column_names if c != OP_COLUMN], actions)
+    read = sorted({c for a in actions for c in a.columns} | set(schema.primary_key_positions()))
+    values = {c: found.column(names[c]).to_pylist() for c in read}
+    gone, moved = [], []
+    new_values: dict[int, list[Any]] = defaultdict(list)
+    for i in range(found.num_rows):
+        row = tuple(values[c][i] if c in values else None for c in range(len(names)))
+        if tuple(row[p] for p in schema.primary_key_positions()) in held:
+            continue  # the batch changes this key: its row is in `rows`, acted on in binlog order
+        after = acted(row, actions)
+        if after is None:
+            gone.append(i)
+        elif after != row:
+            moved.append(i)
+            for c in read:
+                new_values[c].append(after[c])
+    parts = [rows]
+    if gone:
+        parts.append(_with_op(found.take(gone), "D", rows.schema))
+    if moved:
+        changed = found.take(moved)
+        for c, column in new_values.items():
+            at = changed.schema.get_field_index(names[c])
+            changed = changed.set_column(at, changed.schema.field(at), pa.array(column, changed.schema.field(at).type))
+        parts.append(_with_op(changed, "U", rows.schema))
+    out = pa.concat_tables(parts)
+    all_keys = list(zip(*(out.column(k).to_pylist() for k in keys), strict=True))
+    return out, batch_where(schema, all_keys)
+
+
+def _with_op(table: pa.Table, op: str, schema: pa.Schema) -> pa.Table:
+    return table.append_column(OP_COLUMN, pa.array([op] * table.num_rows, pa.string())).cast(schema)
+
+
+def _reached(
+    spark: Any, target: str, schema: TableSchema, columns: list[str], actions: Sequence[KeyAction]
+) -> pa.Table:
+    """The target's rows that may refer to a parent row of `actions`: per set of foreign key columns, the values
+    the actions start from (a superset: `acted` matches exactly)."""
+    targets = target_columns(schema)
+    starts: dict[tuple[int, ...], set[tuple[Any, ...]]] = defaultdict(set)
+    for action in actions:
+        starts[action.columns].add(action.old)
+    terms = []
+    for positions, olds in starts.items():
+        term = target_predicate(targets, [schema.column_names[c] for c in positions], olds)
+        terms.append(f"({term})" if term is not None else "TRUE")
+    select = ", ".join(f"t.{quote_identifier(c)}" for c in columns)
+    return spark.sql(f"SELECT {select} FROM {target} t WHERE {' OR '.join(terms)}").toArrow()
