@@ -687,13 +687,14 @@ class BinlogReader:
         return images, acted
 
     def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
-        """A partition statement that deletes or moves rows without row events (DROP, TRUNCATE, EXCHANGE,
-        CONVERT PARTITION) stops the job: the rows it removed would stay in Iceberg."""
+        """A partition or tablespace statement that deletes, moves or brings in rows without row events (DROP,
+        TRUNCATE, EXCHANGE, CONVERT PARTITION; DISCARD, IMPORT TABLESPACE) stops the job: the rows it removed would
+        stay in Iceberg, and those it brought would be missing."""
         names = ", ".join(f"{db}.{t}" for db, t in touched)
         raise SchemaChangeError(
-            f"{names}: the statement at binlog position {end} removes or moves rows of whole partitions without "
-            f"logging them ({query[:200]!r}); the job does not know which rows they were, and none was "
-            f"applied. Everything before the statement is committed. Snapshot the table again "
+            f"{names}: the statement at binlog position {end} removes, moves or brings in rows of whole partitions "
+            f"or tablespaces without logging them ({query[:200]!r}); the job does not know which rows they were, "
+            f"and none was applied. Everything before the statement is committed. Snapshot the table again "
             f"(`ingest resnapshot --config ... --table {touched[0][0]}.{touched[0][1]}`)"
         )
 

@@ -18,9 +18,10 @@ from ingest.model.changes import AlterColumns, TableName
 
 """(database, table)"""
 
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+# A double-quoted name is a name under sql_mode ANSI_QUOTES, and a string nowhere a name can stand otherwise.
+_NAME = r'(?:`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)'
 _TABLE = rf"(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?"
-_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
+_IDENTIFIER = re.compile(r'`((?:[^`]|``)+)`|"((?:[^"]|"")+)"|([\w$]+)')
 _COMMENTS = r"(?:\s|/\*.*?\*/)*"
 
 _DDL = re.compile(rf"^{_COMMENTS}(ALTER|RENAME|DROP|TRUNCATE|CREATE\s+OR\s+REPLACE)\b", re.IGNORECASE | re.DOTALL)
@@ -55,17 +56,33 @@ _NOT_A_COLUMN = frozenset(
 _TABLE_RENAME = re.compile(rf"^RENAME\s+(?:TO\s+|AS\s+)?{_TABLE}$", re.I)
 
 
-_COMMENT = re.compile(r"/\*(?![!M]).*?\*/", re.DOTALL)
+_PIECE = re.compile(
+    r"""(?P<quoted>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`]|``)*`)"""
+    r"|/\*M?!\d*(?P<live>.*?)\*/"
+    r"|/\*.*?\*/|--(?=\s|$)[^\n]*|\#[^\n]*",
+    re.DOTALL,
+)
+
+
+_STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'", re.DOTALL)
 
 
 def _plain(query: str) -> str:
-    """The statement without its comments (`/* gh-ost */` may stand between any two words); the executable
-    comments of MariaDB and MySQL (`/*! ... */`, `/*M! ... */`) stay."""
-    return _COMMENT.sub(" ", query)
+    """The statement without its comments: `/* gh-ost */` may stand between any two words, and a client may send
+    `-- ...` and `# ...` to the line's end. The executable comments of MySQL and MariaDB (`/*!50100 ... */`,
+    `/*M!100301 ... */`) are statement text: the server that logged them ran what they hold (mysqldump wraps whole
+    statements in them). Quoted text is kept as it is."""
+    if "/*" not in query and "--" not in query and "#" not in query:
+        return query
+    return _PIECE.sub(lambda m: m["quoted"] or (f" {m['live']} " if m["live"] is not None else " "), query)
 
 
 def unquote(name: str) -> str:
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+    if name.startswith("`"):
+        return name[1:-1].replace("``", "`")
+    if name.startswith('"'):
+        return name[1:-1].replace('""', '"')
+    return name
 
 
 def _table(a: str, b: str | None, default_db: str) -> TableName:
@@ -131,7 +148,7 @@ def alter_columns(query: str, default_db: str) -> AlterColumns:
     dropped: list[str] = []
     moved_to: TableName | None = None
     for clause in split_top_level(query[head.end() :]):
-        if m := _RENAME_COLUMN.match(clause):
+        if (m := _RENAME_COLUMN.match(clause)) and unquote(m["a"]) != unquote(m["b"]):
             renamed[unquote(m["a"])] = unquote(m["b"])
         elif (m := _CHANGE_COLUMN.match(clause)) and unquote(m["a"]) != unquote(m["b"]):
             renamed[unquote(m["a"])] = unquote(m["b"])
@@ -168,7 +185,7 @@ def dropped_tables(query: str, default_db: str) -> list[TableName]:
     if head is None or ddl_kind(query) != "drop":
         return []
     body = re.sub(r"/\*.*?\*/", " ", query[head.end() :], flags=re.DOTALL)
-    body = re.sub(r"\s+(?:RESTRICT|CASCADE)\s*$", "", body, flags=re.I)
+    body = re.sub(r"\s+(?:(?:WAIT\s+\d+|NOWAIT)\s*)?(?:RESTRICT|CASCADE)?\s*$", "", body, flags=re.I)
     return [_table(m["a"], m["b"], default_db) for part in split_top_level(body) if (m := _ONE_TABLE.match(part))]
 
 
@@ -221,22 +238,26 @@ def ddl_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list
 
 
 _PARTITION_ROWS = re.compile(
-    r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b.*\bTO\s+PARTITION\b", re.I | re.DOTALL
+    r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b.*\bTO\s+PARTITION\b"
+    r"|\b(?:DISCARD|IMPORT)\b.*\bTABLESPACE\b",
+    re.I | re.DOTALL,
 )
 
 
 def partition_tables(query: str, default_db: str, tables: Iterable[TableName]) -> list[TableName]:
-    """The captured tables an ALTER TABLE removes or moves rows of by whole partitions, which the binlog logs as
-    the statement alone: DROP, TRUNCATE, EXCHANGE (with the table it names) and CONVERT PARTITION, CONVERT TABLE
-    ... TO PARTITION. Any mention of a captured table's name counts."""
+    """The captured tables an ALTER TABLE removes, moves or brings in rows of by whole partitions or tablespaces,
+    which the binlog logs as the statement alone: DROP, TRUNCATE, EXCHANGE (with the table it names) and CONVERT
+    PARTITION, CONVERT TABLE ... TO PARTITION, DISCARD and IMPORT [PARTITION ...] TABLESPACE. Any mention of a
+    captured table's name counts."""
     query = _plain(query)
-    if not _ALTER_TABLE.match(query) or not _PARTITION_ROWS.search(query):
+    if not _ALTER_TABLE.match(query) or not _PARTITION_ROWS.search(_STRING.sub("''", query)):
         return []
     return _mentioned(query, default_db, tables)
 
 
 def is_ddl(query: str) -> bool:
     """A statement that creates, alters, renames, drops or truncates (a table, or something else)."""
+    query = _plain(query)
     return _DDL.match(query) is not None or re.match(rf"^{_COMMENTS}CREATE\b", query, re.I | re.DOTALL) is not None
 
 
@@ -266,7 +287,10 @@ def statement_tables(query: str, default_db: str, tables: Iterable[TableName]) -
 
 
 def _mentioned(query: str, default_db: str, tables: Iterable[TableName]) -> list[TableName]:
-    names = {(quoted.replace("``", "`") or bare).lower() for quoted, bare in _IDENTIFIER.findall(query)}
+    names = {
+        (quoted.replace("``", "`") or double.replace('""', '"') or bare).lower()
+        for quoted, double, bare in _IDENTIFIER.findall(query)
+    }
     return [(db, t) for db, t in tables if t.lower() in names and (db == default_db or db.lower() in names)]
 
 

@@ -16,6 +16,7 @@ from ingest.source.ddl import (
     ddl_tables,
     dropped_tables,
     osc_helper,
+    partition_tables,
     renamed_tables,
     split_top_level,
     then,
@@ -43,6 +44,14 @@ def test_clauses_split_at_top_level_commas_only() -> None:
         ("ALTER ONLINE TABLE t WAIT 5 CHANGE COLUMN IF EXISTS a b INT", {"a": "b"}, ()),
         ("/* gh-ost */ ALTER TABLE `_t_gho` DROP `x`", {}, ("x",)),
         ("ALTER TABLE t ADD COLUMN note VARCHAR(10) DEFAULT 'drop c, rename column a to b'", {}, ()),
+        ("ALTER TABLE t -- why\n DROP COLUMN c", {}, ("c",)),  # a client's line comments
+        ("ALTER TABLE t DROP COLUMN x -- note", {}, ("x",)),
+        ("ALTER TABLE t # x\n CHANGE a b INT", {"a": "b"}, ()),
+        ("ALTER TABLE t ADD COLUMN n VARCHAR(9) DEFAULT '# -- not a comment', DROP y", {}, ("y",)),
+        ("/*!80013 ALTER TABLE t DROP COLUMN x */", {}, ("x",)),  # executable comments are statement text
+        ("ALTER TABLE t /*M!100301 DROP COLUMN x, */ DROP y", {}, ("x", "y")),
+        ('ALTER TABLE "t" CHANGE "a" "z" VARCHAR(255) NULL', {"a": "z"}, ()),  # sql_mode ANSI_QUOTES
+        ("ALTER TABLE t RENAME COLUMN a TO a", {}, ()),  # no rename
     ],
 )
 def test_an_alter_says_which_columns_it_renames_and_drops(
@@ -69,6 +78,17 @@ def test_an_alter_says_which_columns_it_renames_and_drops(
 )
 def test_kinds_of_table_ddl(query: str, kind: str) -> None:
     assert ddl_kind(query) == kind
+
+
+def test_a_statement_in_an_executable_comment_or_with_ansi_quotes_names_its_table() -> None:
+    captured = [("inventory", "customers"), ("db", "t")]
+    assert ddl_tables('ALTER TABLE inventory."customers" ADD c INT', "db", captured) == [("inventory", "customers")]
+    assert ddl_tables("/*!50100 ALTER TABLE t DROP PARTITION p */", "db", captured) == [("db", "t")]
+    assert ddl_kind("/*!40000 ALTER TABLE t DISABLE KEYS */") == "alter"
+    assert dropped_tables("DROP TABLE t WAIT 100", "db") == [("db", "t")]
+    assert partition_tables("ALTER TABLE t DISCARD PARTITION p0 TABLESPACE", "db", captured) == [("db", "t")]
+    assert partition_tables("ALTER TABLE t IMPORT TABLESPACE", "db", captured) == [("db", "t")]
+    assert partition_tables("ALTER TABLE t COMMENT 'discard the tablespace'", "db", captured) == []
 
 
 def test_tables_a_statement_truncates_drops_or_renames() -> None:
