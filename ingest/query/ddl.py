@@ -269,7 +269,13 @@ def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPla
     values: dict[str, Any] = {}
     for added in plan.added:
         col = added.column
-        row = info[col.name]
+        row = info.get(col.name)
+        if row is None:  # renamed by a later statement (ingest.source.schema_history)
+            raise SchemaChangeError(
+                f"{schema.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) adds column {col.name!r}, which a "
+                "later statement renamed: its value in existing rows is read from the server by its name. Snapshot the "
+                f"table again (`ingest resnapshot --config ... --table {schema.table_id}`)"
+            )
         default = None if row["COLUMN_DEFAULT"] is None else str(row["COLUMN_DEFAULT"])
         kind = default_kind(flavor, col, default, str(row["EXTRA"] or ""))
         if kind == "null":

@@ -165,19 +165,34 @@ def first_ddl_between(
 ) -> tuple[BinlogPosition, str, list[tuple[str, str]]] | None:
     """The first DDL statement that may change the columns of one of `tables` (a TRUNCATE does not) in the binlog
     from `start` up to `end`: where it ends, its text and the tables it touches; None when there is none."""
+    return next(iter(ddl_between(source, tables, start, end, first_only=True)), None)
+
+
+def ddl_between(
+    source: SourceConfig,
+    tables: Sequence[tuple[str, str]],
+    start: BinlogPosition,
+    end: BinlogPosition,
+    first_only: bool = False,
+) -> list[tuple[BinlogPosition, str, list[tuple[str, str]]]]:
+    """Every DDL statement that may change the columns of one of `tables` (a TRUNCATE does not) in the binlog from
+    `start` up to `end`, in binlog order: where each ends, its text and the tables it touches."""
+    found = []
     stream = open_stream(source, start, dump_server_id(), only_events=[QueryEvent])
     try:
         for event in stream:
             at = BinlogPosition(stream.log_file, event.packet.log_pos)
             if at > end:
-                return None
+                break
             query, schema = query_of(event)
             touched = ddl_tables(query, schema, tables)
             if touched and ddl_kind(query) != "truncate":
-                return at, query, touched
+                found.append((at, query, touched))
+                if first_only:
+                    break
     finally:
         stream.close()
-    return None
+    return found
 
 
 def helper_history(source: SourceConfig, swap: Swap, end: BinlogPosition) -> AlterColumns | None:
