@@ -159,6 +159,27 @@ def alter_columns(query: str, default_db: str) -> AlterColumns:
     return AlterColumns(renamed, tuple(dropped), moved_to)
 
 
+def alter_clauses(query: str) -> list[str] | None:
+    """The clauses of an ALTER TABLE statement, without comments, each on one line; None for another statement."""
+    query = _plain(query)
+    head = _ALTER_TABLE.match(query)
+    if head is None:
+        return None
+    return [" ".join(clause.split()) for clause in split_top_level(query[head.end() :])]
+
+
+def dropped_column(clause: str) -> str | None:
+    """The column an ALTER TABLE clause drops (`DROP [COLUMN] [IF EXISTS] c`), unquoted; None for another clause."""
+    m = _DROP_COLUMN.match(clause)
+    return None if m is None or m["a"].upper() in _NOT_A_COLUMN else unquote(m["a"])
+
+
+NAME = _NAME
+"""A MySQL identifier as written: backquoted, double-quoted (ANSI_QUOTES) or bare."""
+NOT_A_COLUMN = _NOT_A_COLUMN
+"""Words that, after ADD or DROP, begin a clause of something other than a column."""
+
+
 DdlKind = Literal["alter", "truncate", "drop", "rename", "replace", "other"]
 
 

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema
-from ingest.source.ddl import _ALTER_TABLE, _DROP_COLUMN, _NAME, _NOT_A_COLUMN, _plain, split_top_level, unquote
+from ingest.source.ddl import NAME, NOT_A_COLUMN, alter_clauses, dropped_column, unquote
 
-_POSITION = re.compile(rf"\s+(?:FIRST|AFTER\s+(?P<after>{_NAME}))\s*$", re.I)
-_ADD = re.compile(rf"^ADD\s+(?:COLUMN\s+)?(?P<if>IF\s+NOT\s+EXISTS\s+)?(?P<a>{_NAME})\s+\S", re.I)
-_CHANGE = re.compile(rf"^CHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s+(?P<b>{_NAME})\s+\S", re.I)
-_MODIFY = re.compile(rf"^MODIFY\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s+\S", re.I)
-_RENAME = re.compile(rf"^RENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s+TO\s+(?P<b>{_NAME})\s*$", re.I)
+_POSITION = re.compile(rf"\s+(?:FIRST|AFTER\s+(?P<after>{NAME}))\s*$", re.I)
+_ADD = re.compile(rf"^ADD\s+(?:COLUMN\s+)?(?P<if>IF\s+NOT\s+EXISTS\s+)?(?P<a>{NAME})\s+\S", re.I)
+_CHANGE = re.compile(rf"^CHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{NAME})\s+(?P<b>{NAME})\s+\S", re.I)
+_MODIFY = re.compile(rf"^MODIFY\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{NAME})\s+\S", re.I)
+_RENAME = re.compile(rf"^RENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?(?P<a>{NAME})\s+TO\s+(?P<b>{NAME})\s*$", re.I)
 _ALTER = re.compile(
-    rf"^ALTER\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{_NAME})\s+(?:SET|DROP)\s+(?:DEFAULT|VISIBLE|INVISIBLE)\b", re.I
+    rf"^ALTER\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?P<a>{NAME})\s+(?:SET|DROP)\s+(?:DEFAULT|VISIBLE|INVISIBLE)\b", re.I
 )
 _KEYS = re.compile(
     r"^(?:ADD|DROP)\s+(?:CONSTRAINT\b.*?\s+)?(?:PRIMARY|UNIQUE|INDEX|KEY|FULLTEXT|SPATIAL|FOREIGN|CONSTRAINT|CHECK)\b"
@@ -133,12 +133,10 @@ def _with_keys(
 
 def _apply(slots: list[_Slot], statement: str, k: int, key_changes: list[int]) -> str:
     """Move `slots` through one statement's clauses; a reason when a clause is not understood ("" when all are)."""
-    query = _plain(statement)
-    head = _ALTER_TABLE.match(query)
-    if head is None:
+    clauses = alter_clauses(statement)
+    if clauses is None:
         return "not an ALTER TABLE of its columns"
-    for clause in split_top_level(query[head.end() :]):
-        clause = " ".join(clause.split())
+    for clause in clauses:
         why = _clause(slots, clause, k, key_changes)
         if why:
             return why
@@ -176,7 +174,7 @@ def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> 
         return ""
     if (
         (m := _ADD.match(clause))
-        and unquote(m["a"]).upper() not in _NOT_A_COLUMN
+        and unquote(m["a"]).upper() not in NOT_A_COLUMN
         and not clause.upper().startswith("ADD PARTITION")
     ):
         if find(m["a"]) is not None:
@@ -209,10 +207,10 @@ def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> 
             return f"ALTER of {unquote(m['a'])!r}: no such column"
         redefine(altered)
         return ""
-    if (m := _DROP_COLUMN.match(clause)) and m["a"].upper() not in _NOT_A_COLUMN:
-        dropped = find(m["a"])
+    if (name := dropped_column(clause)) is not None:
+        dropped = find(name)
         if dropped is None:
-            return "" if re.search(r"\bIF\s+EXISTS\b", clause, re.I) else f"DROP of {unquote(m['a'])!r}: no such column"
+            return "" if re.search(r"\bIF\s+EXISTS\b", clause, re.I) else f"DROP of {name!r}: no such column"
         slots.remove(dropped)
         dropped.gone = True
         return ""
