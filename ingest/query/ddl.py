@@ -6,6 +6,7 @@ ended. Each step looks at the target before acting, so a crash anywhere in betwe
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from ingest import metrics
 from ingest.config import PipelineConfig
 from ingest.faults import crash_point
 from ingest.model.changes import DdlStatement
+from ingest.model.columns import quote_identifier
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema, quote
 from ingest.query.batch import TableStream
@@ -36,8 +38,16 @@ from ingest.sink.evolution import (
     store_source_schema,
 )
 from ingest.sink.merge import stream_offset_properties
-from ingest.sink.targets import delete_every_row, qualified, table_of
+from ingest.sink.targets import (
+    PARTITIONS_PROPERTY,
+    delete_every_row,
+    delete_where,
+    qualified,
+    store_partitions,
+    table_of,
+)
 from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError
+from ingest.source.partitions import PartitionLayout, after_statement, partition_statement, removed_rows
 from ingest.source.schema_after import schema_after
 from ingest.state.table import StateTable
 
@@ -69,6 +79,9 @@ def follow_ddl(
             if ddl.kind == "drop":
                 end_capture(spark, config, table, ddl)
                 state.forget(table.schema.table_id)  # a restart before the offset takes it as gone (gone_tables)
+            elif ddl.kind == "partition":
+                remove_partition_rows(spark, config, table, ddl, begin.here)
+                continue
             else:
                 evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
                 continue
@@ -191,6 +204,7 @@ def evolve_table(
             done.append(f"backfill of {sorted(values)}")
             table.committed = ddl.end
     crash_point("stream.after_backfill")
+    _follow_partitions(spark, config, table, ddl)
     store_source_schema(spark, table_of(table.target), live)
     table.schema = live
     if reader is not None:
@@ -231,6 +245,67 @@ def truncate_table(
     table.committed = ddl.end
     crash_point("stream.after_truncate")
     log.info("%s: followed the TRUNCATE at %s: every row of the target deleted", table.schema.table_id, ddl.end)
+
+
+def remove_partition_rows(
+    spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None = None
+) -> None:
+    """Follow a DROP or TRUNCATE PARTITION, which logs no row events: the rows of those partitions, by the bounds
+    the job kept for the table (ingest.source.partitions), are deleted from the target in one commit carrying the
+    statement's end as its offset; then the kept bounds follow the statement. Any other partition statement that
+    moves rows (EXCHANGE, CONVERT, DISCARD or IMPORT TABLESPACE), or bounds not kept, stop by name."""
+    schema = table.schema
+    found = partition_statement(ddl.query)
+    if found is None:
+        raise SchemaChangeError(
+            f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) moves rows between "
+            "tables, partitions or tablespaces without logging them, and the job does not know which"
+        )
+    layout = _kept_partitions(config, schema)
+    if layout is None:
+        raise SchemaChangeError(
+            f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) removes the rows "
+            "of whole partitions without logging them, and the job did not keep the table's partition bounds (its "
+            "target was copied before the job kept them, or a partition statement it could not follow came since)"
+        )
+    last_read = table.last_read
+    if last_read is not None and last_read > ddl.start:
+        raise SchemaChangeError(
+            f"{schema.table_id}: partitions were dropped or truncated during its snapshot, at binlog position "
+            f"{ddl.end}, before the high watermark {last_read} of its last chunk: chunks read after the statement "
+            "hold rows it must not delete"
+        )
+    props = _statement_commit(config, table, ddl, here)
+    if props is not None:
+        try:
+            where = removed_rows(layout, found[1], lambda column: f"t.{quote_identifier(column)}")
+        except ValueError as e:
+            raise SchemaChangeError(
+                f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) removes the "
+                f"rows of whole partitions without logging them, and the job cannot tell which: {e}"
+            ) from None
+        delete_where(spark, table.target, schema.primary_key, where, props)
+        table.committed = ddl.end
+    crash_point("stream.after_partition_delete")
+    store_partitions(spark, table_of(table.target), after_statement(layout, ddl.query))
+    log.info("%s: followed the partition statement at %s: %s", schema.table_id, ddl.end, ddl.query[:200])
+
+
+def _kept_partitions(config: PipelineConfig, schema: TableSchema) -> PartitionLayout | None:
+    target = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    kept = target.properties.get(PARTITIONS_PROPERTY)
+    return None if kept is None else PartitionLayout.from_json(kept)
+
+
+def _follow_partitions(spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement) -> None:
+    """Carry the partition bounds the job keeps through an ALTER that may change partitions (ADD PARTITION adds
+    bounds; any other partition clause makes them unknown)."""
+    if not re.search(r"\bPARTITION", ddl.query, re.I):
+        return
+    kept = _kept_partitions(config, table.schema)
+    after = after_statement(kept, ddl.query)
+    if after != kept:
+        store_partitions(spark, table_of(table.target), after)
 
 
 def _statement_commit(

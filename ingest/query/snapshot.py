@@ -43,6 +43,7 @@ from ingest.sink.targets import (
 from ingest.source.chunk_reader import ChunkHook, ChunkTask
 from ingest.source.chunks import Chunk, split_table
 from ingest.source.mysql import connect
+from ingest.source.partitions import read_layout
 from ingest.source.snapshot_source import REJECTED_COLUMN, chunk_reports, make_chunk_source
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
@@ -144,7 +145,13 @@ def plan_table(
 
     Returns the Spark name the table's chunks are written to: the target's copy branch while one exists."""
     table_id = schema.table_id
-    target, created = ensure_target_created(spark, config, schema)
+
+    def partitions() -> str | None:  # kept for the rows a later DROP or TRUNCATE PARTITION removes
+        with connect(config.source) as conn:
+            layout = read_layout(conn, schema.database, schema.table)
+        return None if layout is None else layout.to_json()
+
+    target, created = ensure_target_created(spark, config, schema, partitions)
     if _copying_into_branch(config, state, schema):
         target = on_copy_branch(target)
     if created and state.done(table_id):

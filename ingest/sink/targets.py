@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ingest.config import PartitionField, PipelineConfig
@@ -13,6 +13,7 @@ from ingest.model.columns import TargetColumn, map_columns, quote_identifier
 from ingest.model.schema import TableSchema
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
+from ingest.sink.summary import snapshot_properties as summary_properties
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,23 @@ def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> st
     return ensure_target_created(spark, config, schema)[0]
 
 
-def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchema) -> tuple[str, bool]:
-    """`ensure_target`, and whether the target was created now."""
+PARTITIONS_PROPERTY = "ingest.source-partitions"
+"""Target table property: the source table's MySQL partitions as of the target's offset (JSON of
+`ingest.source.partitions.PartitionLayout`), for the rows a DROP or TRUNCATE PARTITION removes."""
+
+
+def ensure_target_created(
+    spark: Any, config: PipelineConfig, schema: TableSchema, partitions: Callable[[], str | None] | None = None
+) -> tuple[str, bool]:
+    """`ensure_target`, and whether the target was created now (with the source's `partitions()`, asked only
+    then)."""
     namespace, name = config.target_for(schema.database, schema.table)
     table = qualified(config, namespace, name)
     ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
     created = not spark.catalog.tableExists(table)
     if created:
+        layout = None if partitions is None else partitions()
         columns = ", ".join(
             f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
             for t in target_columns(schema)
@@ -69,6 +79,7 @@ def ensure_target_created(spark: Any, config: PipelineConfig, schema: TableSchem
             **config.sink.table_properties,
             # The source schema the target mirrors; the binlog phase decodes with it until a DDL changes it.
             SOURCE_SCHEMA_PROPERTY: schema_to_json(schema),
+            **({PARTITIONS_PROPERTY: layout} if layout is not None else {}),
         }
         tblprops = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
         fields = config.options_for(schema.database, schema.table).partition_by
@@ -204,6 +215,32 @@ def chunks_done_in_target(iceberg_table: Any, pipeline: str) -> set[int]:
         if props.get(SUMMARY_PIPELINE) == pipeline and SUMMARY_CHUNKS_DONE in props:
             return decode_ranges(props[SUMMARY_CHUNKS_DONE])
     return set()
+
+
+def delete_where(
+    spark: Any, target: str, key: Sequence[str], where: str, snapshot_properties: Mapping[str, str]
+) -> None:
+    """Delete the rows of `target` that `where` (on alias `t`) holds, in one commit whose summary carries
+    `snapshot_properties`: a MERGE of the target with itself, so that Spark always takes the row-level path,
+    which carries the session's snapshot properties (a DELETE whose condition covers whole files would not)."""
+    on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in key)
+    keys = ", ".join(f"t.{quote_identifier(k)}" for k in key)
+    with summary_properties(spark, snapshot_properties):
+        spark.sql(
+            f"MERGE INTO {target} t USING (SELECT {keys} FROM {target} t WHERE {where}) s ON {on} "
+            "WHEN MATCHED THEN DELETE"
+        )
+
+
+def store_partitions(spark: Any, table: str, layout: Any) -> None:
+    """Keep the source's partition layout (`PartitionLayout`, None: not known) as the target's property."""
+    if layout is None:
+        spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES IF EXISTS ({spark_string(PARTITIONS_PROPERTY)})")
+    else:
+        spark.sql(
+            f"ALTER TABLE {table} SET TBLPROPERTIES ({spark_string(PARTITIONS_PROPERTY)} = "
+            f"{spark_string(layout.to_json())})"
+        )
 
 
 def delete_every_row(spark: Any, target: str, snapshot_properties: Mapping[str, str]) -> None:

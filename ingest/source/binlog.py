@@ -65,10 +65,12 @@ from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
 
-FOLLOWED = ("alter", "truncate", "swap", "drop")
+FOLLOWED = ("alter", "truncate", "swap", "drop", "partition")
 """The kinds of DDL statement `on_ddl="evolve"` yields as a `DdlStatement` to follow: `ddl.ddl_kind`'s "alter" and
 "truncate"; "swap", an online schema change tool's helper table renamed to a captured table's name (`ddl.Swap`);
-"drop", a captured table dropped or renamed away (its capture ends: `forget`)."""
+"drop", a captured table dropped or renamed away (its capture ends: `forget`); "partition", a partition statement
+that removes or moves rows without row events (`ddl.partition_tables`: followed when it drops or truncates
+partitions whose bounds the job knows, else refused or copied again)."""
 
 __all__ = [
     "BinlogReader",
@@ -564,7 +566,7 @@ class BinlogReader:
                         for t in partition_tables(query, default_db, self._tables)
                         if (contained := self._contained_until.get(t)) is None or end > contained
                     ]
-                    if partitions and not (self.recopy and self.on_ddl == "evolve"):
+                    if partitions and self.on_ddl != "evolve":  # followed, copied again or refused downstream
                         self._refuse_partition_change(query, partitions, end)
                     touched += [t for t in partitions if t not in touched]
                     osc = self._osc.read(query, default_db, self._tables)

@@ -22,8 +22,8 @@ def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchem
     """The table's schema right after `ddl`: the live one when no later DDL on the table is in the binlog, else
     derived from the statements and checked against the live one (ingest.source.schema_history); a TRUNCATE keeps
     the schema it had."""
-    if ddl.kind == "truncate":
-        return old
+    if ddl.kind in ("truncate", "partition"):
+        return old  # rows go, the columns stay
     try:
         live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
     except UnsupportedTableError as e:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema
 from ingest.source.ddl import NAME, NOT_A_COLUMN, alter_clauses, dropped_column, unquote
+from ingest.source.partitions import changes_partitions_only
 
 _POSITION = re.compile(rf"\s+(?:FIRST|AFTER\s+(?P<after>{NAME}))\s*$", re.I)
 _ADD = re.compile(rf"^ADD\s+(?:COLUMN\s+)?(?P<if>IF\s+NOT\s+EXISTS\s+)?(?P<a>{NAME})\s+\S", re.I)
@@ -136,6 +137,8 @@ def _apply(slots: list[_Slot], statement: str, k: int, key_changes: list[int]) -
     clauses = alter_clauses(statement)
     if clauses is None:
         return "not an ALTER TABLE of its columns"
+    if changes_partitions_only(statement):
+        return ""  # partitions hold rows; the columns stay
     for clause in clauses:
         why = _clause(slots, clause, k, key_changes)
         if why:

@@ -214,7 +214,7 @@ def test_an_xa_transaction_prepared_before_the_reader_started_is_read_back_at_it
         "ALTER TABLE {captured} DISCARD TABLESPACE",  # its rows are gone without row events
     ],
 )
-def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name(
+def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name_or_is_handed_on_under_evolve(
     mariadb: MariaDBServer, config: PipelineConfig, statement: str
 ) -> None:
     mariadb.execute(
@@ -231,15 +231,16 @@ def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name(
         statement = statement.format(captured="flat")
     start = _here(config)
     mariadb.execute(statement, database=DB)
-    reader = BinlogReader(config.source, schemas, start, on_ddl="evolve")
+    reader = BinlogReader(config.source, schemas, start, on_ddl="fail")  # under evolve the sink follows or refuses
     try:
         with pytest.raises(SchemaChangeError, match="brings in rows of whole partitions or tablespaces") as caught:
             list(reader.transactions())
     finally:
         reader.close()
     assert f"{DB}." in str(caught.value) and "ingest resnapshot" in str(caught.value)
-    # With `stream.on_unfollowable: recopy` the statement is handed on, for the table to be copied again.
-    reader = BinlogReader(config.source, schemas, start, on_ddl="evolve", recopy=True)
+    # Under `evolve` the statement is handed on, for the sink to follow (ingest.query.ddl.remove_partition_rows),
+    # or to refuse, or to copy the table again (`stream.on_unfollowable: recopy`).
+    reader = BinlogReader(config.source, schemas, start, on_ddl="evolve")
     try:
         statements = [item for item in reader.transactions() if isinstance(item, DdlStatement)]
     finally:
@@ -504,3 +505,69 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
     for table in ("c", "n", "p"):
         offsets = _stream_offsets(config, table)
         assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"
+
+
+def test_dropped_and_truncated_partitions_land_in_iceberg_equal_to_mysql_across_a_kill(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Nightly retention on a RANGE COLUMNS table and LIST maintenance with a partition added and dropped again:
+    no row events, and the rows each statement removed go from the target in one commit at the statement. The
+    last statement is killed (-9) after its commit and resumed: it is applied once."""
+    _fresh(mariadb)
+    mariadb.execute(
+        f"CREATE TABLE {DB}.pr (id INT, d DATE, v INT, PRIMARY KEY (id, d)) PARTITION BY RANGE COLUMNS (d) ("
+        "PARTITION p23 VALUES LESS THAN ('2024-01-01'), PARTITION p24 VALUES LESS THAN ('2025-01-01'), "
+        "PARTITION pmax VALUES LESS THAN (MAXVALUE))",
+        f"INSERT INTO {DB}.pr SELECT seq, DATE_ADD('2023-01-01', INTERVAL seq * 7 DAY), seq FROM {DB}.seq_1_to_150",
+        f"CREATE TABLE {DB}.pl (id INT, region INT, PRIMARY KEY (id, region)) PARTITION BY LIST (region) ("
+        "PARTITION a VALUES IN (1, 2), PARTITION b VALUES IN (3), PARTITION c VALUES IN (4, 5))",
+        f"INSERT INTO {DB}.pl SELECT seq, 1 + seq % 5 FROM {DB}.seq_1_to_50",
+    )
+    document = _document(mariadb, tmp_path)
+    document["sink"]["catalog_name"] = "part_lake"  # the module's Spark session keeps each name's first warehouse
+    config = parse_config(document)
+    run(config, spark=spark, until_caught_up=True)
+    _session(
+        mariadb,
+        "UPDATE pr SET v = -v WHERE id % 10 = 0",
+        "ALTER TABLE pr TRUNCATE PARTITION p24",
+        "INSERT INTO pr VALUES (1000, '2024-06-01', 1)",  # into the truncated partition again
+        "ALTER TABLE pr DROP PARTITION p23",
+        "INSERT INTO pr VALUES (1001, '2023-06-01', 2)",  # now in p24, whose range starts below
+        "ALTER TABLE pl DROP PARTITION b",
+        "ALTER TABLE pl TRUNCATE PARTITION c",
+        "ALTER TABLE pl ADD PARTITION (PARTITION d VALUES IN (6))",
+        "INSERT INTO pl VALUES (100, 6), (101, 6), (102, 4)",
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    _session(mariadb, "ALTER TABLE pl DROP PARTITION d", "INSERT INTO pl VALUES (103, 1)")
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(document))
+    killed = run_ingest(
+        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_partition_delete:1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    for table in ("pr", "pl"):
+        offsets = _stream_offsets(config, table)
+        assert len(offsets) == len(set(offsets)), f"{table}: a statement or batch committed twice"
+
+
+def test_a_partition_drop_whose_rows_the_job_cannot_tell_stops_it_by_name(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    _fresh(mariadb)
+    mariadb.execute(
+        f"CREATE TABLE {DB}.py (id INT, d DATE, PRIMARY KEY (id, d)) PARTITION BY RANGE (YEAR(d)) ("
+        "PARTITION p23 VALUES LESS THAN (2024), PARTITION pmax VALUES LESS THAN MAXVALUE)",
+        f"INSERT INTO {DB}.py VALUES (1, '2023-05-05'), (2, '2024-05-05')",
+    )
+    document = _document(mariadb, tmp_path)
+    document["sink"]["catalog_name"] = "year_lake"
+    config = parse_config(document)
+    run(config, spark=spark, until_caught_up=True)
+    _session(mariadb, "ALTER TABLE py DROP PARTITION p23")
+    with pytest.raises(SchemaChangeError, match=r"groups.py: .*DROP PARTITION p23.* cannot tell which: .*year\(`d`\)"):
+        run(config, spark=spark, until_caught_up=True)

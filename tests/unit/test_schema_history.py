@@ -72,7 +72,7 @@ def test_a_column_added_then_dropped_or_renamed_later() -> None:
             "column 'a' changed without a statement",
         ),
         (
-            ["ALTER TABLE t ADD COLUMN y INT", "ALTER TABLE t PARTITION BY HASH(id)"],
+            ["ALTER TABLE t ADD COLUMN y INT", "ALTER TABLE t ADD SYSTEM VERSIONING"],
             [col("id", nullable=False), col("a", "varchar"), col("c"), col("y")],
             "a clause the job does not follow",
         ),
