@@ -63,10 +63,11 @@ def ensure_target_created(
     then)."""
     namespace, name = config.target_for(schema.database, schema.table)
     table = qualified(config, namespace, name)
-    ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
     created = not spark.catalog.tableExists(table)
     if created:
+        ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
+        # Asked only for a table to create: every run ensures every target, and this is a Spark statement each.
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
         layout = None if partitions is None else partitions()
         columns = ", ".join(
             f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
