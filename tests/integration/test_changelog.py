@@ -165,24 +165,28 @@ def test_changelog_holds_every_change_in_order_and_status_shows_the_lag(
     assert after[0]["holder"] == rows[0]["owner"] and "balance" not in after[0]  # renamed and dropped by field id
 
 
-@pytest.mark.parametrize(
-    "crash_at", ["stream.before_changelog_commit:1", "stream.after_changelog_commit:1", "stream.before_state:1"]
-)
 def test_kill_9_around_the_changelog_commit_loses_and_duplicates_nothing(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
+    """One job killed before the changelog's commit (the target committed), then, resumed, after it (the target
+    skipped), then before the offset is recorded (both skipped): the changelog holds nothing, then every change,
+    then still every change once; the last resume ends equal and adds nothing to it."""
     db = "clogcrash"
     _fresh_db(mariadb, db)
-    catalog = "k_" + "".join(c if c.isalnum() else "_" for c in crash_at)
+    catalog = "k_clogcrash"
     config = parse_config(_pipeline(mariadb, db, tmp_path, catalog))
     run(config, spark=spark, snapshot_only=True)
     _apply_changes(mariadb, db)
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(_pipeline(mariadb, db, tmp_path, catalog)))
-    crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    logged_before = len(_changelog(config, db))
-    assert logged_before == (0 if crash_at.startswith("stream.before_changelog") else len(EXPECTED))
+    for crash_at, logged in (
+        ("stream.before_changelog_commit:1", 0),
+        ("stream.after_changelog_commit:1", len(EXPECTED)),
+        ("stream.before_state:1", len(EXPECTED)),
+    ):
+        crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+        assert len(_changelog(config, db)) == logged, crash_at
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     rows = _changelog(config, db)
