@@ -46,9 +46,10 @@ from ingest.sink.targets import (
     store_partitions,
     table_of,
 )
-from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError
-from ingest.source.partitions import PartitionLayout, after_statement, partition_statement, removed_rows
+from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError, ddl_between
+from ingest.source.partitions import PartitionLayout, after_statement, partition_statement, read_layout, removed_rows
 from ingest.source.schema_after import schema_after
+from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def follow_ddl(
                 end_capture(spark, config, table, ddl)
                 state.forget(table.schema.table_id)  # a restart before the offset takes it as gone (gone_tables)
             elif ddl.kind == "partition":
-                remove_partition_rows(spark, config, table, ddl, begin.here)
+                remove_partition_rows(spark, config, conn, flavor, table, ddl, begin.here)
                 continue
             else:
                 evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
@@ -248,7 +249,13 @@ def truncate_table(
 
 
 def remove_partition_rows(
-    spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None = None
+    spark: Any,
+    config: PipelineConfig,
+    conn: Any,
+    flavor: str,
+    table: TableStream,
+    ddl: DdlStatement,
+    here: int | None = None,
 ) -> None:
     """Follow a DROP or TRUNCATE PARTITION, which logs no row events: the rows of those partitions, by the bounds
     the job kept for the table (ingest.source.partitions), are deleted from the target in one commit carrying the
@@ -262,6 +269,8 @@ def remove_partition_rows(
             "tables, partitions or tablespaces without logging them, and the job does not know which"
         )
     layout = _kept_partitions(config, schema)
+    if layout is None and found[0] == "truncate":
+        layout = _partitions_now(config, conn, flavor, schema, ddl)  # a TRUNCATE leaves the bounds as they were
     if layout is None:
         raise SchemaChangeError(
             f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) removes the rows "
@@ -289,6 +298,18 @@ def remove_partition_rows(
     crash_point("stream.after_partition_delete")
     store_partitions(spark, table_of(table.target), after_statement(layout, ddl.query))
     log.info("%s: followed the partition statement at %s: %s", schema.table_id, ddl.end, ddl.query[:200])
+
+
+def _partitions_now(
+    config: PipelineConfig, conn: Any, flavor: str, schema: TableSchema, ddl: DdlStatement
+) -> PartitionLayout | None:
+    """The server's partitions now, when no partition statement on the table came after `ddl`: they are then the
+    bounds right after it (None otherwise)."""
+    end = read_watermark(conn, flavor).position  # read before the layout: a later statement is in the range
+    later = ddl_between(config.source, [(schema.database, schema.table)], ddl.end, end)
+    if any(re.search(r"\bPARTITION", query, re.I) for _, query, _ in later):
+        return None
+    return read_layout(conn, schema.database, schema.table)
 
 
 def _kept_partitions(config: PipelineConfig, schema: TableSchema) -> PartitionLayout | None:

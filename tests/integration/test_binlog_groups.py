@@ -26,6 +26,7 @@ from ingest.model.schema import TableSchema
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
+from ingest.sink.targets import PARTITIONS_PROPERTY
 from ingest.source.binlog import BinlogReader
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
@@ -571,3 +572,36 @@ def test_a_partition_drop_whose_rows_the_job_cannot_tell_stops_it_by_name(
     _session(mariadb, "ALTER TABLE py DROP PARTITION p23")
     with pytest.raises(SchemaChangeError, match=r"groups.py: .*DROP PARTITION p23.* cannot tell which: .*year\(`d`\)"):
         run(config, spark=spark, until_caught_up=True)
+
+
+def test_a_target_copied_without_kept_bounds_follows_a_truncate_by_the_servers_and_keeps_them(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """A target copied before the job kept partition bounds: a DROP PARTITION stops by name, since the dropped
+    partition's bounds are gone from the server; a TRUNCATE PARTITION leaves them there, so it is followed by
+    the server's bounds (no partition statement came after it), which the job keeps from then on."""
+    _fresh(mariadb)
+    mariadb.execute(
+        f"CREATE TABLE {DB}.pk (id INT PRIMARY KEY) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), "
+        "PARTITION p1 VALUES LESS THAN (20), PARTITION p2 VALUES LESS THAN MAXVALUE)",
+        f"INSERT INTO {DB}.pk SELECT seq FROM {DB}.seq_1_to_30",
+    )
+    document = _document(mariadb, tmp_path)
+    document["sink"]["catalog_name"] = "kept_lake"
+    config = parse_config(document)
+    run(config, spark=spark, until_caught_up=True)
+    spark.sql(f"ALTER TABLE kept_lake.{DB}.pk UNSET TBLPROPERTIES ('{PARTITIONS_PROPERTY}')")  # as copied before
+    _session(mariadb, "ALTER TABLE pk DROP PARTITION p0")
+    with pytest.raises(SchemaChangeError, match=r"groups.pk: .*DROP PARTITION p0.* did not keep the table's partition"):
+        run(config, spark=spark, until_caught_up=True)
+    config = parse_config({**document, "stream": {"on_unfollowable": "recopy"}})
+    run(config, spark=spark, until_caught_up=True)  # copied again, with its bounds kept
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    spark.sql(f"ALTER TABLE kept_lake.{DB}.pk UNSET TBLPROPERTIES ('{PARTITIONS_PROPERTY}')")
+    _session(mariadb, "ALTER TABLE pk TRUNCATE PARTITION p1", "INSERT INTO pk VALUES (15)")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    _session(mariadb, "ALTER TABLE pk DROP PARTITION p1")  # by the bounds kept at the TRUNCATE
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
