@@ -495,10 +495,9 @@ class BinlogReader:
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     key = (event.schema, event.table)
-                    kind = event_kind(event)
                     images = None
                     if key in self._actions.watched:
-                        images, acted = self._key_actions(key, kind, event, end)
+                        images, acted = self._key_actions(key, event_kind(event), event, end)
                         if acted:
                             current = current if current is not None else Transaction(end)
                             current.actions.extend(acted)
@@ -516,6 +515,7 @@ class BinlogReader:
                     if current is None:
                         current = Transaction(end)
                     table_id = f"{key[0]}.{key[1]}"
+                    kind = event_kind(event)
                     changes = current.changes
                     if images is None:
                         images = self._images(key, kind, event, end)

@@ -140,14 +140,13 @@ def then(first: AlterColumns, second: AlterColumns) -> AlterColumns:
 
 def alter_columns(query: str, default_db: str) -> AlterColumns:
     """The column renames and drops of an ALTER TABLE statement (names as written, unquoted)."""
-    query = _plain(query)
-    head = _ALTER_TABLE.match(query)
-    if head is None:
+    clauses = alter_clauses(query)
+    if clauses is None:
         return AlterColumns()
     renamed: dict[str, str] = {}
     dropped: list[str] = []
     moved_to: TableName | None = None
-    for clause in split_top_level(query[head.end() :]):
+    for clause in clauses:
         if (m := _RENAME_COLUMN.match(clause)) and unquote(m["a"]) != unquote(m["b"]):
             renamed[unquote(m["a"])] = unquote(m["b"])
         elif (m := _CHANGE_COLUMN.match(clause)) and unquote(m["a"]) != unquote(m["b"]):
@@ -160,12 +159,10 @@ def alter_columns(query: str, default_db: str) -> AlterColumns:
 
 
 def alter_clauses(query: str) -> list[str] | None:
-    """The clauses of an ALTER TABLE statement, without comments, each on one line; None for another statement."""
+    """The clauses of an ALTER TABLE statement, without comments; None for another statement."""
     query = _plain(query)
     head = _ALTER_TABLE.match(query)
-    if head is None:
-        return None
-    return [" ".join(clause.split()) for clause in split_top_level(query[head.end() :])]
+    return None if head is None else split_top_level(query[head.end() :])
 
 
 def dropped_column(clause: str) -> str | None:

@@ -147,8 +147,9 @@ def _apply(slots: list[_Slot], statement: str, k: int, key_changes: list[int]) -
 
 
 def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> str:
-    def find(name: str) -> _Slot | None:
-        return next((s for s in slots if s.name.lower() == unquote(name).lower()), None)
+    def find(written: str) -> _Slot | None:
+        name = unquote(written).lower()
+        return next((s for s in slots if s.name.lower() == name), None)
 
     def redefine(slot: _Slot) -> None:
         slot.defined_at = k
@@ -178,26 +179,21 @@ def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> 
     if (
         (m := _ADD.match(clause))
         and unquote(m["a"]).upper() not in NOT_A_COLUMN
-        and not clause.upper().startswith("ADD PARTITION")
+        and not re.match(r"ADD\s+PARTITION\b", clause, re.I)
     ):
         if find(m["a"]) is not None:
             return "" if m["if"] else f"ADD of {unquote(m['a'])!r}, which exists"
         slot = _Slot(unquote(m["a"]), None, k)
         slots.append(slot)
         return move(slot)
-    if m := _CHANGE.match(clause):
-        changed = find(m["a"])
-        if changed is None:
-            return f"CHANGE of {unquote(m['a'])!r}: no such column"
-        changed.name = unquote(m["b"])
-        redefine(changed)
-        return move(changed)
-    if m := _MODIFY.match(clause):
-        modified = find(m["a"])
-        if modified is None:
-            return f"MODIFY of {unquote(m['a'])!r}: no such column"
-        redefine(modified)
-        return move(modified)
+    if m := _CHANGE.match(clause) or _MODIFY.match(clause):
+        redefined = find(m["a"])
+        if redefined is None:
+            return f"{clause.split()[0].upper()} of {unquote(m['a'])!r}: no such column"
+        if "b" in m.groupdict():  # CHANGE names it anew
+            redefined.name = unquote(m["b"])
+        redefine(redefined)
+        return move(redefined)
     if m := _RENAME.match(clause):
         renamed = find(m["a"])
         if renamed is None:
@@ -211,7 +207,7 @@ def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> 
         redefine(altered)
         return ""
     if (name := dropped_column(clause)) is not None:
-        dropped = find(name)
+        dropped = next((s for s in slots if s.name.lower() == name.lower()), None)
         if dropped is None:
             return "" if re.search(r"\bIF\s+EXISTS\b", clause, re.I) else f"DROP of {name!r}: no such column"
         slots.remove(dropped)
