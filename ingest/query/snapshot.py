@@ -30,6 +30,7 @@ from ingest.sink.recopy import finish_branch_copy
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.targets import (
+    COPY_BRANCH,
     chunks_done_in_target,
     copy_snapshots,
     copy_under_way,
@@ -40,7 +41,7 @@ from ingest.sink.targets import (
     table_of,
     target_columns,
 )
-from ingest.source.chunk_reader import ChunkHook, ChunkTask
+from ingest.source.chunk_reader import ChunkHook, ChunkTask, read_chunk
 from ingest.source.chunks import Chunk, split_table
 from ingest.source.mysql import connect
 from ingest.source.partitions import read_layout
@@ -213,9 +214,12 @@ def copy_chunks(
     table's chunks committed before)."""
     policy = config.options_for(schema.database, schema.table).on_unrepresentable
     tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
-    with connect(config.source) as conn:
-        floor = read_watermark(conn, flavor)
-    records = _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
+    if len(tasks) == 1 and policy != "dead_letter":
+        records = [_commit_in_driver(config, target, tasks[0], set(done))]
+    else:
+        with connect(config.source) as conn:
+            floor = read_watermark(conn, flavor)
+        records = _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
     crash_point("snapshot.after_commit")  # data committed, state table not yet written
     state.record_chunks(records)
     crash_point("snapshot.after_state")
@@ -355,6 +359,32 @@ def _commit_batch(
         high, low = Watermark.from_json(m["high"]), Watermark.from_json(m["low"])
         records.append(ChunkRecord(chunk, high, low, m["rows"], m["window_events"], snapshot_id))
     return records
+
+
+def _commit_in_driver(config: PipelineConfig, target: str, task: ChunkTask, done_before: set[int]) -> ChunkRecord:
+    """Read one chunk here, in the driver, and append it to the target with pyiceberg: a commit of one chunk has
+    nothing to read in parallel, and a Spark job would cost it seconds (a Python data source, its workers, the
+    JVM's conversion of every row) where the read and the append take milliseconds. Most small tables are one
+    chunk. The commit carries what `_commit_batch`'s does, so a run that dies before the state table's record
+    finds the chunk in the target's summaries the same way."""
+    from pyiceberg.table.refs import MAIN_BRANCH
+
+    schema, chunk = task.schema, task.chunk
+    result = read_chunk(task)
+    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    batch_info = {"floor": result.low.to_json(), "chunks": [chunk.index]}
+    properties = {
+        SUMMARY_PIPELINE: config.name,
+        SUMMARY_CHUNKS_DONE: encode_ranges(done_before | {chunk.index}),
+        SUMMARY_BATCH: json.dumps(batch_info, separators=(",", ":")),
+    }
+    crash_point("snapshot.before_commit")
+    rows = result.table.cast(table.schema().as_arrow())  # the target's required columns: a NULL fails here
+    branch = COPY_BRANCH if table_of(target) != target else MAIN_BRANCH  # `target` is on the copy branch, or not
+    table.append(rows, snapshot_properties=properties, branch=branch)
+    head = job_head(table.refresh())
+    snapshot_id = None if head is None else int(head.snapshot_id)
+    return ChunkRecord(chunk, result.high, result.low, result.table.num_rows, result.window_events, snapshot_id)
 
 
 def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, data: Any) -> Any:
