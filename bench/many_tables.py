@@ -1,17 +1,18 @@
-"""What the job pays per table: many small tables snapshotted and then caught up with nothing to stream (issue 39).
+"""What the job pays per table: many small tables against one table of as many rows (issue 39).
 
-A private MariaDB holds `--tables` tables of `--rows` rows each (an `INT` key, a `VARCHAR`, an `INT`, a
-`DATETIME(6)` and a `DECIMAL`). Measured in one run, one after another:
+A private MariaDB holds `--tables` tables of `--rows` rows each in database `many`, and one table of
+`--tables` x `--rows` rows in database `one` (each: an `INT` key, a `VARCHAR`, an `INT`, a `DATETIME(6)` and a
+`DECIMAL`). Measured in one run, for each of the two databases in turn:
 
 - **baseline**: one PyMySQL connection as the CDC user streams `SELECT *` of every table with an unbuffered
-  `SSCursor`, table after table, and discards the rows (the reference, ratio 1.00);
+  `SSCursor`, table after table, and discards the rows;
 - **snapshot**: `ingest run --snapshot-only`, exactly as a user runs it, into a fresh embedded warehouse
   (SQLite JDBC catalog, local files); its wall clock includes the JVM's start;
 - **idle catch-up**: `ingest run --until-caught-up` right after it, with no change to stream: what every run
   pays for the tables it captures.
 
-Printed: seconds, seconds per table, and the job's time as a multiple of the baseline's; `ingest verify` must
-find every table equal. Results go to `bench/results/many_tables-<UTC time>.json`.
+Printed: seconds, seconds per table, and the ratio of the many tables' time to the one table's (the same rows);
+`ingest verify` must find every table equal. Results go to `bench/results/many_tables-<UTC time>.json`.
 
     .venv/bin/python -m bench.many_tables                      # 100 tables of 1,000 rows
     .venv/bin/python -m bench.many_tables --tables 20 --rows 200
@@ -33,24 +34,24 @@ import pymysql
 import pymysql.cursors
 import yaml
 
-from bench.snapshot import CDC_USER, DATABASE, PASSWORD_ENV, BenchError, _progress, host_info, write_results
+from bench.snapshot import CDC_USER, PASSWORD_ENV, BenchError, _progress, host_info, write_results
 from ingest.devservers.mariadb import MariaDBServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def create_tables(server: MariaDBServer, tables: int, rows: int) -> list[str]:
+def create_tables(server: MariaDBServer, database: str, tables: int, rows: int) -> list[str]:
     names = [f"t{i:04d}" for i in range(tables)]
-    statements = [f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}"]
+    statements = [f"DROP DATABASE IF EXISTS {database}", f"CREATE DATABASE {database}"]
     for name in names:
         statements += [
-            f"CREATE TABLE {DATABASE}.{name} (id INT PRIMARY KEY, label VARCHAR(20), n INT, at DATETIME(6), "
+            f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, label VARCHAR(20), n INT, at DATETIME(6), "
             "amount DECIMAL(10,2))",
-            f"INSERT INTO {DATABASE}.{name} SELECT seq, CONCAT('r', seq), seq * 3, "
-            f"TIMESTAMP('2026-01-01') + INTERVAL seq SECOND, seq / 7 FROM {DATABASE}.seq_1_to_{rows}",
+            f"INSERT INTO {database}.{name} SELECT seq, CONCAT('r', seq), seq * 3, "
+            f"TIMESTAMP('2026-01-01') + INTERVAL seq SECOND, seq / 7 FROM {database}.seq_1_to_{rows}",
         ]
     server.execute(*statements)
-    return names
+    return [f"{database}.{name}" for name in names]
 
 
 def baseline(server: MariaDBServer, names: list[str], password: str) -> float:
@@ -60,7 +61,7 @@ def baseline(server: MariaDBServer, names: list[str], password: str) -> float:
     try:
         for name in names:
             with conn.cursor(pymysql.cursors.SSCursor) as cur:
-                cur.execute(f"SELECT * FROM `{DATABASE}`.`{name}`")
+                cur.execute("SELECT * FROM {}.{}".format(*(f"`{part}`" for part in name.split("."))))
                 for _ in cur:
                     pass
     finally:
@@ -84,44 +85,40 @@ def job(config_file: Path, *args: str) -> float:
     return seconds
 
 
-def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    password = secrets.token_urlsafe(16)
-    os.environ[PASSWORD_ENV] = password
-    with MariaDBServer(server_id=7) as server:
-        server.create_cdc_user(CDC_USER, password)
-        _progress(f"creating {args.tables} tables of {args.rows} rows")
-        names = create_tables(server, args.tables, args.rows)
-        document = {
-            "name": "many",
-            "source": {
-                "host": server.host,
-                "port": server.port,
-                "user": CDC_USER,
-                "password": {"env": PASSWORD_ENV},
-                "flavor": "mariadb",
-                "server_id": 7401,
+def measure(server: MariaDBServer, password: str, database: str, names: list[str], scratch: Path) -> dict[str, Any]:
+    """The three runs of one database's tables, into a warehouse of their own under `scratch`."""
+    scratch.mkdir()
+    document = {
+        "name": database,
+        "source": {
+            "host": server.host,
+            "port": server.port,
+            "user": CDC_USER,
+            "password": {"env": PASSWORD_ENV},
+            "flavor": "mariadb",
+            "server_id": 7401,
+        },
+        "tables": {"include": [rf"{database}\..*"]},
+        "sink": {
+            "catalog_name": "lake",
+            "catalog": {
+                "type": "jdbc",
+                "uri": f"jdbc:sqlite:{scratch}/catalog.db",
+                "warehouse": f"file://{scratch}/warehouse",
             },
-            "tables": {"include": [rf"{DATABASE}\..*"]},
-            "sink": {
-                "catalog_name": "lake",
-                "catalog": {
-                    "type": "jdbc",
-                    "uri": f"jdbc:sqlite:{scratch}/catalog.db",
-                    "warehouse": f"file://{scratch}/warehouse",
-                },
-            },
-        }
-        config_file = scratch / "pipeline.yaml"
-        config_file.write_text(yaml.safe_dump(document))
-        _progress("baseline")
-        base = baseline(server, names, password)
-        _progress("snapshot")
-        snapshot = job(config_file, "run", "--snapshot-only")
-        _progress("idle catch-up")
-        idle = job(config_file, "run", "--until-caught-up")
-        _progress("verify")
-        job(config_file, "verify")
-    return {"baseline_s": base, "snapshot_s": snapshot, "idle_catch_up_s": idle}
+        },
+    }
+    config_file = scratch / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(document))
+    _progress(f"{database}: baseline")
+    base = baseline(server, names, password)
+    _progress(f"{database}: snapshot")
+    snapshot = job(config_file, "run", "--snapshot-only")
+    _progress(f"{database}: idle catch-up")
+    idle = job(config_file, "run", "--until-caught-up")
+    _progress(f"{database}: verify")
+    job(config_file, "verify")
+    return {"tables": len(names), "baseline_s": base, "snapshot_s": snapshot, "idle_catch_up_s": idle}
 
 
 def main() -> None:
@@ -130,15 +127,24 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000, help="rows in each (default 1,000)")
     args = parser.parse_args()
     results: dict[str, Any] = {"host": host_info(), "tables": args.tables, "rows": args.rows}
-    with tempfile.TemporaryDirectory(prefix="bench-many-") as scratch:
-        results.update(measure(args, Path(scratch)))
-    print(f"{args.tables} tables of {args.rows} rows")
-    print(f"{'run':<28}{'s':>9}{'s/table':>10}{'time / base':>12}")
-    for label, key in (("baseline: SSCursor SELECT *", "baseline_s"), ("ingest run --snapshot-only", "snapshot_s")):
-        seconds = results[key]
-        print(f"{label:<28}{seconds:>9.1f}{seconds / args.tables:>10.3f}{seconds / results['baseline_s']:>12.1f}")
-    idle = results["idle_catch_up_s"]
-    print(f"{'idle --until-caught-up':<28}{idle:>9.1f}{idle / args.tables:>10.3f}{'':>12}")
+    password = secrets.token_urlsafe(16)
+    os.environ[PASSWORD_ENV] = password
+    with MariaDBServer(server_id=7) as server, tempfile.TemporaryDirectory(prefix="bench-many-") as scratch:
+        server.create_cdc_user(CDC_USER, password)
+        _progress(f"creating {args.tables} tables of {args.rows} rows, and one of {args.tables * args.rows}")
+        many = create_tables(server, "many", args.tables, args.rows)
+        one = create_tables(server, "one", 1, args.tables * args.rows)
+        results["many"] = measure(server, password, "many", many, Path(scratch) / "many")
+        results["one"] = measure(server, password, "one", one, Path(scratch) / "one")
+    print(f"{args.tables} tables of {args.rows} rows (many) against one table of {args.tables * args.rows} (one)")
+    print(f"{'run':<30}{'many s':>9}{'one s':>9}{'many/one':>10}{'s/table':>9}")
+    for label, key in (
+        ("baseline: SSCursor SELECT *", "baseline_s"),
+        ("ingest run --snapshot-only", "snapshot_s"),
+        ("idle --until-caught-up", "idle_catch_up_s"),
+    ):
+        m, o = results["many"][key], results["one"][key]
+        print(f"{label:<30}{m:>9.1f}{o:>9.1f}{m / o:>10.2f}{m / args.tables:>9.3f}")
     print(f"results: {write_results(results, 'many_tables')}")
 
 
