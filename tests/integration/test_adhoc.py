@@ -156,27 +156,42 @@ def _move_keys(cur: Any, n: int, table: str, keys: int) -> None:
     cur.execute(f"UPDATE IGNORE {table} SET id = %s WHERE id = %s", (1 + n * 13 % quarter, keys + 1 + n * 29 % keys))
 
 
-def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resumed_while_the_others_stream(
+def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_request_paused_and_resumed(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """The request comes first, for certain: the table is created without a binlog entry, so the job cannot
-    begin to copy it by itself (the other order is the next test). The query reads the chunks in chunk batches
-    between its binlog batches."""
+    """One job, while the binlog keeps flowing for `bal`, in two steps.
+
+    Tables created or renamed into the pattern are copied without a request: the job ends its query at the
+    statement, plans the new tables and starts it again; the query then reads their chunks in chunk batches
+    between its binlog batches.
+
+    Then a table is copied on request, paused and resumed. The request comes first, for certain: the table is
+    created without a binlog entry, so the job cannot begin to copy it by itself (the other order is the next
+    test)."""
     db = "adhoc_new"
     _fresh_db(mariadb, db)
     mariadb.execute(
         f"CREATE TABLE {db}.bal (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {db}.bal SELECT seq, 0 FROM {db}.seq_1_to_80",
+        f"CREATE TABLE {db}.staging (id INT PRIMARY KEY, v INT)",  # not matched until renamed
+        f"INSERT INTO {db}.staging SELECT seq, seq FROM {db}.seq_1_to_80",
+        f"CREATE TABLE {db}.staging2 LIKE {db}.staging",
+        f"INSERT INTO {db}.staging2 SELECT * FROM {db}.staging",
     )
     config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(bal|fresh)", db, LIVE_SNAPSHOT, signal_poll_seconds=1
+        mariadb, db, tmp_path, rf"{db}\.(bal|fresh|auto_.*)", db, LIVE_SNAPSHOT, signal_poll_seconds=1
     )
     log = _Log(job)
     config_file = str(tmp_path / "pipeline.yaml")
-    fresh = threading.Event()
+    created, later, fresh = threading.Event(), threading.Event(), threading.Event()
 
     def write(cur: Any, n: int) -> None:
         cur.execute("UPDATE bal SET v = v + 1 WHERE id = %s", (1 + n % 80,))
+        if created.is_set():
+            _move_keys(cur, n, "auto_new", 120)
+            _move_keys(cur, n, "auto_renamed", 80)
+        if later.is_set():
+            _move_keys(cur, n, "auto_later", 80)
         if fresh.is_set():
             _move_keys(cur, n, "fresh", 200)
 
@@ -186,6 +201,24 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
     try:
         with background_writes(mariadb, db, write):
             _wait("the job streams", lambda: _streaming(config), job, log)
+            # Back to back: the job ends its binlog phase at the CREATE, finds both tables, and reads the RENAME
+            # again in the next phase (the renamed table's target already has what it did).
+            mariadb.execute(
+                f"CREATE TABLE {db}.auto_new (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.auto_new SELECT seq, 0 FROM {db}.seq_1_to_120",
+                f"RENAME TABLE {db}.staging TO {db}.auto_renamed",
+            )
+            created.set()
+            for table in ("auto_new", "auto_renamed"):
+                _wait(f"{table} is copied", lambda t=table: _copied(config, f"{db}.{t}"), job, log)
+            mariadb.execute(f"ALTER TABLE {db}.staging2 RENAME TO {db}.auto_later")  # alone: its own restart
+            later.set()
+            _wait("auto_later is copied", lambda: _copied(config, f"{db}.auto_later"), job, log)
+            # Changes after the last chunk go through the binlog phase too.
+            _wait("a binlog batch after the copy", lambda: _streamed_after_copy(config, db, "auto_later"), job, log)
+            created.clear()
+            later.clear()
+
             mariadb.execute(
                 "SET SESSION sql_log_bin = 0",
                 f"CREATE TABLE {db}.fresh (id INT PRIMARY KEY, v INT)",
@@ -216,18 +249,25 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
             resumed = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--resume")
             assert resumed.returncode == 0, resumed.stderr[-2000:]
             _wait("the new table is copied", lambda: _copied(config, f"{db}.fresh"), job, log)
-            # Changes after the last chunk go through the binlog phase too.
             _wait("a binlog batch after the copy", lambda: _streamed_after_copy(config, db, "fresh"), job, log)
         err = _stop(job, log)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+    assert f"{db}.auto_new: named by a DDL statement" in err, err[-3000:]
+    assert f"{db}.auto_later: named by a DDL statement" in err, err[-3000:]
     chunks = len(StateTable.open(config).plan(f"{db}.fresh") or [])
-    assert chunks >= 3 and f"chunks {chunks}/{chunks} read while streaming" in err, err[-3000:]
-    # Refused requests write nothing: they run while verify reads.
+    assert chunks >= 3 and f"{db}.fresh: chunks {chunks}/{chunks} read while streaming" in err, err[-3000:]
+    # Refused requests write nothing, and the one for the next run changes no plan: they run while verify reads.
     captured = _ingest_meanwhile("snapshot", "--config", config_file, "--table", f"{db}.fresh")
     complete = _ingest_meanwhile("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--pause")
     unmatched = _ingest_meanwhile("snapshot", "--config", config_file, "--table", f"{db}.acct")
+    before = load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid
+    # Asked while no job runs: the next run copies it again, into a branch of the same Iceberg table (readers keep
+    # the old rows until the copy is complete, tests/integration/test_recopy.py).
+    again = _ingest_meanwhile("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--again")
+    # Every table the job wrote, fresh's last changes included, is equal to MySQL (the others were last written
+    # before fresh was created, long before the stop).
     assert verify(config)
     assert set(StateTable.open(config).times_recorded(f"{db}.fresh").values()) == {1}  # no chunk read twice
     # The binlog kept flowing for the other table while the new one was copied, chunk by chunk.
@@ -241,12 +281,8 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
     assert refused.returncode == 2 and "nothing to pause" in refused.stderr, refused.stderr
     refused = unmatched()
     assert refused.returncode == 2 and "not a table" in refused.stderr, refused.stderr
-
-    # Asked while no job runs: the next run copies it again, into a branch of the same Iceberg table (readers keep
-    # the old rows until the copy is complete, tests/integration/test_recopy.py).
-    before = load_pyiceberg_catalog(config.sink).load_table((db, "fresh")).metadata.table_uuid
-    again = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--again")
-    assert again.returncode == 0, again.stderr[-2000:]
+    asked_again = again()
+    assert asked_again.returncode == 0, asked_again.stderr[-2000:]
     status_json = run_ingest("status", "--config", config_file, "--json")
     assert json.loads(status_json.stdout)["snapshot_requests"] == [{"table": f"{db}.fresh", "again": True}]
     run(config, spark=spark, until_caught_up=True)
@@ -254,6 +290,8 @@ def test_a_table_created_while_the_job_runs_is_copied_on_request_paused_and_resu
     assert fresh_table.metadata.table_uuid == before and set(fresh_table.metadata.refs) == {"main"}
     assert StateTable.open(config).requests().snapshot == {}
     assert verify(config)
+    tables = ("auto_later", "auto_new", "auto_renamed", "bal", "fresh")
+    assert StateTable.open(config).tables() == [f"{db}.{t}" for t in tables]
 
 
 def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_succeeds(
@@ -368,64 +406,3 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
     assert set(StateTable.open(config).times_recorded(table_id).values()) == {1}
     assert StateTable.open(config).requests().snapshot == {}
     assert set(load_pyiceberg_catalog(config.sink).load_table((db, "t")).metadata.refs) == {"main"}
-
-
-def test_tables_created_or_renamed_into_the_pattern_while_the_job_runs_are_copied_without_a_request(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    """The job ends its query at the statement, plans the new tables and starts it again; the query then reads
-    their chunks in chunk batches between its binlog batches."""
-    db = "adhoc_auto"
-    mariadb.execute(
-        f"DROP DATABASE IF EXISTS {db}",
-        f"CREATE DATABASE {db}",
-        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)",
-        f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_40",
-        f"CREATE TABLE {db}.staging (id INT PRIMARY KEY, v INT)",  # not matched until renamed
-        f"INSERT INTO {db}.staging SELECT seq, seq FROM {db}.seq_1_to_80",
-        f"CREATE TABLE {db}.staging2 LIKE {db}.staging",
-        f"INSERT INTO {db}.staging2 SELECT * FROM {db}.staging",
-    )
-    config, job = _start_streaming_job(
-        mariadb, db, tmp_path, rf"{db}\.(t|auto_.*)", db, LIVE_SNAPSHOT, signal_poll_seconds=1
-    )
-    log = _Log(job)
-    created, later = threading.Event(), threading.Event()
-
-    def write(cur: Any, n: int) -> None:
-        cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (1 + n % 40,))
-        if created.is_set():
-            _move_keys(cur, n, "auto_new", 120)
-            _move_keys(cur, n, "auto_renamed", 80)
-        if later.is_set():
-            _move_keys(cur, n, "auto_later", 80)
-
-    try:
-        with background_writes(mariadb, db, write):
-            _wait("the job streams", lambda: _streaming(config), job, log)
-            # Back to back: the job ends its binlog phase at the CREATE, finds both tables, and reads the RENAME
-            # again in the next phase (the renamed table's target already has what it did).
-            mariadb.execute(
-                f"CREATE TABLE {db}.auto_new (id INT PRIMARY KEY, v INT)",
-                f"INSERT INTO {db}.auto_new SELECT seq, 0 FROM {db}.seq_1_to_120",
-                f"RENAME TABLE {db}.staging TO {db}.auto_renamed",
-            )
-            created.set()
-            for table in ("auto_new", "auto_renamed"):
-                _wait(f"{table} is copied", lambda t=table: _copied(config, f"{db}.{t}"), job, log)
-            mariadb.execute(f"ALTER TABLE {db}.staging2 RENAME TO {db}.auto_later")  # alone: its own restart
-            later.set()
-            _wait("auto_later is copied", lambda: _copied(config, f"{db}.auto_later"), job, log)
-            # Changes after the last chunk go through the binlog phase too.
-            _wait("a binlog batch after the copy", lambda: _streamed_after_copy(config, db, "auto_later"), job, log)
-        err = _stop(job, log)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    assert f"{db}.auto_new: named by a DDL statement" in err, err[-3000:]
-    assert f"{db}.auto_later: named by a DDL statement" in err, err[-3000:]
-    # A stop reads on for at most 10 s (StopPoint); on a loaded machine the job may still be behind the writer
-    # then. What it left is read by the next run: nothing committed is missing, as verify shows after it.
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config), err[-3000:]
-    assert StateTable.open(config).tables() == [f"{db}.{t}" for t in ("auto_later", "auto_new", "auto_renamed", "t")]
