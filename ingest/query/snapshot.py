@@ -214,8 +214,9 @@ def copy_chunks(
     table's chunks committed before)."""
     policy = config.options_for(schema.database, schema.table).on_unrepresentable
     tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
-    if len(tasks) == 1 and policy != "dead_letter":
-        records = [_commit_in_driver(config, target, tasks[0], set(done))]
+    alone = _commit_in_driver(config, target, tasks[0], set(done)) if len(tasks) == 1 else None
+    if alone is not None:
+        records = [alone]
     else:
         with connect(config.source) as conn:
             floor = read_watermark(conn, flavor)
@@ -361,17 +362,27 @@ def _commit_batch(
     return records
 
 
-def _commit_in_driver(config: PipelineConfig, target: str, task: ChunkTask, done_before: set[int]) -> ChunkRecord:
+def _commit_in_driver(
+    config: PipelineConfig, target: str, task: ChunkTask, done_before: set[int]
+) -> ChunkRecord | None:
     """Read one chunk here, in the driver, and append it to the target with pyiceberg: a commit of one chunk has
     nothing to read in parallel, and a Spark job would cost it seconds (a Python data source, its workers, the
     JVM's conversion of every row) where the read and the append take milliseconds. Most small tables are one
     chunk. The commit carries what `_commit_batch`'s does, so a run that dies before the state table's record
-    finds the chunk in the target's summaries the same way."""
+    finds the chunk in the target's summaries the same way.
+
+    None, with nothing read, where Spark must write: rejected values to keep (`dead_letter`), a partitioned
+    target (pyiceberg computes bucket transforms only with a native extension the job does not install), a
+    format 3 target (pyiceberg does not write those)."""
     from pyiceberg.table.refs import MAIN_BRANCH
 
     schema, chunk = task.schema, task.chunk
-    result = read_chunk(task)
+    if task.on_unrepresentable == "dead_letter":
+        return None
     table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    if table.format_version > 2 or not table.spec().is_unpartitioned():
+        return None
+    result = read_chunk(task)
     batch_info = {"floor": result.low.to_json(), "chunks": [chunk.index]}
     properties = {
         SUMMARY_PIPELINE: config.name,
