@@ -11,6 +11,7 @@ from ingest.config import PartitionField, PipelineConfig
 from ingest.errors import ConfigError
 from ingest.model.columns import TargetColumn, map_columns, quote_identifier
 from ingest.model.schema import TableSchema
+from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
 from ingest.sink.summary import snapshot_properties as summary_properties
@@ -63,11 +64,11 @@ def ensure_target_created(
     then)."""
     namespace, name = config.target_for(schema.database, schema.table)
     table = qualified(config, namespace, name)
-    created = not spark.catalog.tableExists(table)
+    # The catalog is asked directly: every run ensures every target, and a Spark statement costs far more.
+    catalog = cached_pyiceberg_catalog(config.sink)
+    created = not catalog.table_exists((namespace, name))
     if created:
-        ns = ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split(".")))
-        # Asked only for a table to create: every run ensures every target, and this is a Spark statement each.
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
+        catalog.create_namespace_if_not_exists(tuple(namespace.split(".")))
         layout = None if partitions is None else partitions()
         columns = ", ".join(
             f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
@@ -89,7 +90,7 @@ def ensure_target_created(
             f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg{partitioned} TBLPROPERTIES ({tblprops})"
         )
         keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
-        spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")
+        spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")  # by Spark: pyiceberg cannot commit to format 3
         log.info("created %s for %s", table, schema.table_id)
     return table, created
 
