@@ -5,6 +5,7 @@ target is dropped and copied as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -35,9 +36,9 @@ from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target, copy_under_way, lineage
 from ingest.state.table import StateTable
 from tests.conftest import embedded_sink, run_ingest, source_section
-from tests.integration.test_adhoc import _Log, _stop, _wait
+from tests.integration.test_adhoc import _Log, _stop
 from tests.integration.test_binlog_edges import purge_binlogs
-from tests.integration.test_streaming import _start_streaming_job, _wait_until_streaming, background_writes
+from tests.integration.test_streaming import _start_streaming_job, background_writes
 
 pytestmark = pytest.mark.integration
 
@@ -68,6 +69,13 @@ def _setup(
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
     return parse_config(data, tmp_path), config_file
+
+
+def _first_copy(spark: Any, config: PipelineConfig) -> None:
+    """The target's first copy, whose rows readers keep seeing while it is copied again: in one chunk commit, as
+    how it was committed is no test's point (the copies the tests watch or kill commit chunk by chunk)."""
+    snapshot = dataclasses.replace(config.snapshot, chunks_per_commit=CHUNKS)
+    run(dataclasses.replace(config, snapshot=snapshot), spark=spark, until_caught_up=True)
 
 
 def _target(config: PipelineConfig, db: str) -> Any:
@@ -148,6 +156,46 @@ def _once_each(config: PipelineConfig, db: str) -> None:
     assert len(offsets) == len(set(offsets)), "a binlog batch was committed twice"
 
 
+POLL = 0.25
+"""Seconds between looks at the running job's state while waiting on it."""
+
+
+def _wait(what: str, done: Callable[[], bool], job: Any, log: _Log, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert job.poll() is None, f"the job stopped while waiting until {what}: {log.text()[-3000:]}"
+        assert time.monotonic() < deadline, f"not {what} after {seconds} s"
+        time.sleep(POLL)
+
+
+def _streaming(config: PipelineConfig) -> bool:
+    """The job has read every chunk and committed a binlog batch (a binlog batch alone does not say the snapshot
+    is complete: the query reads chunks between binlog batches)."""
+    try:
+        state = StateTable.open(config)
+    except Exception:  # noqa: BLE001 - the catalog is created by the job
+        return False
+    copied = all(len(state.done(t)) == len(state.plan(t) or []) for t in state.tables())
+    return copied and state.stream_offset() is not None
+
+
+def _streams_on_into_main(config: PipelineConfig, db: str, job: Any, log: _Log) -> None:
+    """Once the copy is swapped in: until main holds a binlog-phase commit made after the snapshot it has now (the
+    job streams on into main after the copy)."""
+    swapped = _target(config, db).current_snapshot().snapshot_id
+
+    def streamed() -> bool:
+        for s in lineage(_target(config, db)):
+            if s.snapshot_id == swapped:
+                return False
+            props = s.summary.additional_properties
+            if SUMMARY_STREAM_OFFSET in props and SUMMARY_MAINTENANCE not in props:
+                return True
+        return False
+
+    _wait("a binlog commit into main after the swap", streamed, job, log)
+
+
 def _caught_up(spark: Any, config: PipelineConfig) -> None:
     """Catch up after a SIGTERM stop, before comparing with MySQL: a stop reads on for at most 10 s (StopPoint), and
     on a loaded machine the job can still be behind the writer's last changes then (CI's 3 workers on 2 cores). The
@@ -165,7 +213,7 @@ def test_readers_of_main_see_the_old_rows_while_resnapshot_copies_into_the_branc
     """Fails on the old behaviour: a dropped target is missing, then empty, then partial while it is copied."""
     db = "recopy_offline"
     config, _ = _setup(mariadb, db, tmp_path)
-    run(config, spark=spark, until_caught_up=True)
+    _first_copy(spark, config)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 100")  # the old rows differ from the new copy
     old = _rows(_target(config, db))
     assert len(old) == KEYS and old != _mysql(mariadb, db)
@@ -177,30 +225,47 @@ def test_readers_of_main_see_the_old_rows_while_resnapshot_copies_into_the_branc
     assert _target(config, db).metadata.table_uuid == uuid  # the same table: never dropped
 
 
-@pytest.mark.parametrize(
-    "crash_at",
-    ["snapshot.after_commit:3", "recopy.before_swap", "recopy.after_swap"],
-    ids=["between-chunk-commits", "before-swap", "after-swap"],
-)
+def _killed_at(config: PipelineConfig, config_file: Path, crash_at: str) -> None:
+    """`ingest run --until-caught-up` in a process of its own, killed (SIGKILL) at `crash_at`."""
+    killed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+    assert killed.returncode == -signal.SIGKILL, (crash_at, killed.stderr[-3000:])
+
+
+def _branch_kept(config: PipelineConfig, db: str, old: dict[int, int]) -> None:
+    """After a kill before the swap: the copy is still under way, readers of main see exactly the old rows."""
+    table = _target(config, db)
+    assert copy_under_way(table) and _rows(table) == old
+    assert table_status(config)[0]["copy_branch"] == COPY_BRANCH
+
+
 def test_a_job_killed_during_the_branch_copy_ends_equal_with_the_branch_gone(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, crash_at: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
+    """One table killed at each point of its branch copy in turn, with DML after every kill that the next run must
+    take: between two chunk commits, then (the resumed run copying the rest) between the last chunk and the swap;
+    the run after that swaps and streams. Then a second copy, whole in one process, killed right after its swap:
+    main is then exactly MySQL, and DML after it streams into main."""
     db = "recopy_kill"
-    config, config_file = _setup(mariadb, db, tmp_path, crash_at.split(":")[0].replace(".", "_"))
-    run(config, spark=spark, until_caught_up=True)
+    config, config_file = _setup(mariadb, db, tmp_path)
+    _first_copy(spark, config)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id > 200")
     old = _rows(_target(config, db))
     assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
 
-    killed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    table = _target(config, db)
-    if crash_at == "recopy.after_swap":
-        assert not copy_under_way(table) and _rows(table) == _mysql(mariadb, db)
-    else:
-        assert copy_under_way(table) and _rows(table) == old
-        assert table_status(config)[0]["copy_branch"] == COPY_BRANCH
+    _killed_at(config, config_file, "snapshot.after_commit:3")
+    _branch_kept(config, db, old)
     mariadb.execute(f"UPDATE {db}.t SET v = 0 WHERE id % 10 = 0", f"DELETE FROM {db}.t WHERE id = 5")
+    _killed_at(config, config_file, "recopy.before_swap")
+    _branch_kept(config, db, old)
+    mariadb.execute(f"UPDATE {db}.t SET v = 1 WHERE id % 10 = 1", f"DELETE FROM {db}.t WHERE id = 6")
+    run(config, spark=spark, until_caught_up=True)
+    _once_each(config, db)
+
+    assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
+    _killed_at(config, config_file, "recopy.after_swap")
+    table = _target(config, db)
+    assert not copy_under_way(table) and _rows(table) == _mysql(mariadb, db)
+    mariadb.execute(f"UPDATE {db}.t SET v = 2 WHERE id % 10 = 2", f"DELETE FROM {db}.t WHERE id = 7")
     run(config, spark=spark, until_caught_up=True)
     _once_each(config, db)
 
@@ -212,7 +277,7 @@ def test_a_resnapshot_stopped_between_its_two_steps_is_finished_by_the_next_run(
     them for chunks of the new copy (the branch would stay empty, then replace main)."""
     db = "recopy_half"
     config, _ = _setup(mariadb, db, tmp_path)
-    run(config, spark=spark, until_caught_up=True)
+    _first_copy(spark, config)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id > 100")
     monkeypatch.setenv(FAIL_ENV, "resnapshot.before_forget")
     reset_fault_counts()
@@ -229,7 +294,7 @@ def test_a_copy_asked_again_while_its_branch_copy_is_under_way_starts_that_copy_
 ) -> None:
     db = "recopy_twice"
     config, _ = _setup(mariadb, db, tmp_path)
-    run(config, spark=spark, until_caught_up=True)
+    _first_copy(spark, config)
     assert resnapshot(config, [f"{db}.t"]).branched == (f"{db}.t",)
     monkeypatch.setenv(FAIL_ENV, "snapshot.after_state:3")  # the run fails with 3 chunks in the branch
     reset_fault_counts()
@@ -262,13 +327,13 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
     log = _Log(job)
     try:
         with background_writes(mariadb, db, _bump):
-            _wait_until_streaming(config, job)
+            _wait("the job is streaming", lambda: _streaming(config), job, log)
             uuid = _target(config, db).metadata.table_uuid
             asked = run_ingest("snapshot", "--config", str(tmp_path / "pipeline.yaml"), "--table", f"{db}.t", "--again")
             assert asked.returncode == 0, asked.stderr[-2000:]
             _wait("the job took the request", lambda: copy_under_way(_target(config, db)), job, log)
             seen = _watch_main(config, db, lambda: job.poll() is not None or not copy_under_way(_target(config, db)))
-            time.sleep(3)  # the binlog phase goes on into main after the swap
+            _streams_on_into_main(config, db, job, log)
         err = _stop(job, log)
     finally:
         if job.poll() is None:
@@ -308,12 +373,12 @@ def test_a_ddl_evolve_cannot_follow_copies_the_table_again_through_its_branch_wh
 
     try:
         with background_writes(mariadb, db, write):
-            _wait_until_streaming(config, job)
+            _wait("the job is streaming", lambda: _streaming(config), job, log)
             uuid = _target(config, db).metadata.table_uuid
             mariadb.execute(f"ALTER TABLE {db}.t MODIFY v SMALLINT")
             _wait("the job met the DDL", lambda: copy_under_way(_target(config, db)), job, log)
             seen = _watch_main(config, db, lambda: job.poll() is not None or not copy_under_way(_target(config, db)))
-            time.sleep(3)
+            _streams_on_into_main(config, db, job, log)
         err = _stop(job, log)
     finally:
         if job.poll() is None:
@@ -335,7 +400,7 @@ def test_a_job_killed_at_a_ddl_it_copies_again_copies_it_on_the_next_run(
     leaves a run that copies it and ends equal. A new primary key fits the branch too (Iceberg stores no key)."""
     db = "recopy_ddl_kill"
     config, config_file = _setup(mariadb, db, tmp_path, on_unfollowable="recopy")
-    run(config, spark=spark, until_caught_up=True)
+    _first_copy(spark, config)
     mariadb.execute(
         f"UPDATE {db}.t SET v = -v WHERE id <= 10",
         f"ALTER TABLE {db}.t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)",
@@ -357,7 +422,7 @@ def test_a_source_schema_that_no_longer_fits_the_target_drops_it_as_before_and_s
 ) -> None:
     db = "recopy_misfit"
     config, _ = _setup(mariadb, db, tmp_path)
-    run(config, spark=spark, until_caught_up=True)
+    _first_copy(spark, config)
     mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN x INT DEFAULT 7")  # with the job stopped: not followed
     with caplog.at_level(logging.WARNING, logger="ingest.sink.recopy"):
         over = resnapshot(config, [f"{db}.t"])
@@ -374,7 +439,7 @@ def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_thro
     """`stop` (the default) still stops with the way out: test_binlog_edges.py's purged-binlog test."""
     db = "recopy_purged"
     config, _ = _setup(mariadb, db, tmp_path, on_purged="resnapshot")
-    run(config, spark=spark, until_caught_up=True)
+    _first_copy(spark, config)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 50")
     run(config, spark=spark, until_caught_up=True)
     assert StateTable.open(config).stream_offset() is not None
