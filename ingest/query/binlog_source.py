@@ -88,10 +88,12 @@ class BinlogSourceSpec:
 
 @dataclass(frozen=True)
 class ChunkBatch:
-    """A micro-batch of chunks to read: one commit of one table's chunks not read yet."""
+    """A micro-batch of chunks to read: one commit of one table's chunks not read yet; or, of tables with one chunk
+    left each (small tables, mostly), that chunk of each, a commit per table. A micro-batch costs the query far
+    more than reading and committing one small chunk does."""
 
-    table_id: str
-    chunks: tuple[Chunk, ...]
+    parts: tuple[tuple[str, tuple[Chunk, ...]], ...]
+    """(table id, its chunks to read), in the order they are read."""
 
 
 CHUNKS_KEY = "chunks"
@@ -102,8 +104,16 @@ def source_offset(mark: Watermark, chunks: ChunkBatch | None = None) -> dict[str
     """The source's offset: the binlog watermark, and for a chunk batch the chunks it reads."""
     offset: dict[str, Any] = mark.to_json()
     if chunks is not None:
-        offset[CHUNKS_KEY] = {"table": chunks.table_id, "indices": [c.index for c in chunks.chunks]}
+        offset[CHUNKS_KEY] = {"parts": [[table_id, [c.index for c in part]] for table_id, part in chunks.parts]}
     return offset
+
+
+def offset_parts(chunks: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
+    """The (table id, chunk indices) an offset's `CHUNKS_KEY` names; also as versions before several tables'
+    chunks shared a batch wrote it (one table), which a kept checkpoint may hold."""
+    if "parts" in chunks:
+        return [(str(table_id), [int(i) for i in indices]) for table_id, indices in chunks["parts"]]
+    return [(str(chunks["table"]), [int(i) for i in chunks["indices"]])]
 
 
 def offset_mark(offset: Mapping[str, Any]) -> Watermark:
@@ -229,9 +239,11 @@ class BinlogStreamReader:
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
         mark = offset_mark(end)
         if CHUNKS_KEY in end:  # the same chunks (the sink skips those read already)
-            table = self._tables[end[CHUNKS_KEY]["table"]]
-            by_index = {c.index: c for c in table.chunks}
-            chunks = ChunkBatch(table.schema.table_id, tuple(by_index[i] for i in end[CHUNKS_KEY]["indices"]))
+            parts = []
+            for table_id, indices in offset_parts(end[CHUNKS_KEY]):
+                by_index = {c.index: c for c in self._tables[table_id].chunks}
+                parts.append((table_id, tuple(by_index[i] for i in indices)))
+            chunks = ChunkBatch(tuple(parts))
             return iter(_rows(SourceBatch(None, [], BatchEnd(end), chunks=chunks)))
         items = self._replay(self._begin(start), mark)
         return iter(_rows(self._prepare(items, mark, None)))
@@ -246,18 +258,23 @@ class BinlogStreamReader:
     # -- chunks
 
     def _next_chunks(self) -> ChunkBatch | None:
-        """One commit of the chunks not read yet of the first table not paused that has some; None: none to offer
-        now."""
+        """One commit of the chunks not read yet of the first table not paused that has some; when that table has
+        one left, the one left of each table not paused that has one left (up to `snapshot.chunks_per_commit`
+        tables). None: none to offer now."""
         if not self.spec.read_chunks or time.monotonic() < self._held_until:
             return None
         unread = {t: table.unread for t, table in self._tables.items() if table.unread}
         if not unread:
             return None
         paused = self._paused_tables()
-        for table_id, chunks in sorted(unread.items()):
-            if table_id not in paused:
-                return ChunkBatch(table_id, tuple(chunks[: self.spec.config.snapshot.chunks_per_commit]))
-        return None
+        ready = [(table_id, tuple(chunks)) for table_id, chunks in sorted(unread.items()) if table_id not in paused]
+        if not ready:
+            return None
+        per_commit = self.spec.config.snapshot.chunks_per_commit
+        first_id, first = ready[0]
+        if len(first) > 1:
+            return ChunkBatch(((first_id, first[:per_commit]),))
+        return ChunkBatch(tuple(part for part in ready if len(part[1]) == 1)[:per_commit])
 
     def _hand_chunks(
         self, begin: Watermark, chunks: ChunkBatch
@@ -274,12 +291,14 @@ class BinlogStreamReader:
             return False
         state = self._state_table()
         state.reload()
-        records = state.done(offered.table_id)
-        table = self._tables.get(offered.table_id)
         read = 0
-        if table is not None:
+        for table_id, chunks in offered.parts:
+            table = self._tables.get(table_id)
+            if table is None:
+                continue
+            records = state.done(table_id)
             slot = {c.index: i for i, c in enumerate(table.chunks)}
-            for chunk in offered.chunks:
+            for chunk in chunks:
                 record = records.get(chunk.index)
                 if record is not None and record.high_watermark is not None:
                     table.chunk_highs[slot[chunk.index]] = record.high_watermark.position

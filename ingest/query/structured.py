@@ -182,9 +182,10 @@ class _Sink:
     def _read_chunks(self, chunks: ChunkBatch) -> None:
         """A chunk batch: its chunks read and committed, their high watermarks recorded in the state table (where
         the source learns them), unless the source's load or a DDL not followed yet holds them back."""
-        table = self.begin.by_id.get(chunks.table_id)
-        if table is not None and self.hooks.read_chunks is not None:
-            self.hooks.read_chunks(table, chunks.chunks, self.conn)
+        for table_id, part in chunks.parts:
+            table = self.begin.by_id.get(table_id)
+            if table is not None and self.hooks.read_chunks is not None:
+                self.hooks.read_chunks(table, part, self.conn)
 
     def close(self) -> None:
         """Wait for the batch being committed, and refuse later ones."""

@@ -4,16 +4,18 @@ phase's behaviour, test_chaos random kills). Tests that apply changes end with `
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ingest.commands.verify import verify
-from ingest.config import PipelineConfig
+from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import ConfigError, SchemaChangeError
 from ingest.model.position import Watermark
@@ -25,7 +27,7 @@ from ingest.query.structured import query_name
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable
-from tests.conftest import run_ingest
+from tests.conftest import embedded_sink, run_ingest, source_section
 from tests.integration.test_streaming import (
     _config,
     _fresh_db,
@@ -99,6 +101,49 @@ def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_o
     state = StateTable.open(config)
     for table in ("acct", "tag"):
         assert state.times_recorded(f"{db}.{table}") == {i: 1 for i in range(len(state.plan(f"{db}.{table}") or []))}
+
+
+def test_small_tables_share_a_chunk_batch_and_a_kill_9_between_their_commits_reads_each_chunk_once(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Tables of one chunk each are read in one chunk batch, a commit per table appended by the driver. Killed after
+    the second table's commit and before the state table records it: the kept checkpoint's batch names all three
+    tables, the next run records the second from its target's snapshot summary, replays the batch, reads only the
+    third, and every change in the binlog lands."""
+    db = "slone"
+    tables = ("l1", "l2", "l3")
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        *(f"CREATE TABLE {db}.{t} (id INT NOT NULL PRIMARY KEY, v VARCHAR(10))" for t in tables),
+        *(f"INSERT INTO {db}.{t} SELECT seq, CONCAT('{t}-', seq) FROM {db}.seq_1_to_30" for t in tables),
+        *(f"UPDATE {db}.{t} SET v = 'changed' WHERE id % 4 = 0" for t in tables),
+        *(f"DELETE FROM {db}.{t} WHERE id = 7" for t in tables),
+    )
+    checkpoint = tmp_path / "checkpoint"
+    data = {
+        "name": db,
+        "source": source_section(mariadb),
+        "tables": {"include": [rf"{db}\..*"]},
+        "sink": {**embedded_sink(tmp_path), "catalog_name": f"s_{db}"},
+        "snapshot": {"chunk_size": 50},
+        "stream": {"batch_interval_seconds": 1, "checkpoint_location": str(checkpoint)},
+    }
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    config = parse_config(data, tmp_path)
+    crashed = run_ingest("run", "--config", str(config_file), crash_at="snapshot.after_commit:2")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    planned = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])["chunks"]
+    assert planned == {"parts": [[f"{db}.{t}", [0]] for t in tables]}, planned  # one micro-batch for the three
+    state = StateTable.open(config)
+    assert [len(state.done(f"{db}.{t}")) for t in tables] == [1, 0, 0]  # l2 committed, not recorded; l3 unread
+    mariadb.execute(f"UPDATE {db}.l3 SET v = 'after' WHERE id < 5", f"INSERT INTO {db}.l1 VALUES (100, 'new')")
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    state = StateTable.open(config)
+    for t in tables:
+        assert state.times_recorded(f"{db}.{t}") == {0: 1}, t
 
 
 class _QueriesStarted(StreamingQueryListener):  # type: ignore[misc]

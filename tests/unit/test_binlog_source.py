@@ -29,6 +29,7 @@ from ingest.query.binlog_source import (
     _rows,
     decode_batch,
     offset_mark,
+    offset_parts,
     source_offset,
 )
 from ingest.query.structured import _as_ingest_error, checkpoint_problem
@@ -151,24 +152,24 @@ def test_the_source_offers_one_commit_of_chunks_of_the_first_table_not_paused_an
     reader, state = _reader(monkeypatch)
     state.paused = frozenset({"db.b"})
     offered = reader._next_chunks()
-    assert offered is not None and offered.table_id == "db.c"  # db.a is read, db.b paused
-    assert [c.index for c in offered.chunks] == [0, 1]  # snapshot.chunks_per_commit
+    assert offered is not None and [t for t, _ in offered.parts] == ["db.c"]  # db.a is read, db.b paused
+    assert [c.index for c in offered.parts[0][1]] == [0, 1]  # snapshot.chunks_per_commit
     mark = Watermark(BinlogPosition("b.000001", 70), None, 1)
     rows, end = reader._hand_chunks(mark, offered)
-    assert offset_mark(end) == mark and end[CHUNKS_KEY] == {"table": "db.c", "indices": [0, 1]}
+    assert offset_mark(end) == mark and end[CHUNKS_KEY] == {"parts": [["db.c", [0, 1]]]}
     assert reader._begin(end) == mark  # the next batch reads the binlog from where the chunk batch began
     assert decode_batch(list(rows)).chunks == offered
     assert list(reader.readBetweenOffsets(mark.to_json(), end)) == _rows(
         SourceBatch(None, [], BatchEnd(end), chunks=offered)
     )  # a replay is the same chunks
-    state.records["db.c"] = {0: ChunkRecord(offered.chunks[0], Watermark(BinlogPosition("b.000001", 90), None, 1))}
+    state.records["db.c"] = {0: ChunkRecord(offered.parts[0][1][0], Watermark(BinlogPosition("b.000001", 90), None, 1))}
     assert reader._learn() and state.reloads == 1
     assert reader._tables["db.c"].chunk_highs == [BinlogPosition("b.000001", 90), None, None]
     assert not reader._learn()  # only right after a chunk batch
     state.paused = frozenset()
     reader._paused_looked = -float("inf")  # `stream.signal_poll_seconds` later
     again = reader._next_chunks()
-    assert again is not None and again.table_id == "db.b"
+    assert again is not None and [t for t, _ in again.parts] == ["db.b"]
 
 
 def test_a_chunk_batch_the_sink_read_none_of_is_offered_again_only_after_a_binlog_batch_or_an_interval(
@@ -187,9 +188,37 @@ def test_a_chunk_batch_the_sink_read_none_of_is_offered_again_only_after_a_binlo
 def test_a_source_offset_is_a_watermark_and_only_a_chunk_batch_adds_its_chunks() -> None:
     mark = Watermark(BinlogPosition("b.000002", 4), None, 7)
     assert source_offset(mark) == mark.to_json() and offset_mark(source_offset(mark)) == mark
-    chunks = ChunkBatch("db.t", (Chunk("db.t", 3, (1,), (2,)),))
+    chunks = ChunkBatch((("db.t", (Chunk("db.t", 3, (1,), (2,)),)),))
     assert offset_mark(source_offset(mark, chunks)) == mark
-    assert source_offset(mark, chunks)[CHUNKS_KEY] == {"table": "db.t", "indices": [3]}
+    assert source_offset(mark, chunks)[CHUNKS_KEY] == {"parts": [["db.t", [3]]]}
+    assert offset_parts(source_offset(mark, chunks)[CHUNKS_KEY]) == [("db.t", [3])]
+    # as a kept checkpoint of a version that gave one table's chunks per batch holds it
+    assert offset_parts({"table": "db.t", "indices": [3, 4]}) == [("db.t", [3, 4])]
+
+
+def test_tables_with_one_chunk_left_share_a_chunk_batch_and_a_table_with_more_has_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader, state = _reader(monkeypatch)  # db.a read; db.b and db.c have 3 chunks left each
+    for table_id in ("db.b", "db.c"):
+        reader._tables[table_id].chunk_highs[:2] = [BinlogPosition("b.000001", 100)] * 2  # one left each
+    offered = reader._next_chunks()
+    assert offered is not None
+    assert [(t, [c.index for c in part]) for t, part in offered.parts] == [("db.b", [2]), ("db.c", [2])]
+    mark = Watermark(BinlogPosition("b.000001", 70), None, 1)
+    rows, end = reader._hand_chunks(mark, offered)
+    assert decode_batch(list(rows)).chunks == offered
+    assert list(reader.readBetweenOffsets(mark.to_json(), end)) == _rows(
+        SourceBatch(None, [], BatchEnd(end), chunks=offered)
+    )  # a replay is the same chunks of the same tables
+    high = Watermark(BinlogPosition("b.000001", 90), None, 1)
+    state.records["db.c"] = {2: ChunkRecord(offered.parts[1][1][0], high)}  # the sink read db.c's, not db.b's
+    assert reader._learn()
+    assert reader._tables["db.c"].unread == [] and len(reader._tables["db.b"].unread) == 1
+    reader._tables["db.b"].chunk_highs[1] = None  # db.b with two left: a batch of its own, before db.c's one
+    reader._tables["db.c"].chunk_highs[2] = None
+    alone = reader._next_chunks()
+    assert alone is not None and [(t, [c.index for c in part]) for t, part in alone.parts] == [("db.b", [1, 2])]
 
 
 class _Polled:
