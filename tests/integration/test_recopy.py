@@ -48,10 +48,11 @@ SNAPSHOT = {"chunk_size": 40, "chunks_per_commit": 1, "parallelism": 2}
 
 
 def _setup(
-    mariadb: MariaDBServer, db: str, tmp_path: Path, catalog: str = "lake", **stream: Any
+    mariadb: MariaDBServer, db: str, tmp_path: Path, tables: str = "t", **stream: Any
 ) -> tuple[PipelineConfig, Path]:
-    """`db.t` with KEYS rows, and its pipeline (also as a file, for runs in a subprocess). The module's Spark
-    session keeps the first catalog of a name: each test names its own."""
+    """`db.t` with KEYS rows, and a pipeline of the `tables` of `db` (a pattern; also as a file, for runs in a
+    subprocess). The module's Spark session keeps the first catalog of a name: each test's is named after its
+    database."""
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
@@ -61,8 +62,8 @@ def _setup(
     data = {
         "name": db,
         "source": source_section(mariadb),
-        "tables": {"include": [rf"{db}\.t"]},
-        "sink": {**embedded_sink(tmp_path), "catalog_name": f"{db}_{catalog}"},
+        "tables": {"include": [rf"{db}\.{tables}"]},
+        "sink": {**embedded_sink(tmp_path), "catalog_name": f"{db}_lake"},
         "snapshot": SNAPSHOT,
         "stream": {"batch_interval_seconds": 1, **stream},
     }
@@ -312,6 +313,12 @@ def test_a_copy_asked_again_while_its_branch_copy_is_under_way_starts_that_copy_
     assert sum(SUMMARY_BATCH in props for props in history) == CHUNKS
 
 
+def _streaming_and_maintained(config: PipelineConfig, log: _Log) -> bool:
+    """The job streams, and has started its maintenance of the target once: so that none during the copy says
+    something."""
+    return _streaming(config) and any("maintenance starts" in line for line in log.lines)
+
+
 def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_readers_see_main_whole(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
@@ -319,7 +326,8 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
     neither compacts nor expires the table though it is due every 2 commits): every reading sees that one
     snapshot, with every key. Fails on the old behaviour (the target dropped)."""
     db = "recopy_live"
-    _setup(mariadb, db, tmp_path)
+    first, _ = _setup(mariadb, db, tmp_path)
+    _first_copy(spark, first)  # the job below starts with the target copied: it streams, then is asked to copy again
     maintenance = {"maintenance": {"every_commits": 2, "expire_after_hours": 0}}
     config, job = _start_streaming_job(
         mariadb, db, tmp_path, rf"{db}\.t", f"{db}_lake", SNAPSHOT, sink=maintenance, signal_poll_seconds=1
@@ -327,7 +335,7 @@ def test_snapshot_again_asked_of_a_running_job_copies_into_the_branch_while_read
     log = _Log(job)
     try:
         with background_writes(mariadb, db, _bump):
-            _wait("the job is streaming", lambda: _streaming(config), job, log)
+            _wait("the job streams and has compacted once", lambda: _streaming_and_maintained(config, log), job, log)
             uuid = _target(config, db).metadata.table_uuid
             asked = run_ingest("snapshot", "--config", str(tmp_path / "pipeline.yaml"), "--table", f"{db}.t", "--again")
             assert asked.returncode == 0, asked.stderr[-2000:]
@@ -357,11 +365,12 @@ def test_a_ddl_evolve_cannot_follow_copies_the_table_again_through_its_branch_wh
     committed, the table is copied again into its branch, which its Iceberg columns (still `int`) hold, so readers
     of main keep the old rows, whole, until the swap; the other table streams on meanwhile."""
     db = "recopy_ddl"
-    _setup(mariadb, db, tmp_path)
+    first, _ = _setup(mariadb, db, tmp_path, "(t|u)")
     mariadb.execute(
         f"CREATE TABLE {db}.u (id INT NOT NULL PRIMARY KEY, v INT)",
         f"INSERT INTO {db}.u SELECT seq, 0 FROM {db}.seq_1_to_20",
     )
+    _first_copy(spark, first)  # the job below starts with both targets copied
     config, job = _start_streaming_job(
         mariadb, db, tmp_path, rf"{db}\.(t|u)", f"{db}_lake", SNAPSHOT, on_unfollowable="recopy"
     )
