@@ -118,8 +118,9 @@ def _run(
                 return
             # The query reads the chunks, in chunk batches between its binlog batches (a paused table's chunks stay
             # unread, and its keys' changes are held back until they are read).
-            for schema in schemas:
-                ready_table(spark, config, state, info.flavor, schema)
+            with state.one_commit():  # every table's plan in one state commit
+                for schema in schemas:
+                    ready_table(spark, config, state, info.flavor, schema)
             try:
                 stream_taking_requests(
                     spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook

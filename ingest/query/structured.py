@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,10 +182,12 @@ class _Sink:
     def _read_chunks(self, chunks: ChunkBatch) -> None:
         """A chunk batch: its chunks read and committed, their high watermarks recorded in the state table (where
         the source learns them), unless the source's load or a DDL not followed yet holds them back."""
-        for table_id, part in chunks.parts:
-            table = self.begin.by_id.get(table_id)
-            if table is not None and self.hooks.read_chunks is not None:
-                self.hooks.read_chunks(table, part, self.conn)
+        # Several small tables: their records in one state commit (a table's own costs as much as its copy).
+        with self.state.one_commit() if len(chunks.parts) > 1 else nullcontext():
+            for table_id, part in chunks.parts:
+                table = self.begin.by_id.get(table_id)
+                if table is not None and self.hooks.read_chunks is not None:
+                    self.hooks.read_chunks(table, part, self.conn)
 
     def close(self) -> None:
         """Wait for the batch being committed, and refuse later ones."""

@@ -16,7 +16,8 @@ import logging
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +120,8 @@ class StateTable:
         self._offset_source_time: int | None = None
         self._offset_recorded_at: dt.datetime | None = None
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
+        self._pending: list[dict[str, Any]] | None = None
+        """Rows appended inside `one_commit`, written when it ends."""
         self._load()
 
     @classmethod
@@ -239,6 +242,7 @@ class StateTable:
             row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
         rows = pa.Table.from_pylist([row], schema=STATE_ARROW_SCHEMA)
         ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
+        self._flush()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first offset
             _retry_commit(self._table, lambda: self._table.overwrite(rows, overwrite_filter=ours))
@@ -391,12 +395,42 @@ class StateTable:
         self._offset_source_time = None
         self._offset_recorded_at = None
 
+    @contextmanager
+    def one_commit(self) -> Iterator[None]:
+        """Plans and chunk records made inside are written in one commit when the block ends, also when it raises
+        (each stands for what was done before it), but not if the process dies first: they are then planned again,
+        or found in the targets' snapshot summaries (`reconcile`), as after a crash between a target's commit and
+        its record. Many small tables each cost a commit otherwise. Inside, what this object says is already
+        up to date; other writes (deletes, the offset) write the pending rows first, keeping their order."""
+        if self._pending is not None:
+            yield  # inside an outer block: its commit takes these too
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            self._flush()
+            self._pending = None
+
+    def _flush(self) -> None:
+        """Write the rows `one_commit` holds so far (its block stays open)."""
+        if self._pending:
+            rows, self._pending = self._pending, []
+            self._write(rows)
+
     def _delete(self, rows: str) -> None:
+        self._flush()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Delete operation did not match any records")
             _retry_commit(self._table, lambda: self._table.delete(rows))
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
+        if self._pending is not None:
+            self._pending.extend(rows)
+        else:
+            self._write(rows)
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
         data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)
         _retry_commit(self._table, lambda: self._table.append(data))
 

@@ -205,3 +205,34 @@ def test_snapshot_requests_are_read_fresh_and_go_with_the_tables_state(tmp_path:
     assert job.plan("db.t") is None
     cli.ask_snapshot(["db.new"], again=False)
     assert StateTable.open(config).tables() == []  # request rows are not tables
+
+
+def test_plans_and_records_inside_one_commit_are_written_together_and_in_order_with_other_writes(
+    tmp_path: Path,
+) -> None:
+    """Many small tables: their plans and chunk records in one state commit, readable at once by the writer; a
+    delete inside the block writes what came before it first, so the order of writes holds."""
+    config = _config(tmp_path, "one")
+    state = StateTable.open(config)
+    commits = len(state._table.snapshots())
+    at = Watermark(BinlogPosition("b.000001", 4), None, 1)
+    with state.one_commit():
+        for name in ("a", "b", "c"):
+            chunk = Chunk(f"db.{name}", 0, None, None)
+            state.save_plan(f"db.{name}", [chunk], at)
+            state.record_chunks([ChunkRecord(chunk, at, at)])
+            assert state.plan(f"db.{name}") == [chunk] and list(state.done(f"db.{name}")) == [0]
+        assert StateTable.open(config).tables() == []  # nothing written yet
+        state.forget("db.b")  # a delete: the rows before it are written first, then it removes db.b's
+        assert StateTable.open(config).tables() == ["db.a", "db.c"]
+        with state.one_commit():  # an inner block joins the outer one
+            state.save_plan("db.d", [Chunk("db.d", 0, None, None)], at)
+        assert StateTable.open(config).tables() == ["db.a", "db.c"]
+    again = StateTable.open(config)
+    assert again.tables() == ["db.a", "db.c", "db.d"]
+    assert again.times_recorded("db.a") == {0: 1} and again.times_recorded("db.b") == {}
+    assert len(again._table.snapshots()) == commits + 3  # the rows before the delete, the delete, the rest
+    with pytest.raises(RuntimeError), state.one_commit():  # what was done before an error is still recorded
+        state.save_plan("db.e", [Chunk("db.e", 0, None, None)], at)
+        raise RuntimeError("the copy of the next table failed")
+    assert "db.e" in StateTable.open(config).tables()

@@ -106,10 +106,10 @@ def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_o
 def test_small_tables_share_a_chunk_batch_and_a_kill_9_between_their_commits_reads_each_chunk_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """Tables of one chunk each are read in one chunk batch, a commit per table appended by the driver. Killed after
-    the second table's commit and before the state table records it: the kept checkpoint's batch names all three
-    tables, the next run records the second from its target's snapshot summary, replays the batch, reads only the
-    third, and every change in the binlog lands."""
+    """Tables of one chunk each are read in one chunk batch: a commit per table, appended by the driver, and one
+    state commit for the batch's records. Killed after the second table's commit, before that state commit: the
+    kept checkpoint's batch names all three tables, the next run records the first two from their targets'
+    snapshot summaries, replays the batch, reads only the third, and every change in the binlog lands."""
     db = "slone"
     tables = ("l1", "l2", "l3")
     mariadb.execute(
@@ -137,7 +137,8 @@ def test_small_tables_share_a_chunk_batch_and_a_kill_9_between_their_commits_rea
     planned = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])["chunks"]
     assert planned == {"parts": [[f"{db}.{t}", [0]] for t in tables]}, planned  # one micro-batch for the three
     state = StateTable.open(config)
-    assert [len(state.done(f"{db}.{t}")) for t in tables] == [1, 0, 0]  # l2 committed, not recorded; l3 unread
+    assert [len(state.done(f"{db}.{t}")) for t in tables] == [0, 0, 0]  # l1 and l2 committed, none recorded
+    assert len(state.plan(f"{db}.l3") or []) == 1  # the plans were recorded, in one commit before the query
     mariadb.execute(f"UPDATE {db}.l3 SET v = 'after' WHERE id < 5", f"INSERT INTO {db}.l1 VALUES (100, 'new')")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
