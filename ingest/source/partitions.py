@@ -5,8 +5,9 @@ events. The rows they removed are those whose partitioning column falls in the p
 definitions give: for RANGE [the previous partition's bound, its own), for LIST its values. The bounds must be
 those of the statement's moment: the server shows only today's partitions, and a dropped one is gone from them, so
 the job keeps the layout it read with the table's plan and carries it through each partition statement it follows
-(`after_statement`). Partitioning by an expression, HASH and KEY, and a layout the job did not keep are reasons
-given back, never a guess.
+(`after_statement`). RANGE and LIST by a column, or by YEAR, TO_DAYS or UNIX_TIMESTAMP of one (time-partitioned
+tables), are followed. Other expressions, HASH and KEY, and a layout the job did not keep are reasons given back,
+never a guess.
 """
 
 from __future__ import annotations
@@ -127,16 +128,36 @@ def after_statement(layout: PartitionLayout | None, query: str) -> PartitionLayo
 
 
 _COLUMN = re.compile(r"^\s*`((?:[^`]|``)+)`\s*$|^\s*([\w$]+)\s*$")
+_FUNCTION = re.compile(r"^\s*(\w+)\s*\(\s*(`(?:[^`]|``)+`|[\w$]+)\s*\)\s*$")
+_SPARK_OF = {
+    # MariaDB's partitioning functions whose value Spark computes alike from the target's column:
+    "year": "year({})",  # of a DATE or DATETIME (DATE, TIMESTAMP_NTZ): the calendar year
+    "to_days": "(datediff({}, DATE'1970-01-01') + 719528)",  # days since year 0, as TO_DAYS counts them
+    "unix_timestamp": "unix_seconds({})",  # of a TIMESTAMP (UTC): whole seconds since the epoch
+}
+
+
+def _partition_value(layout: PartitionLayout, quote: Any) -> str:
+    """The Spark SQL value of a row that the partitions' bounds are compared with: the partitioning column, or the
+    function of it (`quote` quotes the column's name); ValueError with the reason for any other partitioning."""
+    method = layout.method.upper()
+    column = _COLUMN.match(layout.expression)
+    if column is not None and method in ("RANGE", "RANGE COLUMNS", "LIST", "LIST COLUMNS"):
+        return str(quote((column[1] or "").replace("``", "`") or column[2]))
+    function = _FUNCTION.match(layout.expression)
+    if function is not None and method in ("RANGE", "LIST") and function[1].lower() in _SPARK_OF:
+        return _SPARK_OF[function[1].lower()].format(quote(unquote(function[2])))
+    raise ValueError(
+        f"the table is partitioned by {method} ({layout.expression}), not RANGE or LIST of one column or of "
+        "YEAR, TO_DAYS or UNIX_TIMESTAMP of one"
+    )
 
 
 def removed_rows(layout: PartitionLayout, names: tuple[str, ...], quote: Any) -> str:
-    """A Spark SQL condition on the target's column that holds exactly the rows of partitions `names`
-    (`quote` quotes the column's name); ValueError with the reason when no such condition can be told."""
+    """A Spark SQL condition on the target's columns that holds exactly the rows of partitions `names`
+    (`quote` quotes a column's name); ValueError with the reason when no such condition can be told."""
     method = layout.method.upper()
-    m = _COLUMN.match(layout.expression)
-    if m is None or method not in ("RANGE", "RANGE COLUMNS", "LIST", "LIST COLUMNS"):
-        raise ValueError(f"the table is partitioned by {method} ({layout.expression}), not RANGE or LIST of one column")
-    column = quote((m[1] or "").replace("``", "`") or m[2])
+    column = _partition_value(layout, quote)
     wanted = [n.lower() for n in names]
     if wanted == ["all"]:
         wanted = [p[0].lower() for p in layout.partitions]

@@ -556,21 +556,50 @@ def test_dropped_and_truncated_partitions_land_in_iceberg_equal_to_mysql_across_
         assert len(offsets) == len(set(offsets)), f"{table}: a statement or batch committed twice"
 
 
-def test_a_partition_drop_whose_rows_the_job_cannot_tell_stops_it_by_name(
+def test_time_partitions_by_year_to_days_and_unix_timestamp_are_followed_and_another_function_stops_by_name(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
+    """Time-partitioned tables, dropped and truncated by partition: the rows go where Spark's year, day number and
+    epoch seconds of the target's column say MariaDB's YEAR, TO_DAYS and UNIX_TIMESTAMP put them (verify compares
+    every row). A partitioning function the job cannot compute alike (MONTH) stops it, naming the statement."""
     _fresh(mariadb)
     mariadb.execute(
         f"CREATE TABLE {DB}.py (id INT, d DATE, PRIMARY KEY (id, d)) PARTITION BY RANGE (YEAR(d)) ("
-        "PARTITION p23 VALUES LESS THAN (2024), PARTITION pmax VALUES LESS THAN MAXVALUE)",
-        f"INSERT INTO {DB}.py VALUES (1, '2023-05-05'), (2, '2024-05-05')",
+        "PARTITION p23 VALUES LESS THAN (2024), PARTITION p24 VALUES LESS THAN (2025), "
+        "PARTITION pmax VALUES LESS THAN MAXVALUE)",
+        f"CREATE TABLE {DB}.pd (id INT, d DATETIME(6), PRIMARY KEY (id, d)) PARTITION BY RANGE (TO_DAYS(d)) ("
+        "PARTITION p0 VALUES LESS THAN (TO_DAYS('2024-03-01')), PARTITION p1 VALUES LESS THAN (TO_DAYS('2024-03-02')), "
+        "PARTITION pmax VALUES LESS THAN MAXVALUE)",
+        f"CREATE TABLE {DB}.pu (id INT, at TIMESTAMP(3) NOT NULL, PRIMARY KEY (id, at)) "
+        "PARTITION BY RANGE (UNIX_TIMESTAMP(at)) ("
+        "PARTITION p0 VALUES LESS THAN (UNIX_TIMESTAMP('2024-03-01 00:00:00')), "
+        "PARTITION p1 VALUES LESS THAN (UNIX_TIMESTAMP('2024-03-02 00:00:00')), "
+        "PARTITION pmax VALUES LESS THAN MAXVALUE)",
+        f"CREATE TABLE {DB}.pm (id INT, d DATE, PRIMARY KEY (id, d)) PARTITION BY RANGE (MONTH(d)) ("
+        "PARTITION h1 VALUES LESS THAN (7), PARTITION h2 VALUES LESS THAN MAXVALUE)",
+        # The edges of each partition: its first and last day, and around midnight of the bounds.
+        f"INSERT INTO {DB}.py VALUES (1, '2023-12-31'), (2, '2024-01-01'), (3, '2024-12-31'), (4, '2025-01-01')",
+        f"INSERT INTO {DB}.pd VALUES (1, '2024-02-29 23:59:59.999999'), (2, '2024-03-01 00:00:00'), "
+        "(3, '2024-03-01 23:59:59.5'), (4, '2024-03-02 00:00:00')",
+        f"INSERT INTO {DB}.pu VALUES (1, '2024-02-29 23:59:59.999'), (2, '2024-03-01 00:00:00'), "
+        "(3, '2024-03-01 23:59:59.5'), (4, '2024-03-02 00:00:00')",
+        f"INSERT INTO {DB}.pm VALUES (1, '2024-05-05'), (2, '2024-08-08')",
     )
     document = _document(mariadb, tmp_path)
-    document["sink"]["catalog_name"] = "year_lake"
+    document["sink"]["catalog_name"] = "time_lake"
     config = parse_config(document)
     run(config, spark=spark, until_caught_up=True)
-    _session(mariadb, "ALTER TABLE py DROP PARTITION p23")
-    with pytest.raises(SchemaChangeError, match=r"groups.py: .*DROP PARTITION p23.* cannot tell which: .*year\(`d`\)"):
+    _session(
+        mariadb,
+        "ALTER TABLE py DROP PARTITION p24",
+        "ALTER TABLE pd TRUNCATE PARTITION p1",
+        "ALTER TABLE pu DROP PARTITION p1",
+        "INSERT INTO py VALUES (5, '2024-06-06')",  # into pmax now
+    )
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)  # row for row: each table lost exactly its partition's rows
+    _session(mariadb, "ALTER TABLE pm DROP PARTITION h1")
+    with pytest.raises(SchemaChangeError, match=r"groups.pm: .*DROP PARTITION h1.* cannot tell which: .*month\(`d`\)"):
         run(config, spark=spark, until_caught_up=True)
 
 

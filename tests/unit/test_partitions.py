@@ -46,10 +46,22 @@ def test_list_partitions_hold_their_values_and_null_where_listed() -> None:
     )
 
 
+def test_time_partitions_by_year_to_days_or_unix_timestamp_compare_the_function_of_the_column() -> None:
+    years = PartitionLayout("RANGE", "year(`d`)", (("p23", "2024"), ("p24", "2025")))
+    assert removed_rows(years, ("p24",), quote) == "(year(t.`d`) >= 2024 AND year(t.`d`) < 2025)"
+    days = PartitionLayout("RANGE", "to_days(`d`)", (("p0", "739252"),))  # TO_DAYS('2024-01-01')
+    value = "(datediff(t.`d`, DATE'1970-01-01') + 719528)"
+    assert removed_rows(days, ("p0",), quote) == f"({value} < 739252 OR {value} IS NULL)"
+    seconds = PartitionLayout("LIST", "UNIX_TIMESTAMP(`at`)", (("p0", "0,86400"),))
+    assert removed_rows(seconds, ("p0",), quote) == "(unix_seconds(t.`at`) IN (0, 86400))"
+
+
 @pytest.mark.parametrize(
     ("layout", "names", "reason"),
     [
-        (PartitionLayout("RANGE", "year(`d`)", (("p", "2024"),)), ("p",), "not RANGE or LIST of one column"),
+        (PartitionLayout("RANGE", "month(`d`)", (("p", "6"),)), ("p",), "not RANGE or LIST of one column"),
+        (PartitionLayout("RANGE", "`a` + `b`", (("p", "6"),)), ("p",), "not RANGE or LIST of one column"),
+        (PartitionLayout("RANGE COLUMNS", "year(`d`)", (("p", "6"),)), ("p",), "not RANGE or LIST of one column"),
         (PartitionLayout("HASH", "`id`", (("p0", None),)), ("p0",), "not RANGE or LIST of one column"),
         (RANGE, ("gone",), "partition gone is not in the layout the job kept"),
     ],
