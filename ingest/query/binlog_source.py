@@ -60,7 +60,12 @@ from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
 
-SCHEMA = "seq LONG, kind STRING, payload BINARY"
+SCHEMA = "seq LONG, kind STRING, payload BINARY, changes LONG"
+"""A micro-batch's rows: one per part (`_rows`), the part pickled; `changes` is the row changes a table's part
+applies (0 for the other parts), which the query observes for Spark's progress (`OBSERVED`)."""
+SourceRow = tuple[int, str, bytes, int]
+OBSERVED = "ingest"
+"""The name of the query's observed metrics (`observedMetrics` of its progress): `changes` per micro-batch."""
 
 
 @dataclass(frozen=True)
@@ -164,14 +169,17 @@ def decode_batch(rows: list[Any]) -> SourceBatch:
     return SourceBatch(ddl, tables, pickle.loads(bytes(ordered[-1][2])), named, chunks)
 
 
-def _rows(batch: SourceBatch) -> list[tuple[int, str, bytes]]:
+def _rows(batch: SourceBatch) -> list[SourceRow]:
     """The rows of a batch: its DDL, each table's part (Arrow tables pickle as their buffers), then its end."""
     parts: list[tuple[str, Any]] = [("ddl", batch.ddl)] if batch.ddl is not None else []
     parts += [("table", part) for part in batch.tables]
     parts += [("named", batch.named)] if batch.named is not None else []
     parts += [("chunks", batch.chunks)] if batch.chunks is not None else []
     parts.append(("end", batch.end))
-    return [(i, kind, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)) for i, (kind, part) in enumerate(parts)]
+    return [
+        (i, kind, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL), part.applied if kind == "table" else 0)
+        for i, (kind, part) in enumerate(parts)
+    ]
 
 
 class BinlogStreamReader:
@@ -211,7 +219,7 @@ class BinlogStreamReader:
     def initialOffset(self) -> dict[str, Any]:
         return self.spec.resume.to_json()
 
-    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[int, str, bytes]], dict[str, Any]]:
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[SourceRow], dict[str, Any]]:
         begin = self._begin(start)
         if self._prefetch is None or self._batch is None or self._batch.begin != begin:
             self._open(begin)
@@ -236,7 +244,7 @@ class BinlogStreamReader:
         rows = _rows(self._prepare(batch.items, batch.end, batch.at, batch.named))
         return iter(rows), source_offset(batch.end)
 
-    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[int, str, bytes]]:
+    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[SourceRow]:
         mark = offset_mark(end)
         if CHUNKS_KEY in end:  # the same chunks (the sink skips those read already)
             parts = []
@@ -276,9 +284,7 @@ class BinlogStreamReader:
             return ChunkBatch(((first_id, first[:per_commit]),))
         return ChunkBatch(tuple(part for part in ready if len(part[1]) == 1)[:per_commit])
 
-    def _hand_chunks(
-        self, begin: Watermark, chunks: ChunkBatch
-    ) -> tuple[Iterator[tuple[int, str, bytes]], dict[str, Any]]:
+    def _hand_chunks(self, begin: Watermark, chunks: ChunkBatch) -> tuple[Iterator[SourceRow], dict[str, Any]]:
         self._offered = chunks
         end = source_offset(begin, chunks)
         return iter(_rows(SourceBatch(None, [], BatchEnd(end), chunks=chunks))), end

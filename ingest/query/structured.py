@@ -35,7 +35,14 @@ from ingest.model.changes import TablesNamed
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.batch import TableStream, catch_up_end
-from ingest.query.binlog_source import BinlogSourceSpec, ChunkBatch, decode_batch, make_binlog_source, offset_mark
+from ingest.query.binlog_source import (
+    OBSERVED,
+    BinlogSourceSpec,
+    ChunkBatch,
+    decode_batch,
+    make_binlog_source,
+    offset_mark,
+)
 from ingest.query.commit import batch_source_time, commit_prepared
 from ingest.query.ddl import follow_ddl
 from ingest.query.start import StreamStart, prepare
@@ -242,8 +249,7 @@ def stream_structured(
         try:
             with _without_adaptive_execution(spark):
                 query = (
-                    spark.readStream.format(name)
-                    .load()
+                    _observed(spark.readStream.format(name).load())
                     .writeStream.queryName(query_name(config))
                     .foreachBatch(sink)
                     # The source says when a batch is due (batch_max_changes, batch_interval_seconds); a trigger
@@ -257,6 +263,14 @@ def stream_structured(
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
         return sink.committed
+
+
+def _observed(frame: Any) -> Any:
+    """The source's rows, observed: each micro-batch's progress carries the row changes it applied
+    (`observedMetrics["ingest"].changes`), and `numInputRows` counts its parts (a table's part, its end, ...)."""
+    from pyspark.sql import functions as F
+
+    return frame.observe(OBSERVED, F.coalesce(F.sum("changes"), F.lit(0)).alias("changes"))
 
 
 @contextmanager
@@ -400,13 +414,20 @@ def _wait_recorded(query: Any, logs: _CheckpointLogs, batch: int | None, timeout
     """Let Spark record the last committed batch in the checkpoint's commit log before the query stops, so that a
     kept checkpoint continues after it instead of running it again (the targets would skip it, but a checkpoint
     behind the targets could no longer tell a checkpoint of other tables, `checkpoint_problem`), and so that the
-    stop does not interrupt Spark's thread in the middle of that write."""
+    stop does not interrupt Spark's thread in the middle of that write; then its progress (which Spark reports
+    right after): a listener, the UI and `lastProgress` see every batch, the last one too."""
     deadline = time.monotonic() + timeout
     while batch is not None and query.isActive and time.monotonic() < deadline:
         recorded = logs.last_batch("commits")
-        if recorded is not None and recorded >= batch:
+        if recorded is not None and recorded >= batch and _progress_batch(query) >= batch:
             return
         time.sleep(0.05)
+
+
+def _progress_batch(query: Any) -> int:
+    """The id of the newest batch the query reported progress of (-1 before any)."""
+    progress = query.lastProgress
+    return -1 if progress is None else int(progress["batchId"])
 
 
 _ERROR = re.compile(r"\b(?:ingest\.errors\.)?([A-Z]\w*Error): (.+)")

@@ -14,13 +14,14 @@ import pytest
 import yaml
 from pyspark.sql.streaming import StreamingQueryListener
 
+from ingest import metrics
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import ConfigError, SchemaChangeError
 from ingest.model.position import Watermark
 from ingest.query.adhoc import ask_snapshot
-from ingest.query.binlog_source import BinlogSourceSpec, BinlogStreamReader, decode_batch
+from ingest.query.binlog_source import OBSERVED, BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.query.pipeline import run
 from ingest.query.start import prepare
 from ingest.query.structured import query_name
@@ -148,20 +149,27 @@ def test_small_tables_share_a_chunk_batch_and_a_kill_9_between_their_commits_rea
 
 
 class _QueriesStarted(StreamingQueryListener):  # type: ignore[misc]
+    """What a Spark user watching the job sees: the queries started, and each micro-batch's progress (batch id,
+    input rows, the row changes it observed)."""
+
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.progress: list[tuple[int, int, int]] = []
+        self.ended = 0
 
     def onQueryStarted(self, event: Any) -> None:
         self.names.append(event.name)
 
     def onQueryProgress(self, event: Any) -> None:
-        pass
+        p = event.progress
+        observed = p.observedMetrics.get(OBSERVED)
+        self.progress.append((p.batchId, p.numInputRows, -1 if observed is None else observed["changes"]))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        self.ended += 1
 
 
 def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_without_them(
@@ -189,6 +197,41 @@ def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_w
     assert state.done(f"{db}.tag") == {} and len(state.plan(f"{db}.tag") or []) > 0
     ask_snapshot(config, [f"{db}.tag"], "resume")
     run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+
+
+@pytest.mark.spark_compat
+def test_spark_reports_every_micro_batch_with_the_changes_it_applied(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Spark's own view of the job, as its UI, a listener or `lastProgress` show it: a progress event for every
+    micro-batch, the last one too, each with its parts as input rows and the row changes it applied observed
+    (`observedMetrics["ingest"]`); together, the changes the job's own metrics counted."""
+    db = "sprogress"
+    _fresh_db(mariadb, db)
+    config = _structured(mariadb, db, tmp_path, batch_max_changes=40)
+    run(config, spark=spark, snapshot_only=True)
+    write_dml(mariadb, db)
+    started = _QueriesStarted()
+    spark.streams.addListener(started)
+    try:
+        run(config, spark=spark, until_caught_up=True)
+        deadline = time.monotonic() + 30  # Spark's listener bus delivers events on a thread of its own
+        while not started.ended and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(started)
+    # Spark's own view: a progress event for every micro-batch, the last one too, each with its parts as input rows
+    # and the row changes it applied observed; together, the changes the job's metrics counted.
+    # (An idle trigger repeats the next batch's id with no input; of each id, the event with its rows counts.)
+    ran: dict[int, tuple[int, int]] = {}
+    for batch, rows, changes in started.progress:
+        if batch not in ran or rows > ran[batch][0]:
+            ran[batch] = (rows, changes)
+    assert sorted(ran) == list(range(len(ran))) and len(ran) >= 2, started.progress
+    assert all(rows >= 1 for batch, (rows, _) in ran.items() if batch > 0), started.progress  # 4.0's first: empty
+    applied = sum(metrics.latest().progress().changes.values())
+    assert sum(changes for _, changes in ran.values()) == applied > 0, (started.progress, applied)
     assert verify(config)
 
 
