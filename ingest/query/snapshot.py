@@ -24,7 +24,7 @@ from ingest.faults import crash_point
 from ingest.model.changes import RejectedValue
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
-from ingest.sink.catalog import cached_pyiceberg_catalog, load_pyiceberg_catalog
+from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.recopy import finish_branch_copy
 from ingest.sink.rejected import ensure_rejected, merge_rejected
@@ -247,7 +247,7 @@ def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) ->
     table_id = schema.table_id
     recorded = set(state.done(table_id))
     namespace, name = config.target_for(schema.database, schema.table)
-    table = load_pyiceberg_catalog(config.sink).load_table((namespace, name))
+    table = cached_pyiceberg_catalog(config.sink).load_table((namespace, name))
     committed = chunks_done_in_target(table, config.name)
     missing = committed - recorded
     if missing:
