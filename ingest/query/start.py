@@ -6,6 +6,7 @@ there.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,9 +151,17 @@ def prepare(
         exact = recorded is not None and recorded.server_id == here and recorded.position == start
         known = recorded.gtid if recorded is not None and exact else None
         start_gtid = known if isinstance(known, MariadbGtidPos) else gtid_at(conn, start)
+    goal_at = int(time.time())
     goal = read_watermark(conn, flavor).position if until_caught_up else None
     by_id = {t.schema.table_id: t for t in tables}
     filters = {t.schema.table_id: HighWatermarkFilter(conn, t) for t in tables}
-    metrics.current().offset_committed(start, state.offset_source_time())
+    source_time = state.offset_source_time()
+    if goal is not None and start >= goal:
+        # Nothing to stream: the source was at `start` when the goal was read. Recorded, so that the run's end and
+        # `ingest status` say the targets are caught up rather than that their lag is unknown.
+        source_time = goal_at
+        if recorded is None or recorded.position != start:
+            state.record_offset(Watermark(start, start_gtid, here), source_time)
+    metrics.current().offset_committed(start, source_time)
     log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
     return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
+from ingest import metrics
 from ingest.commands.resnapshot import resnapshot
+from ingest.commands.status import binlog_status
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -203,6 +205,11 @@ def test_a_change_older_than_the_loaded_schema_is_refused_not_misread(
 def test_idle_captured_tables_still_move_the_offset(spark: Any, mariadb: MariaDBServer, tmp_path: Path) -> None:
     config = _setup(mariadb, "idle", tmp_path, "idle_lake")
     run(config, spark=spark, until_caught_up=True)
+    # The first run had nothing to stream after its copy (the server's end is where the targets are): it says so,
+    # the job's last look at its progress and `ingest status` giving a lag of 0, not "unknown".
+    assert metrics.latest().progress().lag is not None
+    status = binlog_status(config, StateTable.open(config))
+    assert status["caught_up"] is True and status["lag_seconds"] == 0.0, status
     mariadb.execute(*(f"INSERT INTO idle.other VALUES ({i}, {i})" for i in range(50)))  # not captured
     with connect(config.source) as conn:
         goal = read_watermark(conn, "mariadb").position
