@@ -21,6 +21,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
+from ingest.model.position import BinlogPosition
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
@@ -99,9 +100,11 @@ def test_latest_creates_empty_targets_and_follows_the_binlog_from_the_first_runs
     table = load_pyiceberg_catalog(config.sink).load_table((db, "t"))
     assert [f.name for f in table.schema().fields] == ["id", "v", "n"]
     assert table.scan().to_arrow().num_rows == 0
-    assert StateTable.open(config).stream_offset() is None  # nothing to commit yet: the start is all it recorded
-    # Written after the first run, before any binlog commit: the next run starts at the first run's end, not at
-    # the binlog's end again.
+    # Nothing to stream after the start: the run recorded its start as the offset, caught up. Written after the
+    # first run, before any binlog commit: the next run starts at the first run's end, not at the binlog's end again.
+    offset = StateTable.open(config).stream_offset()
+    file, pos, _ = _position(mariadb)
+    assert offset is not None and offset.position == BinlogPosition(file, pos)
     changed = _write_after(mariadb, db)
     run(config, spark=spark, until_caught_up=True)
     _assert_only_changed_keys(mariadb, config, db, changed)
