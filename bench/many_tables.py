@@ -88,8 +88,31 @@ def job(config_file: Path, *args: str) -> float:
 
 
 def measure(server: MariaDBServer, password: str, database: str, names: list[str], scratch: Path) -> dict[str, Any]:
-    """The three runs of one database's tables, into a warehouse of their own under `scratch`."""
-    scratch.mkdir()
+    """The runs of one database's tables, each pipeline into a warehouse of its own under `scratch`."""
+    copied, first_file = (_pipeline_file(server, database, scratch / name) for name in ("snapshot", "first"))
+    _progress(f"{database}: baseline")
+    base = baseline(server, names, password)
+    _progress(f"{database}: snapshot")
+    snapshot = job(copied, "run", "--snapshot-only")
+    _progress(f"{database}: first run")
+    first = job(first_file, "run", "--until-caught-up")
+    _progress(f"{database}: idle catch-up")
+    idle = job(copied, "run", "--until-caught-up")
+    _progress(f"{database}: verify")
+    job(copied, "verify")
+    job(first_file, "verify")
+    return {
+        "tables": len(names),
+        "baseline_s": base,
+        "snapshot_s": snapshot,
+        "first_run_s": first,
+        "idle_catch_up_s": idle,
+    }
+
+
+def _pipeline_file(server: MariaDBServer, database: str, scratch: Path) -> Path:
+    """The pipeline of `database`'s tables into an empty embedded warehouse under `scratch`, as a file."""
+    scratch.mkdir(parents=True)
     document = {
         "name": database,
         "source": {
@@ -112,33 +135,6 @@ def measure(server: MariaDBServer, password: str, database: str, names: list[str
     }
     config_file = scratch / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(document))
-    _progress(f"{database}: baseline")
-    base = baseline(server, names, password)
-    _progress(f"{database}: snapshot")
-    snapshot = job(config_file, "run", "--snapshot-only")
-    _progress(f"{database}: first run")
-    first_file = _fresh_warehouse(document, scratch / "first")
-    first = job(first_file, "run", "--until-caught-up")
-    _progress(f"{database}: idle catch-up")
-    idle = job(config_file, "run", "--until-caught-up")
-    _progress(f"{database}: verify")
-    job(config_file, "verify")
-    job(first_file, "verify")
-    return {
-        "tables": len(names),
-        "baseline_s": base,
-        "snapshot_s": snapshot,
-        "first_run_s": first,
-        "idle_catch_up_s": idle,
-    }
-
-
-def _fresh_warehouse(document: dict[str, Any], scratch: Path) -> Path:
-    """The pipeline `document` into an empty warehouse under `scratch`, as a file."""
-    scratch.mkdir()
-    catalog = {"type": "jdbc", "uri": f"jdbc:sqlite:{scratch}/catalog.db", "warehouse": f"file://{scratch}/warehouse"}
-    config_file = scratch / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump({**document, "sink": {**document["sink"], "catalog": catalog}}))
     return config_file
 
 

@@ -393,7 +393,7 @@ def _commit_in_driver(
     rows = result.table.cast(table.schema().as_arrow())  # the target's required columns: a NULL fails here
     branch = COPY_BRANCH if table_of(target) != target else MAIN_BRANCH  # `target` is on the copy branch, or not
     table.append(rows, snapshot_properties=properties, branch=branch)
-    head = job_head(table.refresh())
+    head = job_head(table)  # the append left `table` at the metadata it committed
     snapshot_id = None if head is None else int(head.snapshot_id)
     return ChunkRecord(chunk, result.high, result.low, result.table.num_rows, result.window_events, snapshot_id)
 

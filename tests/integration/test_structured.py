@@ -172,6 +172,21 @@ class _QueriesStarted(StreamingQueryListener):  # type: ignore[misc]
         self.ended += 1
 
 
+def _watched_run(spark: Any, config: PipelineConfig) -> _QueriesStarted:
+    """`run(until_caught_up=True)` with a listener on the session, returned once it has heard the query end (Spark's
+    listener bus delivers events on a thread of its own)."""
+    started = _QueriesStarted()
+    spark.streams.addListener(started)
+    try:
+        run(config, spark=spark, until_caught_up=True)
+        deadline = time.monotonic() + 30
+        while not started.ended and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(started)
+    return started
+
+
 def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_without_them(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
@@ -182,15 +197,7 @@ def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_w
     config = _structured(mariadb, db, tmp_path)
     ask_snapshot(config, [f"{db}.tag"], "pause")
     write_dml(mariadb, db)
-    started = _QueriesStarted()
-    spark.streams.addListener(started)
-    try:
-        run(config, spark=spark, until_caught_up=True)
-        deadline = time.monotonic() + 30  # Spark's listener bus delivers events on a thread of its own
-        while not started.names and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        spark.streams.removeListener(started)
+    started = _watched_run(spark, config)
     assert started.names == [query_name(config)] == [f"ingest_{config.name}"]  # the snapshot and binlog: one query
     state = StateTable.open(config)
     assert len(state.done(f"{db}.acct")) == len(state.plan(f"{db}.acct") or []) > 0
@@ -212,15 +219,7 @@ def test_spark_reports_every_micro_batch_with_the_changes_it_applied(
     config = _structured(mariadb, db, tmp_path, batch_max_changes=40)
     run(config, spark=spark, snapshot_only=True)
     write_dml(mariadb, db)
-    started = _QueriesStarted()
-    spark.streams.addListener(started)
-    try:
-        run(config, spark=spark, until_caught_up=True)
-        deadline = time.monotonic() + 30  # Spark's listener bus delivers events on a thread of its own
-        while not started.ended and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        spark.streams.removeListener(started)
+    started = _watched_run(spark, config)
     # Spark's own view: a progress event for every micro-batch, the last one too, each with its parts as input rows
     # and the row changes it applied observed; together, the changes the job's metrics counted.
     # (An idle trigger repeats the next batch's id with no input; of each id, the event with its rows counts.)
