@@ -17,9 +17,9 @@ from typing import Any
 
 from ingest.config import PipelineConfig
 from ingest.model.columns import rows_to_record_batch
-from ingest.model.schema import TableSchema, quote
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.targets import target_columns
+from ingest.sink.targets import source_targets
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable
@@ -65,7 +65,9 @@ def _ranges(plan: list[Chunk] | None, count: int) -> list[tuple[Key | None, Key 
 def verify_table(
     config: PipelineConfig, schema: TableSchema, plan: list[Chunk] | None, ranges: int, catalog: Any
 ) -> list[RangeReport]:
-    targets = target_columns(schema)
+    if schema.keyless:
+        return _verify_alike(config, schema, catalog)
+    targets = source_targets(schema)
     names = [t.name for t in targets]
     key_positions = schema.key_positions()
     namespace, name = config.target_for(schema.database, schema.table)
@@ -116,6 +118,46 @@ def verify_table(
             schema.table_id,
             len(in_iceberg),
             list(in_iceberg)[:3],
+        )
+    return reports
+
+
+def _verify_alike(config: PipelineConfig, schema: TableSchema, catalog: Any) -> list[RangeReport]:
+    """A table without a key, as one range: MySQL's rows and Iceberg's as multisets (how many rows hold each
+    digest; the checksum sums the digests, as XOR would cancel a pair of alike rows), and the Iceberg rows'
+    numbers among alike rows, which must be 1..n for the binlog phase to delete the right one."""
+    targets = source_targets(schema)
+    names = [t.name for t in targets]
+    in_iceberg: Counter[int] = Counter()
+    numbers: dict[int, list[int]] = {}
+    for row in catalog.load_table(config.target_for(schema.database, schema.table)).scan().to_arrow().to_pylist():
+        digest = row_digest([row[n] for n in names])
+        in_iceberg[digest] += 1
+        numbers.setdefault(digest, []).append(row[OCCURRENCE_COLUMN])
+    in_mysql: Counter[int] = Counter()
+    columns = ", ".join(quote(n) for n in schema.column_names)
+    with connect(config.source, streaming=True) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {columns} FROM {schema.quoted}")
+        while batch := cur.fetchmany(10_000):
+            for values in rows_to_record_batch(targets, batch).to_pylist():
+                in_mysql[row_digest([values[n] for n in names])] += 1
+
+    def checksum(rows: Counter[int]) -> int:
+        return sum(digest * count for digest, count in rows.items()) % 2**64
+
+    reports = [
+        RangeReport(
+            schema.table_id, None, None, in_mysql.total(), in_iceberg.total(), checksum(in_mysql), checksum(in_iceberg)
+        )
+    ]
+    misnumbered = [d for d, held in numbers.items() if sorted(held) != list(range(1, len(held) + 1))]
+    if misnumbered:
+        reports.append(RangeReport(schema.table_id, None, None, 0, len(misnumbered), 0, 0))
+        log.error(
+            "%s: %d row values are not numbered 1..n among their alike rows in %s",
+            schema.table_id,
+            len(misnumbered),
+            OCCURRENCE_COLUMN,
         )
     return reports
 

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from ingest.model.columns import SourceColumn
 
+OCCURRENCE_COLUMN = "_ingest_occurrence"
+"""The target's last column for a table without a key (`TableSchema.keyless`): the rows that hold the same values
+are numbered 1..n in it, so that a delete of one of n alike rows removes one (the n-th) and a reader sees n rows."""
+
 
 def quote(identifier: str) -> str:
     """A MySQL identifier in backticks, with backticks inside doubled."""
@@ -14,7 +18,8 @@ def quote(identifier: str) -> str:
 
 @dataclass(frozen=True)
 class TableSchema:
-    """A captured table: its columns in order, its primary key, and the key the snapshot splits on."""
+    """A captured table: its columns in order, its primary key, and the key the snapshot splits on. A table with
+    neither a primary key nor a unique key over NOT NULL columns has no keys (`keyless`)."""
 
     database: str
     table: str
@@ -27,6 +32,12 @@ class TableSchema:
     @property
     def table_id(self) -> str:
         return f"{self.database}.{self.table}"
+
+    @property
+    def keyless(self) -> bool:
+        """No key tells the rows apart: the table is copied as a multiset, its rows numbered in
+        `OCCURRENCE_COLUMN`, read in one chunk and changed by whole rows."""
+        return not self.primary_key
 
     @property
     def quoted(self) -> str:

@@ -29,6 +29,7 @@ from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.sink.changelog import changelog_arrow
 from ingest.sink.merge import (
+    alike_arrow,
     batch_arrow,
     batch_where,
 )
@@ -262,6 +263,12 @@ def _actions_to_apply(table: TableStream, actions: list[KeyAction], floor: Binlo
     if not actions or table.last_read is None:
         return []  # nothing new, or no chunk read yet: the chunks will hold what the actions did
     schema = table.schema
+    if schema.keyless:
+        raise SourceError(
+            f"{schema.table_id}: a foreign key action at binlog position {actions[0].position} changed its rows "
+            "without row events, and the table has no key to find them by: nothing from there on was applied. Add "
+            f"a key to it, or snapshot it again (`ingest resnapshot --config ... --table {schema.table_id}`)"
+        )
     if table.changelog is not None:
         raise SourceError(
             f"{schema.table_id}: a foreign key action at binlog position {actions[0].position} changed its rows "
@@ -288,6 +295,8 @@ def _target_rows(
     if not changes:
         return None, False, None
     schema = table.schema
+    if schema.keyless:  # whole rows, counted: the MERGE reads the target's numbers of the values they hold
+        return alike_arrow(schema, [(c.before, c.after) for c in changes]), False, None
     folded = [Change((c.position.file_number, c.position.pos, c.row_index), c.before, c.after) for c in changes]
     finals = materialize(folded, schema.primary_key_positions())
     # A batch that only creates rows (inserts of keys absent before it: an event or log table, new orders) is

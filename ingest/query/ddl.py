@@ -43,6 +43,7 @@ from ingest.sink.targets import (
     delete_every_row,
     delete_where,
     qualified,
+    row_identity,
     store_partitions,
     table_of,
 )
@@ -293,7 +294,7 @@ def remove_partition_rows(
                 f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) removes the "
                 f"rows of whole partitions without logging them, and the job cannot tell which: {e}"
             ) from None
-        delete_where(spark, table.target, schema.primary_key, where, props)
+        delete_where(spark, table.target, row_identity(schema), where, props)
         table.committed = ddl.end
     crash_point("stream.after_partition_delete")
     store_partitions(spark, table_of(table.target), after_statement(layout, ddl.query))

@@ -390,7 +390,9 @@ def _commit_in_driver(
         SUMMARY_BATCH: json.dumps(batch_info, separators=(",", ":")),
     }
     crash_point("snapshot.before_commit")
-    rows = result.table.cast(table.schema().as_arrow())  # the target's required columns: a NULL fails here
+    iceberg = table.schema()
+    # By name, in the target's order; the target's required columns: a NULL fails here.
+    rows = result.table.select([f.name for f in iceberg.fields]).cast(iceberg.as_arrow())
     branch = COPY_BRANCH if table_of(target) != target else MAIN_BRANCH  # `target` is on the copy branch, or not
     table.append(rows, snapshot_properties=properties, branch=branch)
     head = job_head(table)  # the append left `table` at the metadata it committed

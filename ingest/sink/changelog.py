@@ -21,7 +21,7 @@ from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
 from ingest.sink.merge import offset_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import OLD_METADATA_DELETED, qualified, target_columns
+from ingest.sink.targets import OLD_METADATA_DELETED, qualified, source_targets
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,13 @@ def source_columns(schema: TableSchema) -> list[TargetColumn]:
     """The source columns, all optional: a delete's image of a NOT NULL column is still a full row, but
     optional columns let a later schema change add or drop columns without rewriting history."""
     names = {c[0] for c in META_COLUMNS}
-    clash = [t.name for t in target_columns(schema) if t.name in names]
+    clash = [t.name for t in source_targets(schema) if t.name in names]
     if clash:
         raise UnsupportedTableError(
             f"{schema.table_id}: column {clash[0]!r} has the name of a changelog column; turn `changelog` off "
             "for this table in `table_options`"
         )
-    return [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in target_columns(schema)]
+    return [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in source_targets(schema)]
 
 
 def ensure_changelog(spark: Any, config: PipelineConfig, schema: TableSchema) -> str | None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ingest.errors import SchemaChangeError, UnsupportedTableError
 from ingest.model.columns import SourceColumn, TargetColumn, map_column, quote_identifier, rows_to_record_batch
+from ingest.model.schema import OCCURRENCE_COLUMN
 from ingest.sink.summary import snapshot_properties as tagged
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,11 @@ def plan_schema_change(
         )
     elif renamed is not None and (unsaid := [c for c in gone if c not in dropped]):
         reasons.append(f"column {unsaid[0]!r} is gone, but the statement neither drops nor renames it as read")
+    if old.keyless and gone:
+        reasons.append(
+            f"column {gone[0]!r} of a table without a key is gone: rows that differed only in it become alike, and "
+            f"their numbers among alike rows ({OCCURRENCE_COLUMN}) would repeat"
+        )
     if [renames.get(k, k) for k in old.primary_key] != list(new.primary_key):
         reasons.append(f"the primary key changed from {list(old.primary_key)} to {list(new.primary_key)}")
     widened: list[tuple[str, str]] = []

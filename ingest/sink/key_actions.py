@@ -21,7 +21,7 @@ from ingest.model.columns import quote_identifier
 from ingest.model.schema import TableSchema
 from ingest.sink.merge import OP_COLUMN, batch_where
 from ingest.sink.pruning import target_predicate
-from ingest.sink.targets import target_columns
+from ingest.sink.targets import source_targets
 
 
 def act_on_target(
@@ -71,7 +71,7 @@ def _reached(
 ) -> pa.Table:
     """The target's rows that may refer to a parent row of `actions`: per set of foreign key columns, the values
     the actions start from (a superset: `acted` matches exactly)."""
-    targets = target_columns(schema)
+    targets = source_targets(schema)
     starts: dict[tuple[int, ...], set[tuple[Any, ...]]] = defaultdict(set)
     for action in actions:
         starts[action.columns].add(action.old)

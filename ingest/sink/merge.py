@@ -11,7 +11,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -20,10 +20,10 @@ from ingest import metrics
 from ingest.errors import CommitConflictError
 from ingest.model.columns import quote_identifier, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark, parse_gtid_set
-from ingest.model.schema import TableSchema
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema
 from ingest.sink.pruning import target_predicate
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import lineage, table_of, target_columns
+from ingest.sink.targets import lineage, source_targets, table_of
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def stream_offset_properties(pipeline: str, end: Watermark) -> dict[str, str]:
 
 def batch_arrow(schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any, ...] | None]) -> pa.Table:
     """The batch's rows for the target, as Arrow: per key its final image (op U) or, for a delete, its key (op D)."""
-    targets = [dataclasses.replace(t, nullable=True) for t in target_columns(schema)]
+    targets = [dataclasses.replace(t, nullable=True) for t in source_targets(schema)]
     positions = schema.primary_key_positions()
     width = len(targets)
     rows, ops = [], []
@@ -116,11 +116,70 @@ def batch_arrow(schema: TableSchema, finals: Mapping[tuple[Any, ...], tuple[Any,
     return pa.Table.from_batches([batch]).append_column(OP_COLUMN, pa.array(ops, pa.string()))
 
 
+COUNT_COLUMN = "__ingest_count"
+
+
+Image = tuple[Any, ...]
+
+
+def alike_arrow(schema: TableSchema, changes: Iterable[tuple[Image | None, Image | None]]) -> pa.Table:
+    """A batch of a table without a key, for `alike_merge_statement`: each image of its (before, after) changes, the
+    after images counted +1 and the before images -1 (`COUNT_COLUMN`)."""
+    targets = [dataclasses.replace(t, nullable=True) for t in source_targets(schema)]
+    images: list[tuple[Any, ...]] = []
+    counts: list[int] = []
+    for before, after in changes:
+        for image, count in ((before, -1), (after, 1)):
+            if image is not None:
+                images.append(image)
+                counts.append(count)
+    batch = rows_to_record_batch(targets, images)
+    return pa.Table.from_batches([batch]).append_column(COUNT_COLUMN, pa.array(counts, pa.int64()))
+
+
+def alike_merge_statement(target: str, view: str, schema: TableSchema) -> str:
+    """The MERGE of a batch of a table without a key (`alike_arrow` in `view`) into `target`, whose alike rows are
+    numbered 1..n in `OCCURRENCE_COLUMN`.
+
+    Per row value, the batch's counts are summed (so in Iceberg's values, as the target compares them) and the
+    target's highest number of that value is read: a value that gains k rows gets rows n+1..n+k, one that loses
+    k has its rows n-k+1..n deleted, so that the numbers stay 1..n. Each value is matched null-safe in every column.
+    """
+    columns = [quote_identifier(c) for c in schema.column_names]
+    occurrence, delta, held = (quote_identifier(n) for n in (OCCURRENCE_COLUMN, "__ingest_delta", "__ingest_held"))
+    listed = ", ".join(columns)
+
+    def alike(a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{c} <=> {b}.{c}" for c in columns)
+
+    netted = f"(SELECT {listed}, SUM({COUNT_COLUMN}) AS {delta} FROM {view} GROUP BY {listed})"
+    # Only the values the batch changes are read of the target (a semi join), then their highest numbers.
+    highest = (
+        f"(SELECT {', '.join(f'h.{c}' for c in columns)}, MAX(h.{occurrence}) AS {held} FROM {target} h "
+        f"LEFT SEMI JOIN {netted} d ON {alike('h', 'd')} GROUP BY {', '.join(f'h.{c}' for c in columns)})"
+    )
+    counted = (
+        f"(SELECT {', '.join(f'd.{c}' for c in columns)}, d.{delta}, COALESCE(h.{held}, 0) AS {held} "
+        f"FROM {netted} d LEFT JOIN {highest} h ON {alike('d', 'h')} WHERE d.{delta} <> 0)"
+    )
+    numbers = f"IF({delta} < 0, sequence({held} + {delta} + 1, {held}), sequence({held} + 1, {held} + {delta}))"
+    source = (
+        f"(SELECT {listed}, n AS {occurrence}, IF({delta} < 0, 'D', 'I') AS {OP_COLUMN} FROM {counted} c "
+        f"LATERAL VIEW explode({numbers}) e AS n)"
+    )
+    return (
+        f"MERGE INTO {target} t USING {source} s ON {alike('t', 's')} AND t.{occurrence} = s.{occurrence} "
+        f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
+        f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'I' THEN INSERT ({listed}, {occurrence}) "
+        f"VALUES ({', '.join(f's.{c}' for c in columns)}, s.{occurrence})"
+    )
+
+
 def batch_where(
     schema: TableSchema, keys: Collection[tuple[Any, ...]], located: Mapping[str, Collection[Any]] | None = None
 ) -> str | None:
     """What of the target a MERGE of `keys` reads (ingest/sink/pruning.py): None for all of it."""
-    return target_predicate(target_columns(schema), schema.primary_key, keys, located)
+    return target_predicate(source_targets(schema), schema.primary_key, keys, located)
 
 
 def merge_statement(target: str, view: str, schema: TableSchema, where: str | None) -> str:
@@ -187,6 +246,8 @@ def merge_arrow(
     if append:
         columns = ", ".join(quote_identifier(c) for c in schema.column_names)
         sql = f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {view}"
+    elif schema.keyless:
+        sql = alike_merge_statement(target, view, schema)
     else:
         sql = merge_statement(target, view, schema, where)
     try:

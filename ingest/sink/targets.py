@@ -7,10 +7,12 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from ingest.config import PartitionField, PipelineConfig
 from ingest.errors import ConfigError
 from ingest.model.columns import TargetColumn, map_columns, quote_identifier
-from ingest.model.schema import TableSchema
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
@@ -36,11 +38,21 @@ OLD_METADATA_DELETED = {
 }
 
 
-def target_columns(schema: TableSchema) -> list[TargetColumn]:
-    """Iceberg columns of a source table; key columns are always required (identifier fields must be)."""
+def source_targets(schema: TableSchema) -> list[TargetColumn]:
+    """The Iceberg columns of the source table's columns, in order; key columns are always required (identifier
+    fields must be)."""
     targets = map_columns(schema.table_id, schema.columns)
     keys = set(schema.primary_key)
     return [dataclasses.replace(t, nullable=False) if t.name in keys else t for t in targets]
+
+
+OCCURRENCE_TARGET = TargetColumn(OCCURRENCE_COLUMN, "BIGINT", pa.int64(), False)
+
+
+def target_columns(schema: TableSchema) -> list[TargetColumn]:
+    """The target's Iceberg columns: the source's (`source_targets`), then, for a table without a key, the number
+    of each row among the rows alike (`OCCURRENCE_COLUMN`)."""
+    return [*source_targets(schema), *([OCCURRENCE_TARGET] if schema.keyless else [])]
 
 
 def qualified(config: PipelineConfig, namespace: str, name: str) -> str:
@@ -89,8 +101,9 @@ def ensure_target_created(
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg{partitioned} TBLPROPERTIES ({tblprops})"
         )
-        keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
-        spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")  # by Spark: pyiceberg cannot commit to format 3
+        if not schema.keyless:  # identifier fields must be required, and no column of a keyless table need be
+            keys = ", ".join(quote_identifier(k) for k in schema.primary_key)
+            spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS {keys}")  # by Spark: pyiceberg cannot commit to v3
         log.info("created %s for %s", table, schema.table_id)
     return table, created
 
@@ -219,13 +232,20 @@ def chunks_done_in_target(iceberg_table: Any, pipeline: str) -> set[int]:
     return set()
 
 
+def row_identity(schema: TableSchema) -> tuple[str, ...]:
+    """The target's columns that tell its rows apart: the primary key, or, for a table without a key, every column
+    and the row's number among alike rows."""
+    return schema.primary_key or (*schema.column_names, OCCURRENCE_COLUMN)
+
+
 def delete_where(
     spark: Any, target: str, key: Sequence[str], where: str, snapshot_properties: Mapping[str, str]
 ) -> None:
     """Delete the rows of `target` that `where` (on alias `t`) holds, in one commit whose summary carries
     `snapshot_properties`: a MERGE of the target with itself, so that Spark always takes the row-level path,
-    which carries the session's snapshot properties (a DELETE whose condition covers whole files would not)."""
-    on = " AND ".join(f"t.{quote_identifier(k)} = s.{quote_identifier(k)}" for k in key)
+    which carries the session's snapshot properties (a DELETE whose condition covers whole files would not).
+    The rows are matched on `key` (`row_identity`), null-safe."""
+    on = " AND ".join(f"t.{quote_identifier(k)} <=> s.{quote_identifier(k)}" for k in key)
     keys = ", ".join(f"t.{quote_identifier(k)}" for k in key)
     with summary_properties(spark, snapshot_properties):
         spark.sql(

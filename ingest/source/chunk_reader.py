@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pymysql
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XAPrepareEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -25,7 +26,7 @@ from ingest.faults import crash_point
 from ingest.model.columns import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema, quote
-from ingest.sink.targets import target_columns
+from ingest.sink.targets import OCCURRENCE_TARGET, source_targets
 from ingest.source import table_maps
 from ingest.source.binlog import dump_server_id, open_stream, query_of, read_prepared, refuse_statement
 from ingest.source.binlog_values import RowDecoder, row_images
@@ -151,7 +152,7 @@ def _error_code(error: BaseException) -> object:
 def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkResult:
     started = time.perf_counter()
     schema, chunk = task.schema, task.chunk
-    targets = target_columns(schema)
+    targets = source_targets(schema)
     conn = connections.conn
     low = read_watermark(conn, task.flavor)
     select = connections.select
@@ -159,6 +160,13 @@ def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkRes
     if snapshot_point is not None:
         # Exact point of the read view (MariaDB); keep the GTID read just before as a lower bound.
         low = Watermark(snapshot_point.position, low.gtid, low.server_id)
+    elif schema.keyless:
+        select.end()
+        raise SourceError(
+            f"{schema.table_id} has no key, and its copy needs the binlog position its read view begins at, which "
+            f"MariaDB gives and {task.flavor} does not: without a key, the changes of the read's window cannot be "
+            "told from the rows it read. Add a primary key or a unique key on NOT NULL columns, or exclude the table"
+        )
     if task.hook:
         task.hook("after_low_watermark", chunk)
     where, params = range_predicate(schema.chunk_key, chunk.lower, chunk.upper)
@@ -184,7 +192,11 @@ def _read_chunk_once(task: ChunkTask, connections: ChunkConnections) -> ChunkRes
     if task.hook:
         task.hook("after_high_watermark", chunk)
     events = 0
-    if high.position > low.position:
+    if schema.keyless:
+        if high.position > low.position:
+            table, events = _apply_window_alike(task, conn, low, high, table, targets)
+        table = numbered(table)
+    elif high.position > low.position:
         finals, events = window_changes(task, conn, low, high)
         keys = _iceberg_keys(targets, schema.key_positions(), finals)
         table = _apply_finals(table, targets, schema.key_positions(), finals, keys)
@@ -287,6 +299,68 @@ def _apply_finals(
     if not upserts:
         return kept
     return pa.concat_tables([kept, pa.Table.from_batches([rows_to_record_batch(targets, upserts)])])
+
+
+def _apply_window_alike(
+    task: ChunkTask,
+    conn: pymysql.connections.Connection[Any],
+    low: Watermark,
+    high: Watermark,
+    table: Any,
+    targets: Sequence[TargetColumn],
+) -> tuple[Any, int]:
+    """A table without a key, read at exactly `low` (the read view's start), brought to `high` as a multiset:
+    per row value, the window's inserts less its deletes (an update is both) are added, or that many alike rows
+    removed. Values compare as their Iceberg-side values, as the SELECT gave them. Returns it, and the change
+    count."""
+    changes = list(_binlog_rows(task, low, high, load_actions(conn, [(task.schema.database, task.schema.table)])))
+    net: dict[tuple[Any, ...], int] = {}
+    image_of: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for sign, images in ((-1, [b for b, _ in changes if b is not None]), (1, [a for _, a in changes if a is not None])):
+        if not images:
+            continue
+        for image, row in zip(images, rows_to_record_batch(targets, images).to_pylist(), strict=True):
+            value = tuple(row.values())
+            net[value] = net.get(value, 0) + sign
+            image_of.setdefault(value, image)
+    gone = {value: -n for value, n in net.items() if n < 0}
+    keep = []
+    for row in table.to_pylist() if gone else ():
+        value = tuple(row.values())
+        left = gone.get(value, 0)
+        keep.append(left == 0)
+        if left:
+            gone[value] = left - 1
+    if any(gone.values()):
+        raise SourceError(
+            f"{task.schema.table_id} (no key): the binlog between {low.position} and {high.position} deletes rows "
+            "the read did not hold, so the read view did not begin where the server said; nothing was committed. "
+            "Run again, and report this if it repeats"
+        )
+    kept = table.filter(pa.array(keep, type=pa.bool_())) if keep else table
+    added = [image_of[value] for value, n in net.items() for _ in range(n)]
+    if added:
+        kept = pa.concat_tables([kept, pa.Table.from_batches([rows_to_record_batch(targets, added)])])
+    return kept, len(changes)
+
+
+def numbered(table: Any) -> Any:
+    """`table` (rows of a table without a key) with `OCCURRENCE_COLUMN` last: each row's number, from 1, among the
+    rows that hold the same values in every column (NULL alike)."""
+    count = table.num_rows
+    if not count:
+        return table.append_column(OCCURRENCE_TARGET.name, pa.array([], type=pa.int64()))
+    rows = pa.array(range(count), type=pa.int64())
+    alike = (
+        table.append_column("__row", rows)
+        .group_by(table.column_names, use_threads=False)
+        .aggregate([("__row", "list")])["__row_list"]
+        .combine_chunks()
+    )
+    members = alike.flatten()  # the row numbers, grouped: each group's in table order
+    starts = pc.take(alike.offsets, pc.list_parent_indices(alike))
+    place = pc.add(pc.subtract(pa.array(range(len(members)), type=pa.int64()), starts), 1)
+    return table.append_column(OCCURRENCE_TARGET.name, pc.take(place, pc.sort_indices(members)))
 
 
 def _binlog_rows(

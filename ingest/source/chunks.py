@@ -125,7 +125,10 @@ def range_predicate(columns: Sequence[str], lower: Key | None, upper: Key | None
 
 
 def split_table(conn: pymysql.connections.Connection[Any], schema: TableSchema, chunk_size: int) -> list[Chunk]:
-    """The table's chunks, in key order, covering the whole key space (first and last are unbounded)."""
+    """The table's chunks, in key order, covering the whole key space (first and last are unbounded). A table
+    without a key is one chunk: its read must begin at a binlog position the server names (chunk_reader)."""
+    if schema.keyless:
+        return [Chunk(schema.table_id, 0, None, None)]
     key = schema.chunk_key
     first = schema.key_column(key[0])
     if len(key) == 1 and first.data_type in _INTEGER_TYPES:

@@ -17,7 +17,7 @@ import pymysql.cursors
 from ingest.config import SourceConfig, TableOptions, TableSelection
 from ingest.errors import MissingPrivilegeError, SourceError, UnsupportedTableError
 from ingest.model.columns import SourceColumn
-from ingest.model.schema import TableSchema, quote
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote
 from ingest.source.ddl import osc_helper
 
 log = logging.getLogger(__name__)
@@ -356,11 +356,14 @@ def load_schema(
     by_name = {c.name: c for c in columns}
     chunk_key = options.chunk_key or primary_key or _unique_not_null_key(conn, database, table, by_name)
     if not chunk_key:
-        raise UnsupportedTableError(
-            f"table {table_id} has no primary key and no unique index on NOT NULL columns, which the job needs to "
-            "tell its rows apart (copying a table as a multiset of rows is not built); add such a key, or "
-            "exclude the table"
+        _check_keyless(table_id, columns, options)
+        log.info(
+            "%s has no primary key and no unique key on NOT NULL columns: it is copied as a multiset of rows "
+            "(read in one chunk, its alike rows numbered in %s)",
+            table_id,
+            OCCURRENCE_COLUMN,
         )
+        return TableSchema(database, table, columns, (), (), ())
     for name in chunk_key:
         if name not in by_name:
             raise UnsupportedTableError(f"chunk key column {name!r} of {table_id} does not exist")
@@ -380,6 +383,20 @@ def load_schema(
         _require_unique_index(conn, database, table, options.chunk_key)
     collations = tuple(str(collation_of[k]) if collation_of.get(k) else None for k in chunk_key)
     return TableSchema(database, table, columns, primary_key or tuple(chunk_key), tuple(chunk_key), collations)
+
+
+def _check_keyless(table_id: str, columns: Sequence[SourceColumn], options: TableOptions) -> None:
+    """What a table without a key cannot have: a column of the job's occurrence name, values set aside by key."""
+    if any(c.name.lower() == OCCURRENCE_COLUMN for c in columns):
+        raise UnsupportedTableError(
+            f"table {table_id} has no key and a column named {OCCURRENCE_COLUMN}, the name the job gives the column "
+            "that numbers alike rows of such a table; rename the column or add a key"
+        )
+    if options.on_unrepresentable != "null":
+        raise UnsupportedTableError(
+            f"table {table_id} has no key, and `on_unrepresentable: {options.on_unrepresentable}` names the rows it "
+            "sets aside by their key; use `null` for this table, or add a key"
+        )
 
 
 def _unique_indexes(conn: pymysql.connections.Connection[Any], database: str, table: str) -> dict[str, tuple[str, ...]]:

@@ -4,6 +4,7 @@ three watermark hook points). No Spark here: chunks are read in-process, as an e
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, SourceError, UnsupportedTableError
 from ingest.model.columns import rows_to_record_batch
 from ingest.model.schema import TableSchema, quote
-from ingest.sink.targets import target_columns
+from ingest.sink.targets import source_targets
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, range_predicate, split_table
 from ingest.source.mysql import connect, load_schema
@@ -80,7 +81,7 @@ def _table_rows(mariadb: MariaDBServer, schema: TableSchema, chunk: Chunk | None
 
 def _as_target(schema: TableSchema, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Driver rows as the Iceberg-side values a chunk result holds."""
-    return [tuple(r.values()) for r in rows_to_record_batch(target_columns(schema), rows).to_pylist()]
+    return [tuple(r.values()) for r in rows_to_record_batch(source_targets(schema), rows).to_pylist()]
 
 
 def _assert_exact_copy(mariadb: MariaDBServer, schema: TableSchema, results: list[ChunkResult]) -> None:
@@ -179,8 +180,13 @@ def test_a_table_without_primary_key_is_told_apart_by_its_unique_not_null_key_or
     named = _schema(config, "no_pk", TableOptions(chunk_key=("a", "b")))  # a key named in its options wins
     assert named.chunk_key == ("a", "b")
     _table(mariadb, "CREATE TABLE no_key (a INT NOT NULL, c INT, UNIQUE KEY (c), KEY (a))", [(1, 1), (1, 2)])
-    with pytest.raises(UnsupportedTableError, match=r"chunkdb.no_key has no primary key and no unique index on NOT"):
-        _schema(config, "no_key")
+    keyless = _schema(config, "no_key")  # a unique key over a nullable column tells no rows apart
+    assert keyless.keyless and keyless.primary_key == keyless.chunk_key == ()
+    _table(mariadb, "CREATE TABLE no_key_named (a INT, _ingest_occurrence INT)", [(1, 1)])
+    with pytest.raises(UnsupportedTableError, match=r"no_key_named has no key and a column named _ingest_occurrence"):
+        _schema(config, "no_key_named")
+    with pytest.raises(UnsupportedTableError, match=r"no_key has no key, and `on_unrepresentable: stop` names the"):
+        _schema(config, "no_key", TableOptions(on_unrepresentable="stop"))
 
 
 def test_a_named_chunk_key_must_be_unique(mariadb: MariaDBServer, config: PipelineConfig) -> None:
@@ -241,6 +247,57 @@ def test_dml_at_each_hook_point_leaves_the_chunk_equal_to_the_table_at_its_high_
     else:
         # The changes reached the chunk through the binlog window, not only through the SELECT.
         assert result.window_events >= len(HOOK_DML)
+
+
+ALIKE_DML = [
+    "DELETE FROM {t} WHERE a = 1 LIMIT 1",  # one of three alike rows
+    "UPDATE {t} SET b = 'y' WHERE a = 2 LIMIT 1",  # one of two alike rows becomes another value
+    "INSERT INTO {t} VALUES (1, 'x', 1.5), (NULL, NULL, NULL), (5, 'z', NULL)",  # more of held values, and a new one
+    "UPDATE {t} SET a = 3, b = 'w', c = 0.5 WHERE a IS NULL LIMIT 1",  # a row of NULLs becomes a held value
+    "DELETE FROM {t} WHERE a = 4",  # every row of a value
+    "UPDATE {t} SET c = c WHERE a = 3",  # no change: MariaDB logs no row event for it
+]
+
+
+@pytest.mark.parametrize("point", ["after_low_watermark", "before_high_watermark", "after_high_watermark"])
+def test_a_table_without_a_key_is_one_chunk_holding_the_table_at_its_high_watermark_as_a_multiset(
+    mariadb: MariaDBServer, config: PipelineConfig, point: str
+) -> None:
+    """A table without a key is read in one chunk, in a read view that begins at a binlog position MariaDB names:
+    the window's changes are whole rows added or removed from that point, so the chunk is the table at its high
+    watermark as a multiset (alike rows as many times as MySQL holds them), its alike rows numbered 1..n."""
+    table = f"alike_{point}"
+    _table(
+        mariadb,
+        f"CREATE TABLE {table} (a INT, b VARCHAR(5), c DECIMAL(4,1), KEY (a))",
+        [(1, "x", 1.5)] * 3 + [(2, "x", None)] * 2 + [(None, None, None)] * 2 + [(3, "w", 0.5), (4, "v", 2)] * 2,
+    )
+    schema = _schema(config, table)
+    assert schema.keyless
+    with connect(config.source) as conn:
+        chunks = split_table(conn, schema, 2)
+    assert chunks == [Chunk(schema.table_id, 0, None, None)]
+    before_dml: list[tuple[Any, ...]] = []
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == point:
+            before_dml.extend(_table_rows(mariadb, schema))
+            mariadb.execute(*(s.format(t=table) for s in ALIKE_DML), database=DB)
+
+    result = read_chunk(ChunkTask(config.source, "mariadb", schema, chunks[0], hook))
+    after_dml = _table_rows(mariadb, schema)
+    assert Counter(before_dml) != Counter(after_dml)
+    expected = before_dml if point == "after_high_watermark" else after_dml
+    assert result.table.column_names == [*schema.column_names, "_ingest_occurrence"]
+    assert Counter(row[:-1] for row in result.rows) == Counter(_as_target(schema, expected))
+    numbers: dict[tuple[Any, ...], list[int]] = {}
+    for row in result.rows:
+        numbers.setdefault(row[:-1], []).append(row[-1])
+    assert all(sorted(held) == list(range(1, len(held) + 1)) for held in numbers.values()), numbers
+    if point == "after_high_watermark":
+        assert result.window_events == 0
+    else:
+        assert result.window_events == 8  # every changed row reached the chunk through the binlog window
 
 
 XA_CASES = {

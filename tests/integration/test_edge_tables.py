@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import yaml
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.errors import SchemaChangeError
 from ingest.faults import ENV as CRASH_ENV
 from ingest.model.position import BinlogPosition
 from ingest.query.pipeline import run
@@ -344,6 +346,133 @@ def test_a_table_without_primary_key_goes_through_snapshot_and_binlog_killed_and
     with mariadb.admin(db) as conn, conn.cursor() as cur:  # the test's DML did what it says
         cur.execute("SELECT COUNT(*) FROM acct WHERE u IN (205, 2050, 2060, 11) OR owner = 'changed after the move'")
         assert cur.fetchone()[0] == 5
+
+
+# --- 2. a table without any key: a multiset --------------------------------------------------------------
+
+ALIKE_DB = "edge_alike"
+
+
+class ChangeAlikeRowsInTheReadWindow:
+    """A chunk hook: once, after the read view of `events` began (its one chunk), alike rows change, so the read
+    must bring them from the read view's start to the high watermark through the binlog window."""
+
+    def __init__(self, socket: str, db: str) -> None:
+        self.socket, self.db = socket, db
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        if at != "after_low_watermark" or chunk.table_id != f"{self.db}.events":
+            return
+        statements = [
+            ("DELETE FROM events WHERE kind = 'click' LIMIT 1", None),
+            ("INSERT INTO events VALUES ('2026-01-01 10:00:00', 'view', NULL, NULL)", None),
+            ("UPDATE events SET amount = 9.99 WHERE kind IS NULL LIMIT 1", None),
+        ]
+        run_once(self.socket, self.db, "marker", statements)
+
+
+ALIKE_DML = [
+    # One transaction each, in the binlog phase.
+    ["DELETE FROM events WHERE kind = 'click' LIMIT 1"],  # one of several alike rows
+    ["UPDATE events SET kind = 'buy' WHERE kind = 'view' LIMIT 2"],  # two of them become another held value
+    ["INSERT INTO events VALUES (NULL, NULL, NULL, NULL), ('2026-01-01 10:00:00', 'view', NULL, NULL)"],
+    ["DELETE FROM events WHERE kind = 'view'", "INSERT INTO events VALUES ('2026-01-01 10:00:00', 'view', NULL, NULL)"],
+    ["INSERT INTO links VALUES (1, 2), (1, 2)", "DELETE FROM links WHERE x = 1 AND y = 2 LIMIT 1"],  # nets one
+    ["UPDATE links SET y = 7 WHERE x = 2 LIMIT 1", "UPDATE links SET y = 3 WHERE y = 7"],  # out and back
+    # One transaction over both tables: the kill falls between their commits (events, then links).
+    ["DELETE FROM events WHERE payload = x'00ff' LIMIT 1", "UPDATE links SET x = x + 10 WHERE x = 3 LIMIT 1"],
+]
+ALIKE_DML_LATER = [
+    # After the restart: rows the binlog phase numbered are deleted and added again.
+    ["DELETE FROM events WHERE kind = 'buy' LIMIT 1", "INSERT INTO events SELECT * FROM events WHERE kind = 'buy'"],
+    ["DELETE FROM links WHERE x = 1 AND y = 2 LIMIT 1", "INSERT INTO links VALUES (1, 2), (1, 2), (1, 2)"],
+    ["DELETE FROM events WHERE kind IS NULL AND amount IS NULL LIMIT 1"],
+]
+
+
+def _assert_same_multiset(mariadb: MariaDBServer, config: PipelineConfig, db: str, table: str) -> None:
+    """Iceberg holds MySQL's rows as many times as MySQL does, each alike row numbered 1..n."""
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {db}.{table}")
+        names = [d[0] for d in cur.description]
+        want = Counter(tuple(row) for row in cur.fetchall())
+    rows = load_pyiceberg_catalog(config.sink).load_table((db, table)).scan().to_arrow().to_pylist()
+    got = Counter(tuple(row[n] for n in names) for row in rows)
+    assert got == want, f"{table}: Iceberg less MySQL {got - want}, MySQL less Iceberg {want - got}"
+    numbers: dict[tuple[Any, ...], list[int]] = {}
+    for row in rows:
+        numbers.setdefault(tuple(row[n] for n in names), []).append(row["_ingest_occurrence"])
+    assert all(sorted(held) == list(range(1, len(held) + 1)) for held in numbers.values()), numbers
+
+
+def test_a_table_without_any_key_is_kept_equal_to_mysql_as_a_multiset_across_a_kill(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """A log table and a link table with no key at all, with alike rows (NULLs too): the snapshot reads each in
+    one chunk with changes inside its read window; the binlog deletes one of several alike rows, updates some,
+    nets changes out inside a transaction, and the job is killed with SIGKILL between the two tables' commits of
+    one batch. The resumed job commits the rest once, and later batches keep the copy equal as a multiset. A
+    dropped column, which would make rows that differed only in it alike, stops the job by name."""
+    db = ALIKE_DB
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.events (at DATETIME, kind VARCHAR(10), amount DECIMAL(8,2), payload BLOB, KEY (kind))",
+        f"CREATE TABLE {db}.links (x INT NOT NULL, y INT NOT NULL, KEY (x))",
+        f"INSERT INTO {db}.events VALUES "
+        + ", ".join(["('2026-01-01 10:00:00', 'click', 1.50, NULL)"] * 4)
+        + ", ('2026-01-01 10:00:00', 'view', NULL, NULL), (NULL, NULL, NULL, NULL), (NULL, NULL, NULL, NULL), "
+        "(NULL, 'x', 0.00, x'00ff'), (NULL, 'x', 0.00, x'00ff'), (NULL, 'x', 0.00, x'00')",
+        f"INSERT INTO {db}.links SELECT seq % 4, seq % 3, FROM {db}.seq_1_to_24".replace(", FROM", " FROM"),
+        f"CREATE TABLE {db}.marker (x INT PRIMARY KEY)",  # the hook's marker: a table with a key, captured too
+    )
+    config, config_file = _write_pipeline(
+        mariadb,
+        db,
+        tmp_path,
+        snapshot={"chunk_size": 2, "parallelism": 1},
+        # One batch for everything; tables commit one after the other, in name order (events, links, marker).
+        stream={"batch_interval_seconds": 60, "concurrent_merges": 1},
+    )
+    run(config, spark=spark, snapshot_only=True, hook=ChangeAlikeRowsInTheReadWindow(mariadb.socket, db))
+    for table in ("events", "links"):
+        _assert_same_multiset(mariadb, config, db, table)
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM marker")
+        assert cur.fetchone()[0] == 1  # the hook ran
+        for transaction in ALIKE_DML:
+            cur.execute("BEGIN")
+            for statement in transaction:
+                cur.execute(statement)
+            cur.execute("COMMIT")
+
+    crashed = run_job(config_file, "--until-caught-up", crash_at="stream.after_table_commit:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    before = _assert_each_batch_once(config, db, ["events", "links"])
+    assert len(before["events"]) == 1 and before["links"] == [], before  # killed between the two tables
+
+    run(config, spark=spark, until_caught_up=True)
+    after = _assert_each_batch_once(config, db, ["events", "links"])
+    assert after["events"] == before["events"], "events committed its batch again after the restart"
+    assert after["links"] == before["events"], "links should hold the same batch once"
+    for table in ("events", "links"):
+        _assert_same_multiset(mariadb, config, db, table)
+    assert verify(config)
+
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        for transaction in ALIKE_DML_LATER:
+            cur.execute("BEGIN")
+            for statement in transaction:
+                cur.execute(statement)
+            cur.execute("COMMIT")
+    run(config, spark=spark, until_caught_up=True)
+    for table in ("events", "links"):
+        _assert_same_multiset(mariadb, config, db, table)
+    assert verify(config)
+
+    mariadb.execute(f"ALTER TABLE {db}.links DROP COLUMN y")
+    with pytest.raises(SchemaChangeError, match=r"column 'y' of a table without a key is gone"):
+        run(config, spark=spark, until_caught_up=True)
 
 
 # --- the memory a small job takes, to bound the large ones by ------------------------------------------

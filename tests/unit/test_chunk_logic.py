@@ -10,10 +10,12 @@ import sqlite3
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from ingest.errors import UnsupportedTableError
 from ingest.sink.targets import decode_ranges, encode_ranges
+from ingest.source.chunk_reader import numbered
 from ingest.source.chunks import Chunk, decode_key, encode_key, range_predicate
 
 # --------------------------------------------------------------------------------------------------
@@ -294,3 +296,12 @@ def test_ranges_round_trip_random_sets() -> None:
         pieces = [tuple(map(int, p.split("-"))) for p in filter(None, text.split(","))]
         ends = [(p[0], p[-1]) for p in pieces]
         assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(ends))
+
+
+def test_alike_rows_are_numbered_from_one_in_table_order_with_nulls_alike_and_an_empty_table_gets_the_column() -> None:
+    table = pa.table(
+        {"a": pa.array([1, None, 1, None, 2, 1], pa.int64()), "b": pa.array([b"x", None, b"x", None, b"x", b"x"])}
+    )
+    assert numbered(table).column("_ingest_occurrence").to_pylist() == [1, 1, 2, 2, 1, 3]
+    empty = numbered(table.slice(0, 0))
+    assert empty.column_names == ["a", "b", "_ingest_occurrence"] and empty.num_rows == 0
