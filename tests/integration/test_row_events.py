@@ -308,6 +308,38 @@ EDGE_COLUMNS = [
     ("y", "YEAR", ["0", "1901", "2155", "'0000'", "70"]),
     ("bit1", "BIT(1)", ["b'1'", "b'0'"]),
     ("bit64", "BIT(64)", ["b'1111111111111111111111111111111111111111111111111111111111111111'", "0"]),
+    ("bit5", "BIT(5)", ["b'10000'", "b'11111'", "b'00001'"]),
+    # Integers at their documented ranges, signed and unsigned.
+    ("ti", "TINYINT", ["-128", "127", "0"]),
+    ("tiu", "TINYINT UNSIGNED", ["255", "0", "128"]),
+    ("si", "SMALLINT", ["-32768", "32767"]),
+    ("siu", "SMALLINT UNSIGNED", ["65535", "32768"]),
+    ("mi", "MEDIUMINT", ["-8388608", "8388607", "-1"]),
+    ("miu", "MEDIUMINT UNSIGNED", ["16777215", "8388608"]),
+    ("i", "INT", ["-2147483648", "2147483647"]),
+    ("iu", "INT UNSIGNED", ["4294967295", "2147483648"]),
+    ("bi", "BIGINT", ["-9223372036854775808", "9223372036854775807"]),
+    ("biu", "BIGINT UNSIGNED", ["18446744073709551615", "9223372036854775808"]),
+    # Decimals: the widest, signs, all-fraction, the extremes of 38 digits and of 65 (a string in Iceberg).
+    ("d1", "DECIMAL(1,0)", ["9", "-9", "0"]),
+    ("d55", "DECIMAL(5,5)", ["0.99999", "-0.00001", "0"]),
+    ("d38", "DECIMAL(38,10)", ["'9999999999999999999999999999.9999999999'", "'-0.0000000001'", "'-1'"]),
+    ("d65", "DECIMAL(65,30)", ["'99999999999999999999999999999999999.999999999999999999999999999999'", "'-0.5'", "0"]),
+    ("d200", "DECIMAL(20,0)", ["'-99999999999999999999'", "'12345678901234567890'"]),
+    # Floating point: the limits, the smallest normal and subnormal values, signed zero.
+    ("f", "FLOAT", ["3.40282e38", "-1.17549e-38", "0", "-0", "1.5"]),
+    ("db", "DOUBLE", ["1.7976931348623157e308", "2.2250738585072014e-308", "4.9e-324", "-0", "0.1"]),
+    # Text: ENUM and SET members (the empty string of a bad ENUM value, index 0), JSON, other character sets.
+    ("en", "ENUM('a','b c','ü')", ["'a'", "'ü'", "''", "'b c'"]),
+    ("st", "SET('x','y','z')", ["'x,z'", "''", "'x,y,z'", "'z'"]),
+    ("js", "JSON", ['\'{"a": [1, 2.5, null, true], "ü": "😀"}\'', "'\"s\"'", "'null'", "'[]'"]),
+    ("l1", "VARCHAR(5) CHARACTER SET latin1", ["'é'", "'ÿ ß'", "''"]),
+    ("cp", "VARCHAR(5) CHARACTER SET cp1251", ["'Жж'", "''"]),
+    ("gb", "VARCHAR(5) CHARACTER SET gbk", ["'中文'"]),
+    ("u3", "VARCHAR(5) CHARACTER SET utf8mb3", ["'€ü'"]),
+    ("tx", "TEXT CHARACTER SET utf8mb4", ["'😀 a\\n'", "''"]),
+    ("g", "GEOMETRY", ["ST_GeomFromText('POINT(1 2)')", "ST_GeomFromText('LINESTRING(0 0, 1 1)', 4326)"]),
+    ("ts0", "TIMESTAMP NULL", ["'0000-00-00 00:00:00'", "'2038-01-19 03:14:07'"]),
 ]
 
 
