@@ -89,7 +89,7 @@ def job(config_file: Path, *args: str) -> float:
 
 def measure(server: MariaDBServer, password: str, database: str, names: list[str], scratch: Path) -> dict[str, Any]:
     """The runs of one database's tables, each pipeline into a warehouse of its own under `scratch`."""
-    copied, first_file = (_pipeline_file(server, database, scratch / name) for name in ("snapshot", "first"))
+    copied, first_file = (pipeline_file(server, database, scratch / name) for name in ("snapshot", "first"))
     _progress(f"{database}: baseline")
     base = baseline(server, names, password)
     _progress(f"{database}: snapshot")
@@ -110,7 +110,7 @@ def measure(server: MariaDBServer, password: str, database: str, names: list[str
     }
 
 
-def _pipeline_file(server: MariaDBServer, database: str, scratch: Path) -> Path:
+def pipeline_file(server: MariaDBServer, database: str, scratch: Path) -> Path:
     """The pipeline of `database`'s tables into an empty embedded warehouse under `scratch`, as a file."""
     scratch.mkdir(parents=True)
     document = {

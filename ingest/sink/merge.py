@@ -162,10 +162,12 @@ def alike_merge_statement(target: str, view: str, schema: TableSchema) -> str:
         f"(SELECT {', '.join(f'd.{c}' for c in columns)}, d.{delta}, COALESCE(h.{held}, 0) AS {held} "
         f"FROM {netted} d LEFT JOIN {highest} h ON {alike('d', 'h')} WHERE d.{delta} <> 0)"
     )
-    numbers = f"IF({delta} < 0, sequence({held} + {delta} + 1, {held}), sequence({held} + 1, {held} + {delta}))"
+    first, last = (f"c.{held} + c.{delta} + 1", f"c.{held}"), (f"c.{held} + 1", f"c.{held} + c.{delta}")
+    numbers = f"IF(c.{delta} < 0, sequence({', '.join(first)}), sequence({', '.join(last)}))"
+    number = quote_identifier("__ingest_number")
     source = (
-        f"(SELECT {listed}, n AS {occurrence}, IF({delta} < 0, 'D', 'I') AS {OP_COLUMN} FROM {counted} c "
-        f"LATERAL VIEW explode({numbers}) e AS n)"
+        f"(SELECT {', '.join(f'c.{c}' for c in columns)}, e.{number} AS {occurrence}, "
+        f"IF(c.{delta} < 0, 'D', 'I') AS {OP_COLUMN} FROM {counted} c LATERAL VIEW explode({numbers}) e AS {number})"
     )
     return (
         f"MERGE INTO {target} t USING {source} s ON {alike('t', 's')} AND t.{occurrence} = s.{occurrence} "

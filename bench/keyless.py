@@ -1,0 +1,108 @@
+"""What a table without a key costs against the same table with a primary key (issue 41), in one run.
+
+A private MariaDB holds two tables of `--rows` rows with the same columns and values (an `INT`, a `VARCHAR`, an
+`INT`, a `DATETIME(6)` and a `DECIMAL`): `keyed.t`, whose `INT` is its primary key, and `keyless.t`, with no key
+at all. For each, into a fresh embedded warehouse (SQLite JDBC catalog, local files):
+
+- **baseline**: one PyMySQL connection as the CDC user streams `SELECT *` with an unbuffered `SSCursor`;
+- **snapshot**: `ingest run --snapshot-only`, as a user runs it (its wall clock includes the JVM's start); the
+  keyless table is read in one chunk and its alike rows numbered;
+- **catch-up**: the same `--changes` row changes are written to both tables (updates, deletes and inserts in
+  ranges of 1,000 rows, one transaction each), then `ingest run --until-caught-up` applies them: a MERGE by key
+  against a MERGE that reads the target's numbers of every changed row value.
+
+Printed: seconds per step and the ratio keyless / keyed; `ingest verify` must find both equal. Results go to
+`bench/results/keyless-<UTC time>.json`.
+
+    .venv/bin/python -m bench.keyless                      # 200,000 rows, 20,000 changes
+    .venv/bin/python -m bench.keyless --rows 20000 --changes 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.many_tables import baseline, job, pipeline_file
+from bench.snapshot import CDC_USER, PASSWORD_ENV, _progress, host_info, write_results
+from ingest.devservers.mariadb import MariaDBServer
+
+COLUMNS = "id INT NOT NULL, label VARCHAR(20), n INT, at DATETIME(6), amount DECIMAL(10,2)"
+
+
+def create_table(server: MariaDBServer, database: str, rows: int, key: bool) -> None:
+    server.execute(
+        f"DROP DATABASE IF EXISTS {database}",
+        f"CREATE DATABASE {database}",
+        f"CREATE TABLE {database}.t ({COLUMNS}{', PRIMARY KEY (id)' if key else ''})",
+        f"INSERT INTO {database}.t SELECT seq, CONCAT('r', seq % 100), seq % 7, TIMESTAMP('2026-01-01') + "
+        f"INTERVAL seq SECOND, (seq % 1000) / 7 FROM {database}.seq_1_to_{rows}",
+    )
+
+
+def change_statements(rows: int, changes: int) -> list[str]:
+    """Ranges of 1,000 rows: half updated, a tenth deleted, the rest inserted past the last id."""
+    statements, step = [], 1000
+    updates, deletes = changes // 2, changes // 10
+    for low in range(1, updates + 1, step):
+        statements.append(f"UPDATE t SET n = n + 1, label = 'changed' WHERE id BETWEEN {low} AND {low + step - 1}")
+    for low in range(updates + 1, updates + deletes + 1, step):
+        statements.append(f"DELETE FROM t WHERE id BETWEEN {low} AND {low + step - 1}")
+    inserts = changes - updates - deletes
+    for low in range(rows + 1, rows + inserts + 1, step):
+        statements.append(
+            f"INSERT INTO t SELECT seq, 'new', 1, TIMESTAMP('2026-02-01'), 0.5 FROM seq_{low}_to_{low + step - 1}"
+        )
+    return statements
+
+
+def measure(
+    server: MariaDBServer, password: str, database: str, statements: list[str], scratch: Path
+) -> dict[str, Any]:
+    config_file = pipeline_file(server, database, scratch)
+    _progress(f"{database}: baseline")
+    base = baseline(server, [f"{database}.t"], password)
+    _progress(f"{database}: snapshot")
+    snapshot = job(config_file, "run", "--snapshot-only")
+    server.execute(*statements, database=database)
+    _progress(f"{database}: catch-up")
+    catch_up = job(config_file, "run", "--until-caught-up")
+    _progress(f"{database}: verify")
+    job(config_file, "verify")
+    return {"baseline_s": base, "snapshot_s": snapshot, "catch_up_s": catch_up}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="rows in each table (default 200,000)")
+    parser.add_argument("--changes", type=int, default=20_000, help="row changes to catch up (default 20,000)")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"host": host_info(), "rows": args.rows, "changes": args.changes}
+    password = secrets.token_urlsafe(16)
+    os.environ[PASSWORD_ENV] = password
+    statements = change_statements(args.rows, args.changes)
+    with MariaDBServer(server_id=7) as server, tempfile.TemporaryDirectory(prefix="bench-keyless-") as scratch:
+        server.create_cdc_user(CDC_USER, password)
+        _progress(f"creating two tables of {args.rows} rows")
+        create_table(server, "keyed", args.rows, key=True)
+        create_table(server, "keyless", args.rows, key=False)
+        for database in ("keyed", "keyless"):
+            results[database] = measure(server, password, database, statements, Path(scratch) / database)
+    print(f"{args.rows} rows with a primary key (keyed) and without any key (keyless), {args.changes} changes")
+    print(f"{'run':<34}{'keyed s':>9}{'keyless s':>11}{'keyless/keyed':>15}")
+    for label, key in (
+        ("baseline: SSCursor SELECT *", "baseline_s"),
+        ("ingest run --snapshot-only", "snapshot_s"),
+        ("catch-up (--until-caught-up)", "catch_up_s"),
+    ):
+        k, n = results["keyed"][key], results["keyless"][key]
+        print(f"{label:<34}{k:>9.1f}{n:>11.1f}{n / k:>15.2f}")
+    print(f"results: {write_results(results, 'keyless')}")
+
+
+if __name__ == "__main__":
+    main()
