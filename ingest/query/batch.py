@@ -189,6 +189,8 @@ class TableBatch:
     actions: list[KeyAction] = field(default_factory=list)
     """Foreign key actions to apply at commit to the target's rows of keys `rows` does not hold
     (ingest.sink.key_actions); those of the keys it holds are in `rows` already."""
+    action_origins: dict[BinlogPosition, tuple[str | None, int]] = field(default_factory=dict)
+    """(GTID, commit time) of each action's transaction, by its position: for the changelog rows of what it did."""
 
 
 def prepare_batch(
@@ -249,6 +251,11 @@ def prepare_batch(
             changelog = _changelog_rows(table, to_log, transaction_of) if to_log else None
             part = TableBatch(table_id, rows, append and not actions, where, len(to_merge), changelog, rejected)
             part.actions = actions
+            if table.changelog is not None:
+                part.action_origins = {
+                    a.position: (transaction_of[a.position].gtid, transaction_of[a.position].commit_time)
+                    for a in actions
+                }
             prepared.append(part)
     return prepared
 
@@ -268,12 +275,6 @@ def _actions_to_apply(table: TableStream, actions: list[KeyAction], floor: Binlo
             f"{schema.table_id}: a foreign key action at binlog position {actions[0].position} changed its rows "
             "without row events, and the table has no key to find them by: nothing from there on was applied. Add "
             f"a key to it, or snapshot it again (`ingest resnapshot --config ... --table {schema.table_id}`)"
-        )
-    if table.changelog is not None:
-        raise SourceError(
-            f"{schema.table_id}: a foreign key action at binlog position {actions[0].position} changed its rows "
-            "without row events, and the job does not write such changes to a changelog table yet: nothing from "
-            f"there on was applied. Snapshot it again (`ingest resnapshot --config ... --table {schema.table_id}`)"
         )
     min_high, max_high = table.min_high, table.max_high
     assert min_high is not None

@@ -17,7 +17,7 @@ from ingest.faults import crash_point
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.query.batch import TableBatch, TableStream
 from ingest.sink.catalog import cached_pyiceberg_catalog
-from ingest.sink.changelog import append_changelog
+from ingest.sink.changelog import append_changelog, with_acted_rows
 from ingest.sink.key_actions import act_on_target
 from ingest.sink.maintenance import maintain
 from ingest.sink.merge import committed_offset, merge_arrow, stream_offset_properties
@@ -51,13 +51,31 @@ def commit_prepared(
             assert name is not None
             merge_rejected(spark, name, part.rejected)
             crash_point("stream.after_rejected_commit")
-        if part.rows is not None:
-            merged = _merge_table(spark, config, table, part, end)
+        rows, where, changelog = part.rows, part.where, part.changelog
+        if part.actions and not (table.committed is not None and table.committed >= end.position):
+            # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
+            # of it), acted on; and what each action did to them, for the changelog.
+            assert rows is not None
+            rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions)
+            if table.changelog is not None and acted:
+                changelog = with_acted_rows(table.schema, changelog, acted, part.action_origins)
+        # With foreign key actions the changelog commits first: what they did to rows the batch does not change is
+        # read from the target, which holds the rows as they were before the batch only until its own commit.
+        log_first = bool(part.actions)
+
+        def commit_changelog() -> None:
+            if changelog is not None:
+                crash_point("stream.before_changelog_commit")
+                _append_changelog(spark, config, table, changelog, end)
+                crash_point("stream.after_changelog_commit")
+
+        if log_first:
+            commit_changelog()
+        if rows is not None:
+            merged = _merge_table(spark, config, table, rows, where, part.append, end)
             crash_point("stream.after_table_commit")
-        if part.changelog is not None:
-            crash_point("stream.before_changelog_commit")
-            _append_changelog(spark, config, table, part.changelog, end)
-            crash_point("stream.after_changelog_commit")
+        if not log_first:
+            commit_changelog()
         return merged
 
     # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
@@ -102,8 +120,15 @@ def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream],
                 table.since_compaction[name] = 0
 
 
-def _merge_table(spark: Any, config: PipelineConfig, table: TableStream, part: TableBatch, end: Watermark) -> bool:
-    assert part.rows is not None
+def _merge_table(
+    spark: Any,
+    config: PipelineConfig,
+    table: TableStream,
+    rows: Any,
+    where: str | None,
+    append: bool,
+    end: Watermark,
+) -> bool:
     attempts = 0
 
     def read_offset() -> BinlogPosition | None:
@@ -115,11 +140,7 @@ def _merge_table(spark: Any, config: PipelineConfig, table: TableStream, part: T
             return table.committed
         return committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    rows, where = part.rows, part.where
-    if part.actions and not (table.committed is not None and table.committed >= end.position):
-        # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none of it).
-        rows, where = act_on_target(spark, table.target, table.schema, rows, part.actions)
-    done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, part.append)
+    done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, append)
     table.committed, table.committed_known = end.position, True
     return done
 

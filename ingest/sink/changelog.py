@@ -8,17 +8,19 @@ before the table's own committed offset are never appended again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.config import PipelineConfig
 from ingest.errors import UnsupportedTableError
 from ingest.model.changes import ChangelogRow
-from ingest.model.columns import TargetColumn, quote_identifier, rows_to_record_batch
+from ingest.model.columns import TargetColumn, arrow_schema, quote_identifier, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
+from ingest.sink.key_actions import ActedRow
 from ingest.sink.merge import offset_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import OLD_METADATA_DELETED, qualified, source_targets
@@ -72,9 +74,16 @@ def ensure_changelog(spark: Any, config: PipelineConfig, schema: TableSchema) ->
     return table
 
 
-def changelog_arrow(schema: TableSchema, rows: Sequence[ChangelogRow]) -> Any:
-    """The `pyarrow.Table` of changelog rows: converted source columns, then the change columns."""
-    batch = rows_to_record_batch(source_columns(schema), [r.image for r in rows])
+def changelog_arrow(schema: TableSchema, rows: Sequence[ChangelogRow], converted: bool = False) -> Any:
+    """The `pyarrow.Table` of changelog rows: converted source columns, then the change columns. With `converted`,
+    the images hold the values Iceberg does already (read from a target)."""
+    columns = source_columns(schema)
+    images = [r.image for r in rows]
+    if converted:
+        arrays = [pa.array([image[i] for image in images], c.arrow_type) for i, c in enumerate(columns)]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(columns))
+    else:
+        batch = rows_to_record_batch(columns, images)
     table = pa.Table.from_batches([batch])
     values: dict[str, list[Any]] = {
         OP: [r.op for r in rows],
@@ -87,6 +96,31 @@ def changelog_arrow(schema: TableSchema, rows: Sequence[ChangelogRow]) -> Any:
         array = pa.array(values[name], pa.int64()).cast(arrow_type) if name == COMMIT_TS else pa.array(values[name])
         table = table.append_column(pa.field(name, arrow_type, nullable=nullable), array)
     return table
+
+
+def with_acted_rows(
+    schema: TableSchema,
+    changelog: pa.Table | None,
+    acted: Sequence[ActedRow],
+    origins: Mapping[BinlogPosition, tuple[str | None, int]],
+) -> pa.Table:
+    """A batch's changelog rows (`changelog_arrow`, or None) and the rows of what foreign key actions did to target
+    rows the batch does not change (`act_on_target`): -D, or -U and +U, at the parent's row event, with its
+    transaction's GTID and commit time (`origins`)."""
+    rows = changelog_rows(
+        SourceChange(
+            a.action.position.file,
+            a.action.position.file_number,
+            a.action.position.pos,
+            a.action.row_index,
+            a.before,
+            a.after,
+            *origins[a.action.position],
+        )
+        for a in acted
+    )
+    more = changelog_arrow(schema, rows, converted=True)
+    return more if changelog is None else pa.concat_tables([changelog, more.cast(changelog.schema)])
 
 
 def append_changelog(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -24,11 +24,21 @@ from ingest.sink.pruning import target_predicate
 from ingest.sink.targets import source_targets
 
 
+class ActedRow(NamedTuple):
+    """One action's change of a target row the batch does not change: its images as the target holds them
+    (Iceberg-side values, every column), for the changelog."""
+
+    action: KeyAction
+    before: tuple[Any, ...]
+    after: tuple[Any, ...] | None
+
+
 def act_on_target(
     spark: Any, target: str, schema: TableSchema, rows: pa.Table, actions: Sequence[KeyAction]
-) -> tuple[pa.Table, str | None]:
+) -> tuple[pa.Table, str | None, list[ActedRow]]:
     """The batch's `rows` (`batch_arrow`) and, for every row of `target` the actions reach whose key `rows` does
-    not hold, its delete or its new row; with what of the target a MERGE of them all reads."""
+    not hold, its delete or its new row; with what of the target a MERGE of them all reads, and each action's
+    change of those rows in binlog order (for a changelog)."""
     names = schema.column_names
     keys = schema.primary_key
     held = set(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
@@ -37,10 +47,13 @@ def act_on_target(
     values = {c: found.column(names[c]).to_pylist() for c in read}
     gone, moved = [], []
     new_values: dict[int, list[Any]] = defaultdict(list)
+    steps: list[ActedRow] = []
+    whole = found.to_pylist()
     for i in range(found.num_rows):
         row = tuple(values[c][i] if c in values else None for c in range(len(names)))
         if tuple(row[p] for p in schema.primary_key_positions()) in held:
             continue  # the batch changes this key: its row is in `rows`, acted on in binlog order
+        steps += _steps(tuple(whole[i][n] for n in names), actions)
         after = acted(row, actions)
         if after is None:
             gone.append(i)
@@ -59,7 +72,21 @@ def act_on_target(
         parts.append(_with_op(changed, "U", rows.schema))
     out = pa.concat_tables(parts)
     all_keys = list(zip(*(out.column(k).to_pylist() for k in keys), strict=True))
-    return out, batch_where(schema, all_keys)
+    return out, batch_where(schema, all_keys), sorted(steps, key=lambda s: (s.action.position, s.action.row_index))
+
+
+def _steps(row: tuple[Any, ...], actions: Sequence[KeyAction]) -> list[ActedRow]:
+    """Each action's change of `row` (every column), in their order, until one deletes it."""
+    steps = []
+    current: tuple[Any, ...] | None = row
+    for action in actions:
+        if current is None:
+            break
+        after = acted(current, (action,))
+        if after != current:
+            steps.append(ActedRow(action, current, after))
+            current = after
+    return steps
 
 
 def _with_op(table: pa.Table, op: str, schema: pa.Schema) -> pa.Table:

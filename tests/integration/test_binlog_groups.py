@@ -465,7 +465,9 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
     """ON DELETE CASCADE, ON UPDATE CASCADE and ON DELETE / UPDATE SET NULL, which InnoDB applies to the children
     without row events, interleaved with changes of the same children in one batch: rows the batch changed before
     an action, rows it did not change (read from the target), chains of re-keyings and a delete at the end. The
-    second batch is killed (-9) after the first table's commit and resumed: every table holds it once."""
+    second batch is killed (-9) after the first table's commit and resumed, the third after the first changelog's
+    commit (before its target's): every table holds each once. The children's changelog tables hold what the
+    actions did too: replayed in `_seq` order over the copied rows, they give MySQL's rows."""
     _fresh(mariadb)
     mariadb.execute(
         f"CREATE TABLE {DB}.p (id INT PRIMARY KEY, a INT)",
@@ -481,8 +483,10 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
     document = _document(mariadb, tmp_path)
     document["sink"]["catalog_name"] = "fk_lake"  # the module's Spark session keeps each catalog name's first warehouse
     document["stream"] = {"concurrent_merges": 1}  # tables commit one after the other, in name order
+    document["table_options"] = {f"{DB}.c": {"changelog": True}, f"{DB}.n": {"changelog": True}}
     config = parse_config(document)
     run(config, spark=spark, snapshot_only=True)
+    copied = {table: _iceberg_rows(config, table) for table in ("c", "n")}
     _session(mariadb, "BEGIN", "UPDATE c SET v = 'touched' WHERE id = 1", "DELETE FROM p WHERE id = 1", "COMMIT")
     _session(mariadb, "UPDATE p SET id = 20 WHERE id = 2")  # c 3 re-keyed, n 2 nulled, neither in the batch
     _session(mariadb, "INSERT INTO c VALUES (8, 20, 'new')", "UPDATE p SET id = 30 WHERE id = 20")  # a chain
@@ -504,9 +508,48 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    for table in ("c", "n", "p"):
+
+    _session(
+        mariadb, "INSERT INTO p VALUES (40, 40)", "INSERT INTO c VALUES (11, 40, 'x')", "INSERT INTO n VALUES (7, 40)"
+    )
+    # The batch's own rows re-keyed and nulled, then rows it does not change (c 9, n 4), read from the target.
+    _session(
+        mariadb,
+        "UPDATE p SET id = 41 WHERE id = 40",
+        "UPDATE p SET id = 71 WHERE id = 70",
+        "DELETE FROM p WHERE id = 6",
+    )
+    killed = run_ingest(
+        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_changelog_commit:1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    for table in ("c", "n", "p", "c_changelog", "n_changelog"):
         offsets = _stream_offsets(config, table)
         assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"
+    for table in ("c", "n"):
+        assert _replayed(copied[table], config, f"{table}_changelog") == _iceberg_rows(config, table), table
+
+
+def _iceberg_rows(config: PipelineConfig, table: str) -> dict[Any, dict[str, Any]]:
+    """The target's rows by their `id`."""
+    rows = load_pyiceberg_catalog(config.sink).load_table((DB, table)).scan().to_arrow().to_pylist()
+    return {row["id"]: row for row in rows}
+
+
+def _replayed(rows: dict[Any, dict[str, Any]], config: PipelineConfig, changelog: str) -> dict[Any, dict[str, Any]]:
+    """`rows` with the changelog's changes applied in `_seq` order."""
+    out = dict(rows)
+    log_rows = load_pyiceberg_catalog(config.sink).load_table((DB, changelog)).scan().to_arrow().to_pylist()
+    for row in sorted(log_rows, key=lambda r: r["_seq"]):
+        image = {k: v for k, v in row.items() if not k.startswith("_")}
+        if row["_op"] in ("-U", "-D"):
+            assert out.pop(image["id"]) == image, row  # the image removed is the row the table held
+        else:
+            assert image["id"] not in out, row
+            out[image["id"]] = image
+    return out
 
 
 def test_dropped_and_truncated_partitions_land_in_iceberg_equal_to_mysql_across_a_kill(
