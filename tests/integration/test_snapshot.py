@@ -26,7 +26,10 @@ from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.sink.evolution import spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE
+from ingest.sink.targets import target_columns
+from ingest.source.discovery import discover
 from ingest.state.table import StateTable
 from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, run_ingest, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
@@ -148,6 +151,24 @@ def test_every_type_case_lands_with_its_exact_iceberg_value(
     assert check_iceberg_rows(rows) == []
     # Spark reads the same table back (a second engine).
     assert spark.sql("SELECT count(*) FROM lake.types_shop.all_types WHERE bu = 18446744073709551615").first()[0] == 1
+    # The job created the target in the catalog (pyiceberg), as Spark's Iceberg catalog makes it from the same
+    # columns and properties: field ids, types, required columns, identifier fields, spec, order, location.
+    catalog = load_pyiceberg_catalog(config.sink)
+    made = catalog.load_table(("types_shop", "all_types"))
+    schema = next(s for s in discover(config).schemas if s.table == "all_types")
+    columns = ", ".join(f"`{t.name}` {t.spark_type}{'' if t.nullable else ' NOT NULL'}" for t in target_columns(schema))
+    wanted = {k: v for k, v in made.properties.items() if k != "write.parquet.compression-codec"}
+    properties = ", ".join(
+        f"{spark_string(k)} = {spark_string(v)}" for k, v in {"format-version": "2", **wanted}.items()
+    )
+    spark.sql(f"CREATE TABLE lake.types_shop.by_spark ({columns}) USING iceberg TBLPROPERTIES ({properties})")
+    spark.sql(f"ALTER TABLE lake.types_shop.by_spark SET IDENTIFIER FIELDS {', '.join(schema.primary_key)}")
+    twin = catalog.load_table(("types_shop", "by_spark"))
+    assert made.schema().fields == twin.schema().fields
+    assert made.schema().identifier_field_ids == twin.schema().identifier_field_ids == [1]
+    assert (made.spec(), made.sort_order(), made.format_version) == (twin.spec(), twin.sort_order(), 2)
+    assert made.location().removesuffix("/all_types") == twin.location().removesuffix("/by_spark")
+    assert {k: v for k, v in twin.properties.items() if k != "owner"} == made.properties
 
 
 def test_snapshot_to_minio_through_the_postgres_catalog(
