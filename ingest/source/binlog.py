@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -282,12 +282,19 @@ def scan(
         stream.close()
 
 
+class Prepared(NamedTuple):
+    """What the first half of an XA transaction did to captured tables, held until its decision."""
+
+    changes: list[RowChange]
+    actions: list[KeyAction]
+
+
 def read_prepared(
     source: SourceConfig, schemas: Iterable[TableSchema], xid: XaId, before: BinlogPosition, end: BinlogPosition
-) -> list[RowChange]:
-    """The changes to `schemas`' tables of XA transaction `xid`, prepared before `before` and committed at `end`,
-    read back from the binlog. The prepared transaction held its rows' locks (and its tables' metadata locks)
-    until the commit, so the schemas of the commit decode them."""
+) -> Prepared:
+    """The changes to `schemas`' tables of XA transaction `xid`, and its foreign key actions that reach them,
+    prepared before `before` and committed at `end`, read back from the binlog. The prepared transaction held its
+    rows' locks (and its tables' metadata locks) until the commit, so the schemas of the commit decode them."""
     found = find_prepared(source, xid, before)
     if found is None:
         raise SourceError(
@@ -304,7 +311,7 @@ def read_prepared(
             pass
     finally:
         reader.close()
-    return reader._prepared.get(xid, [])
+    return reader._prepared.get(xid, Prepared([], []))
 
 
 def open_stream(
@@ -368,9 +375,9 @@ class BinlogReader:
         statements (SAVEPOINT, XA END, DML of tables not captured) belong to it until its commit."""
         self._xa_group = False
         """The group being read is an XA transaction's first half, which ends at XA PREPARE."""
-        self._prepared: dict[XaId, list[RowChange]] = {}
-        """The captured changes of each XA transaction prepared in the binlog read so far and not yet decided:
-        applied at its XA COMMIT (at the commit's position), dropped at its XA ROLLBACK."""
+        self._prepared: dict[XaId, Prepared] = {}
+        """The captured changes and foreign key actions of each XA transaction prepared in the binlog read so far and
+        not yet decided: applied at its XA COMMIT (at the commit's position), dropped at its XA ROLLBACK."""
         self._stop_after_prepare: XaId | None = None
         """Set on a reader that only reads back one prepared XA transaction (`read_prepared`)."""
         self._contained_until = dict(contained_until or {})
@@ -524,7 +531,9 @@ class BinlogReader:
                     continue
                 if isinstance(event, XAPrepareEvent) and not event.one_phase:
                     xid = XaId.of(event)
-                    self._prepared[xid] = current.changes if current is not None else []
+                    self._prepared[xid] = (
+                        Prepared([], []) if current is None else Prepared(current.changes, current.actions)
+                    )
                     self._boundary(end)
                     current = None
                     if xid == self._stop_after_prepare:
@@ -646,8 +655,9 @@ class BinlogReader:
         (a commit), or none (a rollback)."""
         transaction = current if current is not None else Transaction(end)
         if one_phase(query):  # XA COMMIT ... ONE PHASE: the group's own changes, never prepared
-            held = list(transaction.changes)
+            held = Prepared(list(transaction.changes), list(transaction.actions))
             transaction.changes.clear()
+            transaction.actions.clear()
         else:
             xid = xa_statement_id(query, end)
             found = self._prepared.pop(xid, None)
@@ -657,12 +667,21 @@ class BinlogReader:
                 found = read_prepared(self.source, self.schemas.values(), xid, self.start, end)
             held = found
         by_table = {s.table_id: key for key, s in self.schemas.items()}
-        changes: list[RowChange] = []
-        for change in held:
-            contained = self._contained_until.get(by_table.get(change.table_id, ("", "")))
+        # The changes and actions count at the commit, in their order: renumbered there, so that the actions stay
+        # between the changes they came between (ingest.changes.key_actions orders by position and row).
+        ordered = sorted(
+            [(c.position, c.row_index, 0, c) for c in held.changes]
+            + [(a.position, a.row_index, 1, a) for a in held.actions],
+            key=lambda item: item[:3],
+        )
+        for *_, item in ordered:
+            row = len(transaction.changes) + len(transaction.actions)
+            if isinstance(item, KeyAction):
+                transaction.actions.append(item._replace(position=end, row_index=row))
+                continue
+            contained = self._contained_until.get(by_table.get(item.table_id, ("", "")))
             if contained is None or end > contained:  # else committed before the chunks that hold it were read
-                changes.append(RowChange(change.table_id, end, len(changes), change.before, change.after))
-        transaction.changes.extend(changes)
+                transaction.changes.append(RowChange(item.table_id, end, row, item.before, item.after))
         return transaction
 
     def _load_actions(self) -> Actions:
@@ -691,16 +710,16 @@ class BinlogReader:
         job cannot apply them), and the event's rows when they were decoded for that (a captured parent)."""
 
         def copied_after(table: tuple[str, str]) -> bool:
+            # An XA transaction's first half counts at its commit, later than `end`: its actions are kept, and
+            # judged against the chunks at commit like its changes (ingest.query.batch).
             contained = self._contained_until.get(table)
-            return contained is not None and end <= contained
+            return contained is not None and end <= contained and not self._xa_group
 
         images = None
         if key in self._tables and key not in self._unfollowed and kind != "insert":
             images = self._images(key, kind, event, end)
         changed = update_changed(event, kind) if images is None else _key_changed(images, self.schemas[key])
-        acted = self._actions.act(
-            key, kind, event.flags, end, changed, copied_after, images, self.schemas, self._xa_group
-        )
+        acted = self._actions.act(key, kind, event.flags, end, changed, copied_after, images, self.schemas)
         return images, acted
 
     def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:

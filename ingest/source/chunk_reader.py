@@ -467,7 +467,7 @@ def _xa_commit(
     found = prepared.pop(xid, None)
     if found is not None:
         return found
-    return [(c.before, c.after) for c in read_prepared(task.source, [task.schema], xid, low.position, end)]
+    return [(c.before, c.after) for c in read_prepared(task.source, [task.schema], xid, low.position, end).changes]
 
 
 def _never(table: tuple[str, str]) -> bool:

@@ -10,8 +10,9 @@ update that changes a referenced column, of such a table (unless the event ran w
 when nothing acts), each acting parent row becomes a `KeyAction` of the child, which the batch applies
 (ingest.changes.key_actions), when the job can tell exactly which child rows the action reached: the parent is
 captured too (its rows are decoded with the schema the job follows), the action reaches the child table alone
-(no deeper table it would act on in turn, no self-reference), the key's columns are integers (compared by value,
-never by a collation), and it is not inside an XA transaction. Any other acting change stops the reader by name.
+(no deeper table it would act on in turn, no self-reference), and the key's columns are integers (compared by
+value, never by a collation). Inside an XA transaction the actions count at its commit, with its changes. Any
+other acting change stops the reader by name.
 """
 
 from __future__ import annotations
@@ -97,7 +98,6 @@ class Actions:
         copied_after: Callable[[TableKey], bool],
         images: Images | None = None,
         schemas: Mapping[TableKey, TableSchema] | None = None,
-        in_xa: bool = False,
     ) -> list[KeyAction]:
         """What the foreign key actions of a row event of `table` did to captured tables, as `KeyAction`s; a stop
         when they may have changed captured tables in a way the job cannot apply.
@@ -119,7 +119,7 @@ class Actions:
             stale = sorted(f"{db}.{t}" for db, t in ends if not copied_after((db, t)))
             if not stale:
                 continue
-            why = _why_not(key, acting, ends, images, schemas, in_xa)
+            why = _why_not(key, acting, ends, images, schemas)
             if not why:
                 assert images is not None and schemas is not None
                 out.extend(_key_actions(key, acting, kind, at, images, schemas))
@@ -141,7 +141,6 @@ def _why_not(
     ends: frozenset[TableKey],
     images: Images | None,
     schemas: Mapping[TableKey, TableSchema] | None,
-    in_xa: bool,
 ) -> str:
     """Why the job cannot apply `key`'s action exactly ("" when it can)."""
     if acting not in ("CASCADE", "SET NULL"):
@@ -152,8 +151,6 @@ def _why_not(
         return "while a snapshot chunk of the table was read"
     if images is None or key.parent not in schemas:
         return f"{key.parent[0]}.{key.parent[1]} is not captured, so its rows are not read"
-    if in_xa:
-        return "inside an XA transaction"
     child, parent = schemas.get(key.child), schemas[key.parent]
     if child is None or not key.child_columns:
         return "the child's key columns are unknown"
