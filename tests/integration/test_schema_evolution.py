@@ -122,30 +122,45 @@ def test_an_unsupported_change_stops_the_job_after_committing_what_came_before(
     assert "v" in {f.name for f in _iceberg(config, db).schema().fields}  # nothing of the statement applied
 
 
-def test_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlog_across_kills_at_each_statement(
+def _killed(config_file: Path, crash_at: str) -> None:
+    """`ingest run --until-caught-up` as a job of its own, SIGKILLed at `crash_at`."""
+    crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+    assert crashed.returncode == -signal.SIGKILL, (crash_at, crashed.stderr[-3000:])
+
+
+def test_added_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlog_across_kills_inside_each_step(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
-    """Issue 32: one ALTER drops a column, renames one with CHANGE (and widens it), renames another with RENAME
-    COLUMN and moves one; a TRUNCATE follows, then rows come back under old keys. Each row event decodes with the
-    columns of its moment (by name at FULL, by position at NO_LOG), Iceberg columns keep their field ids, the
-    TRUNCATE is one commit carrying its offset. Killed after the Iceberg schema change (before the source schema
-    is stored) and after the TRUNCATE's commit (before the offset is), the job ends equal to MySQL, column for
-    column and in MySQL's order."""
+    """Issue 32 and the schema-change step's exactly-once, in one lineage killed at each step. An ALTER adds a
+    column with a default: killed after the Iceberg schema change (no backfill yet), then, resumed, after the
+    backfill (the resumed run replays the ALTER and finds the column there). A second ALTER drops a column, renames
+    one with CHANGE (and widens it), renames another with RENAME COLUMN and moves one: killed after the Iceberg
+    schema change, before the source schema is stored. A TRUNCATE follows, then rows come back under old keys:
+    killed after the TRUNCATE's commit, before the offset is. Each row event decodes with the columns of its moment
+    (by name at FULL, by position at NO_LOG), Iceberg columns keep their field ids, the backfill is done once and
+    never again over the rows changed after it, the TRUNCATE is one commit carrying its offset, and the job ends
+    equal to MySQL, column for column and in MySQL's order. After each kill the target holds exactly the rows and
+    columns up to its step, which the next run must take from there."""
     db = "evo_rename"
     catalog = f"evo_rename_{row_metadata}"
-    stream = {"stream": {"batch_interval_seconds": 1}}
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
         f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT, note VARCHAR(10), w INT)",
         f"INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, 'x', -seq FROM {db}.seq_1_to_120",
     )
-    section = {**_section(mariadb, db, tmp_path, catalog), **stream}
+    section = _section(mariadb, db, tmp_path, catalog)
     config = parse_config(section)
     run(config, spark=spark, until_caught_up=True)
     before = {f.name: f.field_id for f in _iceberg(config, db).schema().fields}
     mariadb.execute(
-        f"UPDATE {db}.t SET n = -1, v = 'gone' WHERE id <= 5",
+        f"UPDATE {db}.t SET n = -1 WHERE id <= 5",
+        f"ALTER TABLE {db}.t ADD COLUMN seven INT NOT NULL DEFAULT 7",
+        f"UPDATE {db}.t SET seven = 1 WHERE id BETWEEN 3 AND 8",
+        f"UPDATE {db}.t SET n = -2, v = 'gone' WHERE id BETWEEN 4 AND 9",
+    )
+    before_second_alter = _mysql_rows(mariadb, db)
+    mariadb.execute(
         f"ALTER TABLE {db}.t DROP COLUMN v, CHANGE n amount BIGINT, RENAME COLUMN note TO remark, MODIFY w INT FIRST",
         f"UPDATE {db}.t SET amount = 9000000000, remark = 'after' WHERE id BETWEEN 3 AND 8",
         f"INSERT INTO {db}.t (id, w, amount, remark) VALUES (500, 5, 500, 'new')",
@@ -156,18 +171,41 @@ def test_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlog_acro
     )
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(section))
-    for crash_at in ("stream.after_schema_change:1", "stream.after_truncate:1"):
-        crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    snapshot = [{"id": i, "v": f"v{i}", "n": -1 if i <= 5 else i, "note": "x", "w": -i} for i in range(1, 121)]
+
+    _killed(config_file, "stream.after_schema_change:1")  # the first ALTER's column added, not backfilled
+    assert _backfills(config, db) == 0
+    assert _iceberg_rows(config, db) == [{**r, "seven": None} for r in snapshot]
+
+    _killed(config_file, "stream.after_backfill:1")  # replayed: found the column there, backfilled it
+    assert _backfills(config, db) == 1
+    assert _iceberg_rows(config, db) == [{**r, "seven": 7} for r in snapshot]
+
+    # Replays the first ALTER (its step's first point) without a backfill, commits the rows up to the second one,
+    # then is killed after the second one's Iceberg schema change.
+    _killed(config_file, "stream.after_schema_change:2")
+    assert _backfills(config, db) == 1  # never redone over the rows changed after it
+    assert [f.name for f in _iceberg(config, db).schema().fields] == ["w", "id", "amount", "remark", "seven"]
+    assert _iceberg_rows(config, db) == [
+        {"w": r["w"], "id": r["id"], "amount": r["n"], "remark": r["note"], "seven": r["seven"]}
+        for r in before_second_alter
+    ]
+
+    _killed(config_file, "stream.after_truncate:1")  # the TRUNCATE committed, its offset not recorded
+    assert _backfills(config, db) == 2
+    assert _iceberg_rows(config, db) == []
+
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)
     assert [r["id"] for r in _iceberg_rows(config, db)] == [1, 7]
     after = {f.name: f.field_id for f in _iceberg(config, db).schema().fields}
-    assert list(after) == ["w", "id", "amount", "remark"]
+    assert list(after) == ["w", "id", "amount", "remark", "seven"]
     assert (after["amount"], after["remark"], after["w"]) == (before["n"], before["note"], before["w"])
     assert str(_iceberg(config, db).schema().find_field("amount").field_type) == "long"
-    assert _backfills(config, db) == 1  # the TRUNCATE's one commit, tagged with its position; no backfill
+    # The backfill and the TRUNCATE's one commit, each tagged with its position: neither done twice.
+    assert _backfills(config, db) == 2
+    assert StateTable.open(config).stream_offset() is not None
 
 
 def test_dropped_and_renamed_tables_end_their_capture_by_the_policy_and_a_name_taken_is_copied(
@@ -274,35 +312,6 @@ def test_a_non_constant_default_is_refused(spark: Any, mariadb: MariaDBServer, t
     mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP")
     with pytest.raises(SchemaChangeError, match=r"adds column 'at' .*current_timestamp\(\).* not in the binlog"):
         run(config, spark=spark, until_caught_up=True)
-
-
-def test_kill_9_inside_the_schema_change_step_then_resume_applies_it_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
-) -> None:
-    """Killed after the Iceberg schema change, then, resumed, after the backfill (the resumed run replays the
-    ALTER and finds the columns there): no backfill before the first kill, one after the second, and the last
-    resume applies the change once, never backfilling again over the rows changed after it."""
-    db = "evo_kill"
-    catalog = f"k_{row_metadata}"
-    config = _setup(mariadb, db, tmp_path, catalog)
-    run(config, spark=spark, until_caught_up=True)
-    mariadb.execute(
-        f"UPDATE {db}.t SET n = -1 WHERE id <= 5",
-        f"ALTER TABLE {db}.t ADD COLUMN seven INT NOT NULL DEFAULT 7",
-        f"UPDATE {db}.t SET seven = 1 WHERE id BETWEEN 3 AND 8",
-    )
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump(_section(mariadb, db, tmp_path, catalog)))
-    for crash_at, backfills in (("stream.after_schema_change:1", 0), ("stream.after_backfill:1", 1)):
-        crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-        assert _backfills(config, db) == backfills, crash_at
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)
-    assert _backfills(config, db) == 1  # never redone over the rows changed after it
-    offset = StateTable.open(config).stream_offset()
-    assert offset is not None
 
 
 class AlterDuringSnapshot:
