@@ -56,7 +56,8 @@ def commit_prepared(
             # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
             # of it), acted on; and what each action did to them, for the changelog.
             assert rows is not None
-            rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions)
+            read_at = table.read_at if table.chunks_by_value else None  # else no action straddles chunk reads
+            rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions, read_at)
             if table.changelog is not None and acted:
                 changelog = with_acted_rows(table.schema, changelog, acted, part.action_origins)
         # With foreign key actions the changelog commits first: what they did to rows the batch does not change is

@@ -10,7 +10,7 @@ commits all of it with the batch's offset.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -34,11 +34,19 @@ class ActedRow(NamedTuple):
 
 
 def act_on_target(
-    spark: Any, target: str, schema: TableSchema, rows: pa.Table, actions: Sequence[KeyAction]
+    spark: Any,
+    target: str,
+    schema: TableSchema,
+    rows: pa.Table,
+    actions: Sequence[KeyAction],
+    read_at: Callable[[tuple[Any, ...]], Any] | None = None,
 ) -> tuple[pa.Table, str | None, list[ActedRow]]:
     """The batch's `rows` (`batch_arrow`) and, for every row of `target` the actions reach whose key `rows` does
     not hold, its delete or its new row; with what of the target a MERGE of them all reads, and each action's
-    change of those rows in binlog order (for a changelog)."""
+    change of those rows in binlog order (for a changelog).
+
+    `read_at(key)`, when given, is the high watermark of the snapshot chunk a key's row came from: an action at or
+    before it is in that row already (the chunk was read after it), so only the later ones act on the row."""
     names = schema.column_names
     keys = schema.primary_key
     held = set(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
@@ -51,10 +59,13 @@ def act_on_target(
     whole = found.to_pylist()
     for i in range(found.num_rows):
         row = tuple(values[c][i] if c in values else None for c in range(len(names)))
-        if tuple(row[p] for p in schema.primary_key_positions()) in held:
+        key = tuple(row[p] for p in schema.primary_key_positions())
+        if key in held:
             continue  # the batch changes this key: its row is in `rows`, acted on in binlog order
-        steps += _steps(tuple(whole[i][n] for n in names), actions)
-        after = acted(row, actions)
+        high = None if read_at is None else read_at(key)
+        later = actions if high is None else [a for a in actions if a.position > high]
+        steps += _steps(tuple(whole[i][n] for n in names), later)
+        after = acted(row, later)
         if after is None:
             gone.append(i)
         elif after != row:

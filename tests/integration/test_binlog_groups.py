@@ -33,7 +33,8 @@ from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.source.startup import _first_commit_at_or_after
 from ingest.source.watermark import read_watermark
-from tests.conftest import embedded_sink, run_ingest, source_section
+from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
+from tests.executor_sql import run_once
 
 pytestmark = pytest.mark.integration
 
@@ -552,6 +553,60 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
         assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"
     for table in ("c", "n"):
         assert _replayed(copied[table], config, f"{table}_changelog") == _iceberg_rows(config, table), table
+
+
+class ActOnAParentAfterChunkOne:
+    """A chunk hook (run on an executor): once, right after chunk 1 of `c` is read (chunks 0 and 1 hold their rows
+    as before, 2 and 3 will be read after), a parent is deleted and another re-keyed; InnoDB changes children in
+    every chunk without row events."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        if at == "after_high_watermark" and chunk.table_id == f"{DB}.c" and chunk.index == 1:
+            statements = [
+                ("DELETE FROM p WHERE id = 1", None),
+                ("UPDATE p SET id = 20 WHERE id = 2", None),
+                # Rows the later chunks hold that the actions above must not reach again: a child of a parent 1
+                # inserted again, and children re-keyed to 2 by a later action.
+                ("INSERT INTO p VALUES (1)", None),
+                ("UPDATE c SET pid = 1 WHERE id = 25", None),
+                ("UPDATE p SET id = 2 WHERE id = 3", None),
+            ]
+            run_once(self.socket, DB, "marker", statements)
+
+
+def test_a_foreign_key_action_between_two_chunk_reads_acts_only_on_the_rows_of_the_chunks_read_before_it(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Children of both parents sit in every chunk of `c`. The chunks read after the actions hold what they did;
+    those read before hold the rows as they were, and the binlog phase must act on exactly those (a cascade
+    applied to a row of a later chunk would delete a row re-inserted since, or re-key one twice)."""
+    _fresh(mariadb)
+    mariadb.execute(
+        f"CREATE TABLE {DB}.p (id INT PRIMARY KEY)",
+        f"CREATE TABLE {DB}.c (id INT PRIMARY KEY, pid INT, "
+        f"FOREIGN KEY (pid) REFERENCES {DB}.p (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+        f"CREATE TABLE {DB}.marker (x INT PRIMARY KEY)",
+        f"INSERT INTO {DB}.p VALUES (1), (2), (3)",
+        f"INSERT INTO {DB}.c SELECT seq, 1 + seq % 3 FROM {DB}.seq_1_to_40",
+    )
+    document = _document(mariadb, tmp_path)
+    document["sink"]["catalog_name"] = "straddle_lake"
+    document["snapshot"] = {"chunk_size": 10, "parallelism": 1}  # four chunks of c, read in order
+    config = parse_config(document)
+    run(config, spark=spark, snapshot_only=True, hook=ActOnAParentAfterChunkOne(mariadb.socket))
+    with mariadb.admin(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM marker")
+        assert cur.fetchone()[0] == 1  # the hook ran
+        cur.execute("INSERT INTO c VALUES (41, 2)")
+    copied = _iceberg_rows(config, "c")
+    assert copied[1]["pid"] == 2 and copied[2]["pid"] == 3 and copied[3]["pid"] == 1  # chunk 0 as before
+    assert 24 not in copied and copied[25]["pid"] == 1 and copied[26]["pid"] == 2  # chunk 2 as after
+    run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    assert _iceberg_rows(config, "c") == {r["id"]: r for r in mysql_rows(mariadb, f"{DB}.c", "id")}
 
 
 def _iceberg_rows(config: PipelineConfig, table: str) -> dict[Any, dict[str, Any]]:
