@@ -236,38 +236,47 @@ def test_keys_equal_under_the_collation_but_not_in_bytes_keep_mysqls_exact_rows_
     assert verify(config)
 
 
-def test_type_values_do_not_depend_on_the_server_or_job_time_zone(cdc_password: str, tmp_path: Path) -> None:
+def test_type_values_do_not_depend_on_the_server_or_job_time_zone(mariadb: MariaDBServer, tmp_path: Path) -> None:
     """FAILURES.md "Types and settings": a server whose default zone is +08:00 and a job (JVM and Python) in
-    America/New_York give the same values as everywhere else, through the snapshot and through the binlog."""
-    with MariaDBServer(server_id=4, time_zone="+08:00") as server:
-        server.create_cdc_user("cdc", cdc_password)
-        server.execute("CREATE DATABASE tz")
-        with server.admin("tz") as conn, conn.cursor() as cur:
+    America/New_York give the same values as everywhere else, through the snapshot and through the binlog. One job
+    does both: the binlog's rows are written once it has read every chunk."""
+    db = "tz"
+    with mariadb.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.time_zone")
+        (zone,) = cur.fetchone()
+    # What `--default-time-zone` sets at start: the zone of every session opened from now on (the job's too).
+    mariadb.execute("SET GLOBAL time_zone = '+08:00'")
+    try:
+        mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+        with mariadb.admin(db) as conn, conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = ''")  # no SET time_zone: the server's default applies
             for table in ("snap", "logged"):
                 cur.execute(TYPES_DDL.format(table=table))
             for row in TYPES_ROWS:
                 cur.execute(f"INSERT INTO snap VALUES {row}")
-        config_file = tmp_path / "pipeline.yaml"
-        section = {
-            "name": "tz",
-            "source": source_section(server),
-            "tables": {"include": [r"tz\..*"]},
-            "sink": {**embedded_sink(tmp_path), "catalog_name": "tz_lake"},
-        }
-        config_file.write_text(yaml.safe_dump(section))
-        new_york = {"TZ": "America/New_York"}
-        first = run_ingest("run", "--config", str(config_file), "--snapshot-only", env_extra=new_york)
-        assert first.returncode == 0, first.stderr[-3000:]
-        with server.admin("tz") as conn, conn.cursor() as cur:
-            cur.execute("SET SESSION sql_mode = ''")
-            for row in TYPES_ROWS:
-                cur.execute(f"INSERT INTO logged VALUES {row}")
-        second = run_ingest("run", "--config", str(config_file), "--until-caught-up", env_extra=new_york)
-        assert second.returncode == 0, second.stderr[-3000:]
-        catalog = load_pyiceberg_catalog(parse_config(section).sink)
-        for table in ("snap", "logged"):
-            assert check_iceberg_rows(catalog.load_table(("tz", table)).scan().to_arrow().to_pylist()) == [], table
+        config, job = _start_streaming_job(
+            mariadb, db, tmp_path, rf"{db}\..*", "tz_lake", env_extra={"TZ": "America/New_York"}
+        )
+        try:
+            _wait_until(job, lambda: _copied(config), "every chunk read")
+            with mariadb.admin(db) as conn, conn.cursor() as cur:
+                cur.execute("SET SESSION sql_mode = ''")
+                for row in TYPES_ROWS:
+                    cur.execute(f"INSERT INTO logged VALUES {row}")
+                written = read_watermark(conn, "mariadb").position
+            _wait_until(job, lambda: _streamed_past(config, written), "the binlog's rows committed")
+            job.send_signal(signal.SIGTERM)
+            _, err = job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+        assert job.returncode == 0, err[-3000:]
+    finally:
+        mariadb.execute(f"SET GLOBAL time_zone = '{zone}'")
+    assert _stream_offsets(config, db, "logged"), "the rows of `logged` came through the binlog"
+    catalog = load_pyiceberg_catalog(config.sink)
+    for table in ("snap", "logged"):
+        assert check_iceberg_rows(catalog.load_table((db, table)).scan().to_arrow().to_pylist()) == [], table
 
 
 def _busy_writes(cur: Any, n: int) -> None:
@@ -584,10 +593,11 @@ def _start_streaming_job(
     snapshot: dict[str, Any] | None = None,
     crash_at: str | None = None,
     sink: dict[str, Any] | None = None,
+    env_extra: dict[str, str] | None = None,
     **stream: Any,
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
     """`ingest run` of `tables` in `db` as a separate process (to be signalled), batches due every second; `sink`:
-    more keys of the `sink` section."""
+    more keys of the `sink` section; `env_extra`: more environment variables of the job."""
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(
         yaml.safe_dump(
@@ -602,7 +612,9 @@ def _start_streaming_job(
         )
     )
     config = parse_config(yaml.safe_load(config_file.read_text()), tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV} | ({CRASH_ENV: crash_at} if crash_at else {})
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV} | (env_extra or {})
+    if crash_at:
+        env[CRASH_ENV] = crash_at
     job = subprocess.Popen(
         [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
         cwd=ROOT,
@@ -651,49 +663,43 @@ def _writes_while(mariadb: MariaDBServer, db: str, write: Any, job: subprocess.P
             os.killpg(job.pid, signal.SIGKILL)
 
 
-def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], each_second: Any = None) -> None:
-    """Until the job has read every chunk and committed a binlog batch (calling `each_second` meanwhile), at most
-    240 s. (The query reads chunks between binlog batches: a binlog batch alone does not say the snapshot is
-    complete.)"""
+def _wait_until(job: subprocess.Popen[str], condition: Callable[[], bool], what: str, each_poll: Any = None) -> None:
+    """Until `condition()` holds (a state-table or catalog read that fails counts as not yet: the job creates them),
+    calling `each_poll` meanwhile; the job must still be running, and at most 240 s."""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and job.poll() is None:
-        if each_second is not None:
-            each_second()
+        if each_poll is not None:
+            each_poll()
         try:
-            state = StateTable.open(config)
-            copied = all(len(state.done(t)) == len(state.plan(t) or []) for t in state.tables())
-            if copied and state.stream_offset() is not None:
+            if condition():
                 break
         except Exception:  # noqa: BLE001 - the catalog is created by the job
             pass
-        time.sleep(1)
-    assert job.poll() is None and time.monotonic() < deadline, "the job should be streaming by now"
+        time.sleep(0.25)
+    assert job.poll() is None and time.monotonic() < deadline, f"the job should be running, with {what}, by now"
 
 
-def test_sigterm_stops_the_running_job_after_its_current_commit(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path
-) -> None:
-    db = "termflow"
-    _fresh_db(mariadb, db)
-    config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\..*", "term_lake")
-    updates = [0]
+def _copied(config: PipelineConfig) -> bool:
+    """The job has planned its tables and read every chunk of each."""
+    state = StateTable.open(config)
+    tables = state.tables()
+    return bool(tables) and all(len(state.done(t)) == len(state.plan(t) or []) for t in tables)
 
-    def update() -> None:  # keep changing the source until the job has committed a binlog batch
-        updates[0] += 1
-        mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{updates[0]}' WHERE id < 50")
 
-    try:
-        _wait_until_streaming(config, job, update)
-        job.send_signal(signal.SIGTERM)
-        _, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    assert job.returncode == 0, err[-3000:]
-    assert "binlog phase stopped at" in err
-    assert verify(config)  # what the source wrote before the signal is committed
-    offsets = _stream_offsets(config, db, "acct")
-    assert len(offsets) == len(set(offsets))  # no batch half-committed by the stop and committed again
+def _streamed_past(config: PipelineConfig, position: Any) -> bool:
+    """The job's offset (every target committed up to it) is at or past `position`."""
+    offset = StateTable.open(config).stream_offset()
+    return offset is not None and offset.position >= position
+
+
+def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], each_poll: Any = None) -> None:
+    """Until the job has read every chunk and committed a binlog batch (calling `each_poll` meanwhile). (The query
+    reads chunks between binlog batches: a binlog batch alone does not say the snapshot is complete.)"""
+
+    def streaming() -> bool:
+        return _copied(config) and StateTable.open(config).stream_offset() is not None
+
+    _wait_until(job, streaming, "every chunk read and a binlog batch committed", each_poll)
 
 
 def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
@@ -722,32 +728,38 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
     assert int(owner.split("-")[1]) >= written_before_signal, (owner, written_before_signal, err[-2000:])
 
 
-def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop(
+def test_writes_to_other_tables_alone_move_the_offset_and_sigterm_stops_the_job_after_its_current_commit(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """FAILURES.md "Idle captured tables": a busy binlog brings no heartbeats, so the reader itself must hand
-    the position of other tables' transactions over, or the offset stays behind until the binlog is purged."""
+    the position of other tables' transactions over, or the offset stays behind until the binlog is purged. Then
+    the captured table changes right before a SIGTERM: the job stops after its current commit, once it has read
+    up to the signal's position (the other tables' writes going on), with what the source wrote before it."""
     db = "busyother"
     _fresh_db(mariadb, db)
     config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "busyother_lake")
-    # Writes to a table the job does not capture, and nothing else.
+    # Writes to a table the job does not capture, and nothing else until the signal.
     with _writes_while(mariadb, db, lambda cur: cur.execute("UPDATE tag SET n = n + 1 WHERE name = 'a3'"), job):
         _wait_until_streaming(config, job)  # the first offset after the snapshot comes from those writes alone
-        time.sleep(3)
-        with mariadb.admin() as conn:
+        first = StateTable.open(config).stream_offset()
+        assert first is not None
+        with mariadb.admin() as conn:  # a point some of those writes past the first offset
             busy_at = read_watermark(conn, "mariadb").position
-        deadline = time.monotonic() + 60
-        offset = StateTable.open(config).stream_offset()
-        while time.monotonic() < deadline and (offset is None or offset.position < busy_at):
-            time.sleep(1)
-            offset = StateTable.open(config).stream_offset()
-        assert job.poll() is None
-        assert offset is not None and offset.position >= busy_at, (offset, busy_at)
+            while busy_at <= first.position:
+                time.sleep(0.05)
+                busy_at = read_watermark(conn, "mariadb").position
+        _wait_until(job, lambda: _streamed_past(config, busy_at), f"its offset at {busy_at}")
+        for n in range(3):  # the captured table changes, in transactions of their own, right before the signal
+            mariadb.execute(f"UPDATE {db}.acct SET owner = 'streamed-{n}' WHERE id < 50")
         job.send_signal(signal.SIGTERM)
         _, err = job.communicate(timeout=120)
     assert job.returncode == 0, err[-3000:]
     assert "stopping: everything up to" in err, err[-3000:]  # reached the signal's position, not the grace period
-    assert verify(config)
+    assert "binlog phase stopped at" in err, err[-3000:]
+    assert verify(config)  # what the source wrote before the signal is committed
+    offsets = _stream_offsets(config, db, "acct")
+    assert offsets, "the updates before the signal were committed by the binlog phase"
+    assert len(offsets) == len(set(offsets))  # no batch half-committed by the stop and committed again
 
 
 @pytest.mark.parametrize("profile", ["jdbc", "rest"])
