@@ -728,13 +728,14 @@ def test_sigterm_under_steady_writes_commits_what_was_written_before_the_signal(
     assert int(owner.split("-")[1]) >= written_before_signal, (owner, written_before_signal, err[-2000:])
 
 
-def test_writes_to_other_tables_alone_move_the_offset_and_sigterm_stops_the_job_after_its_current_commit(
+def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """FAILURES.md "Idle captured tables": a busy binlog brings no heartbeats, so the reader itself must hand
     the position of other tables' transactions over, or the offset stays behind until the binlog is purged. Then
     the captured table changes right before a SIGTERM: the job stops after its current commit, once it has read
-    up to the signal's position (the other tables' writes going on), with what the source wrote before it."""
+    up to the signal's position (the other tables' writes going on), with what the source wrote before it (this
+    test took over test_sigterm_stops_the_running_job_after_its_current_commit, which started a job for that)."""
     db = "busyother"
     _fresh_db(mariadb, db)
     config, job = _start_streaming_job(mariadb, db, tmp_path, rf"{db}\.acct", "busyother_lake")
