@@ -258,7 +258,7 @@ def test_type_values_do_not_depend_on_the_server_or_job_time_zone(mariadb: Maria
             mariadb, db, tmp_path, rf"{db}\..*", "tz_lake", env_extra={"TZ": "America/New_York"}
         )
         try:
-            _wait_until(job, lambda: _copied(config), "every chunk read")
+            _wait_until(job, lambda: _copied(StateTable.open(config)), "every chunk read")
             with mariadb.admin(db) as conn, conn.cursor() as cur:
                 cur.execute("SET SESSION sql_mode = ''")
                 for row in TYPES_ROWS:
@@ -675,13 +675,12 @@ def _wait_until(job: subprocess.Popen[str], condition: Callable[[], bool], what:
                 break
         except Exception:  # noqa: BLE001 - the catalog is created by the job
             pass
-        time.sleep(0.25)
+        time.sleep(0.5)
     assert job.poll() is None and time.monotonic() < deadline, f"the job should be running, with {what}, by now"
 
 
-def _copied(config: PipelineConfig) -> bool:
+def _copied(state: StateTable) -> bool:
     """The job has planned its tables and read every chunk of each."""
-    state = StateTable.open(config)
     tables = state.tables()
     return bool(tables) and all(len(state.done(t)) == len(state.plan(t) or []) for t in tables)
 
@@ -697,7 +696,8 @@ def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], ea
     reads chunks between binlog batches: a binlog batch alone does not say the snapshot is complete.)"""
 
     def streaming() -> bool:
-        return _copied(config) and StateTable.open(config).stream_offset() is not None
+        state = StateTable.open(config)
+        return _copied(state) and state.stream_offset() is not None
 
     _wait_until(job, streaming, "every chunk read and a binlog batch committed", each_poll)
 
