@@ -32,7 +32,15 @@ from ingest.sink.merge import offset_from_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from tests.conftest import embedded_sink, minio_sink, open_descriptors, rest_sink, run_ingest, source_section
+from tests.conftest import (
+    ROW_METADATA,
+    embedded_sink,
+    minio_sink,
+    open_descriptors,
+    rest_sink,
+    run_ingest,
+    source_section,
+)
 from tests.executor_sql import run_once
 from tests.type_cases import TYPES_DDL, TYPES_ROWS, check_iceberg_rows
 
@@ -102,6 +110,19 @@ DML = [
 ]
 
 
+DML_AGAIN = [
+    "UPDATE {db}.acct SET balance = balance + 10 WHERE id % 7 = 0",
+    "DELETE FROM {db}.acct WHERE id BETWEEN 130 AND 150",
+    "INSERT INTO {db}.acct VALUES (1010, 'new', 1), (1011, 'new', 2)",
+    "UPDATE {db}.acct SET id = 2010 WHERE id = 15",  # primary-key update
+    "DELETE FROM {db}.acct WHERE id = 16",
+    "INSERT INTO {db}.acct VALUES (16, 'reborn', 16)",  # delete then re-insert of one key
+    "UPDATE {db}.tag SET name = 'A2' WHERE name = 'a6'",  # a case-only key change under a _ci collation
+    "UPDATE {db}.tag SET n = n + 1",
+]
+"""The changes of DML on other keys: a second batch of the same kinds on a table that took DML already."""
+
+
 def _snapshot_count(config: PipelineConfig, namespace: str, table: str) -> int:
     return len(load_pyiceberg_catalog(config.sink).load_table((namespace, table)).snapshots())
 
@@ -118,30 +139,44 @@ def _stream_offsets(config: PipelineConfig, namespace: str, table: str) -> list[
     return out
 
 
-def write_dml(mariadb: MariaDBServer, db: str) -> None:
-    """DML in one transaction over both tables, then two single-row updates of one key."""
+def write_dml(mariadb: MariaDBServer, db: str, dml: list[str] = DML) -> None:
+    """`dml` in one transaction over both tables, then two single-row updates of one key."""
     with mariadb.admin() as conn, conn.cursor() as cur:
         cur.execute("BEGIN")
-        for statement in DML:
+        for statement in dml:
             cur.execute(statement.format(db=db))
         cur.execute("COMMIT")
         cur.execute(f"UPDATE {db}.acct SET owner = 'twice' WHERE id = 1")
         cur.execute(f"UPDATE {db}.acct SET owner = 'thrice' WHERE id = 1")
 
 
+@contextmanager
+def binlog_row_metadata(mariadb: MariaDBServer, setting: str) -> Iterator[None]:
+    """As the `row_metadata` fixture, for a part of a test: the events logged in the block carry `setting`."""
+    mariadb.execute(f"SET GLOBAL binlog_row_metadata = '{setting}'")
+    try:
+        yield
+    finally:
+        mariadb.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+
+
 @pytest.mark.spark_compat
 def test_changes_after_the_snapshot_are_applied_exactly_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
+    """One batch of DML per binlog_row_metadata setting (ROW_METADATA), one after the other on one snapshot; then
+    runs that find nothing new, or one change, each a query of its own."""
     db = "flow"
     _fresh_db(mariadb, db)
-    config = _config(mariadb, db, tmp_path, catalog=f"flow_{row_metadata}")
+    config = _config(mariadb, db, tmp_path, catalog="flow_lake")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    write_dml(mariadb, db)
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    # Warmed up by two queries: py4j's connection for the JVM's finalizer thread (made once) is open by now.
+    for setting, dml in zip(ROW_METADATA, (DML, DML_AGAIN), strict=True):
+        with binlog_row_metadata(mariadb, setting):
+            write_dml(mariadb, db, dml)
+        run(config, spark=spark, until_caught_up=True)
+        assert verify(config), setting
+    # Warmed up by three queries: py4j's connection for the JVM's finalizer thread (made once) is open by now.
     warmed_up = open_descriptors(spark)
     before = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
@@ -395,58 +430,53 @@ def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest
 STREAM_CRASH_POINTS = ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"]
 
 
-@pytest.mark.parametrize("point", ["stream.after_table_commit", "stream.before_state"])
 def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_nothing_twice(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FAILURES.md "commit outcome unknown": a table's commit succeeded, then the job failed in its own process
     (not killed: its error handling runs, the Spark session lives on). In the same session the retry finds
-    what the failed run committed, with its files, and commits nothing twice."""
+    what the failed run committed, with its files, and commits nothing twice. One batch per point, one after the
+    other on one snapshot: right after the first table's commit, then right before the offset is recorded."""
     db = "failflow"
     _fresh_db(mariadb, db)
-    catalog = f"fail_{point.split('.')[1]}"
+    catalog = "fail_lake"
     config = _config(mariadb, db, tmp_path, catalog=catalog, concurrent_merges=1)
     run(config, spark=spark, snapshot_only=True)
-    write_dml(mariadb, db)
-    reset_fault_counts()
-    monkeypatch.setenv(FAIL_ENV, f"{point}:1")
-    with pytest.raises(InjectedFailure):
+    for point, dml in (("stream.after_table_commit", DML), ("stream.before_state", DML_AGAIN)):
+        held = _stream_offsets(config, db, "acct")
+        write_dml(mariadb, db, dml)
+        reset_fault_counts()
+        monkeypatch.setenv(FAIL_ENV, f"{point}:1")
+        with pytest.raises(InjectedFailure):
+            run(config, spark=spark, until_caught_up=True)
+        monkeypatch.delenv(FAIL_ENV)
+        assert spark.streams.active == [], point
+        committed = _stream_offsets(config, db, "acct")
+        assert len(committed) > len(held), f"{point}: the failure came after the first table's commit"
+        # Every file the committed snapshot references is still there (nothing was cleaned up as if it failed).
+        assert spark.sql(f"SELECT count(*) FROM {catalog}.{db}.acct").collect()[0][0] > 0, point
         run(config, spark=spark, until_caught_up=True)
-    monkeypatch.delenv(FAIL_ENV)
-    assert spark.streams.active == []
-    committed = _stream_offsets(config, db, "acct")
-    assert committed, "the failure came after the first table's commit"
-    # Every file the committed snapshot references is still there (nothing was cleaned up as if it failed).
-    assert spark.sql(f"SELECT count(*) FROM {catalog}.{db}.acct").collect()[0][0] > 0
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    for table in ("acct", "tag"):
-        offsets = _stream_offsets(config, db, table)
-        assert len(offsets) == len(set(offsets)), f"{table}: a batch committed twice"
-    assert _stream_offsets(config, db, "acct")[: len(committed)] == committed
+        assert verify(config), point
+        for table in ("acct", "tag"):
+            offsets = _stream_offsets(config, db, table)
+            assert len(offsets) == len(set(offsets)), f"{table} after {point}: a batch committed twice"
+        assert _stream_offsets(config, db, "acct")[: len(committed)] == committed, point
 
 
 def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
-    spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """One job killed at each point of a batch's commit in turn (STREAM_CRASH_POINTS), each run resuming from
     what the one before left: after the first table's commit, then before the offset is recorded (that run
     skips the first table and commits the second), then after it (that run commits no table). After each kill
-    every table holds the batch at most once and the offset moves only at the last; the last resume ends equal."""
+    every table holds the batch at most once and the offset moves only at the last; the last resume ends equal.
+    One batch per binlog_row_metadata setting (ROW_METADATA), one after the other on one snapshot: the kills of
+    the second batch find a table that holds the first."""
     db = "crashflow"
     _fresh_db(mariadb, db)
-    catalog = f"c_{row_metadata}"
+    catalog = "crash_lake"
     config = _config(mariadb, db, tmp_path, catalog=catalog, batch_interval_seconds=60)
     run(config, spark=spark, snapshot_only=True)
-    with mariadb.admin() as conn, conn.cursor() as cur:
-        for statement in DML:
-            cur.execute(statement.format(db=db))
-        # One transaction of two multi-row events on two tables: a kill between the tables' commits falls
-        # inside it, and the restart must apply its second half only (FAILURES.md: restart in a transaction).
-        cur.execute("BEGIN")
-        cur.execute(f"UPDATE {db}.acct SET balance = balance + 1 WHERE id IN (40, 41)")
-        cur.execute(f"UPDATE {db}.tag SET n = n + 100 WHERE name IN ('B1', 'c2')")
-        cur.execute("COMMIT")
     # One table after the other, so that the first crash after a table commit falls between the two tables
     # (with concurrent MERGEs both may be done by then; test_chaos kills those at random).
     config_file = write_config_file(mariadb, db, tmp_path, catalog, batch_interval_seconds=60, concurrent_merges=1)
@@ -454,32 +484,43 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
     def counts() -> tuple[int, int]:
         return _snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag")
 
-    before, snapshot_offset = counts(), StateTable.open(config).stream_offset()
     # Per point: the new snapshots of (acct, tag) its run made, and whether the offset is recorded after it.
     expected = {
         "stream.after_table_commit:1": ((1, 0), False),  # the first table only
         "stream.before_state:1": ((0, 1), False),  # the first table skipped, the second committed
         "stream.after_state:1": ((0, 0), True),  # neither committed again
     }
-    for crash_at in STREAM_CRASH_POINTS:
-        made, recorded = expected[crash_at]
-        crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-        after = counts()
-        # Each table commits the batch once: a table that committed before the crash gets no new snapshot.
-        assert (after[0] - before[0], after[1] - before[1]) == made, crash_at
-        before, offset = after, StateTable.open(config).stream_offset()
-        if recorded:
-            assert offset is not None, crash_at
-            assert offset.position == offset_from_summary(_stream_offsets(config, db, "tag")[-1]).position, crash_at
-        else:
-            assert offset == snapshot_offset, crash_at
-    run(config, spark=spark, until_caught_up=True)
-    assert verify(config)
-    assert counts() == before
-    for table in ("acct", "tag"):
-        offsets = _stream_offsets(config, db, table)
-        assert len(offsets) == len(set(offsets)) == 1, f"{table}: a batch committed twice"
+    for batches, (setting, dml) in enumerate(zip(ROW_METADATA, (DML, DML_AGAIN), strict=True), start=1):
+        with binlog_row_metadata(mariadb, setting), mariadb.admin() as conn, conn.cursor() as cur:
+            for statement in dml:
+                cur.execute(statement.format(db=db))
+            # One transaction of two multi-row events on two tables: a kill between the tables' commits falls
+            # inside it, and the restart must apply its second half only (FAILURES.md: restart in a transaction).
+            cur.execute("BEGIN")
+            cur.execute(f"UPDATE {db}.acct SET balance = balance + 1 WHERE id IN (40, 41)")
+            cur.execute(f"UPDATE {db}.tag SET n = n + 100 WHERE name IN ('B1', 'c2')")
+            cur.execute("COMMIT")
+        before, offset_before = counts(), StateTable.open(config).stream_offset()
+        for crash_at in STREAM_CRASH_POINTS:
+            made, recorded = expected[crash_at]
+            crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
+            assert crashed.returncode == -signal.SIGKILL, (setting, crashed.stderr[-3000:])
+            after = counts()
+            # Each table commits the batch once: a table that committed before the crash gets no new snapshot.
+            assert (after[0] - before[0], after[1] - before[1]) == made, (setting, crash_at)
+            before, offset = after, StateTable.open(config).stream_offset()
+            if recorded:
+                assert offset is not None, (setting, crash_at)
+                tag_offset = offset_from_summary(_stream_offsets(config, db, "tag")[-1])
+                assert offset.position == tag_offset.position, (setting, crash_at)
+            else:
+                assert offset == offset_before, (setting, crash_at)
+        run(config, spark=spark, until_caught_up=True)
+        assert verify(config), setting
+        assert counts() == before, setting
+        for table in ("acct", "tag"):
+            offsets = _stream_offsets(config, db, table)
+            assert len(offsets) == len(set(offsets)) == batches, f"{table} at {setting}: a batch committed twice"
 
 
 def test_odd_identifiers_go_through_snapshot_binlog_changelog_and_verify(
