@@ -97,7 +97,7 @@ def ensure_target_created(
             **({PARTITIONS_PROPERTY: layout} if layout is not None else {}),
         }
         fields = config.options_for(schema.database, schema.table).partition_by
-        if not (fields or _create_in_catalog(catalog, config, (namespace, name), schema, props)):
+        if fields or not _create_in_catalog(catalog, config, (namespace, name), schema, props):
             tblprops = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
             partitioned = f" PARTITIONED BY ({partition_clause(schema, fields)})" if fields else ""
             spark.sql(
