@@ -244,6 +244,34 @@ def _assert_same_rows(mariadb: MariaDBServer, config: PipelineConfig, db: str, t
     assert got == want
 
 
+def _transactions(mariadb: MariaDBServer, db: str, marker: str | None, transactions: list[list[str]]) -> None:
+    """Each list of statements as one transaction, after checking that the chunk hook ran (its `marker` row)."""
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        if marker is not None:
+            cur.execute(f"SELECT COUNT(*) FROM {marker}")
+            assert cur.fetchone()[0] == 1  # the hook ran
+        for transaction in transactions:
+            cur.execute("BEGIN")
+            for statement in transaction:
+                cur.execute(statement)
+            cur.execute("COMMIT")
+
+
+def _killed_between_two_tables_and_resumed(
+    spark: Any, config: PipelineConfig, config_file: Path, db: str, first: str, second: str
+) -> None:
+    """The job killed with SIGKILL after the first table's commit of a batch (before the second's), then resumed:
+    each table holds that batch once."""
+    crashed = run_job(config_file, "--until-caught-up", crash_at="stream.after_table_commit:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    before = _assert_each_batch_once(config, db, [first, second])
+    assert len(before[first]) == 1 and before[second] == [], before  # killed between the two tables
+    run(config, spark=spark, until_caught_up=True)
+    after = _assert_each_batch_once(config, db, [first, second])
+    assert after[first] == before[first], f"{first} committed its batch again after the restart"
+    assert after[second] == before[first], f"{second} should hold the same batch once"
+
+
 # --- 1. a table without a primary key ------------------------------------------------------------------
 
 NOPK_DB = "edge_nopk"
@@ -322,24 +350,8 @@ def test_a_table_without_primary_key_goes_through_snapshot_and_binlog_killed_and
         table_options={f"{db}.acct": {"chunk_key": ["u"]}, f"{db}.tag": {"chunk_key": ["grp", "name"]}},
     )
     run(config, spark=spark, snapshot_only=True, hook=MoveUniqueKeysDuringChunkTwo(mariadb.socket, db))
-    with mariadb.admin(db) as conn, conn.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM moved")
-        assert cur.fetchone()[0] == 1  # the hook ran
-        for transaction in NOPK_DML:
-            cur.execute("BEGIN")
-            for statement in transaction:
-                cur.execute(statement)
-            cur.execute("COMMIT")
-
-    crashed = run_job(config_file, "--until-caught-up", crash_at="stream.after_table_commit:1")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    before = _assert_each_batch_once(config, db, ["acct", "tag"])
-    assert len(before["acct"]) == 1 and before["tag"] == [], before  # killed between the two tables
-
-    run(config, spark=spark, until_caught_up=True)
-    after = _assert_each_batch_once(config, db, ["acct", "tag"])
-    assert after["acct"] == before["acct"], "acct committed its batch again after the restart"
-    assert after["tag"] == before["acct"], "tag should hold the same batch once"
+    _transactions(mariadb, db, "moved", NOPK_DML)
+    _killed_between_two_tables_and_resumed(spark, config, config_file, db, "acct", "tag")
     assert verify(config)
     _assert_same_rows(mariadb, config, db, "acct", ["u"])
     _assert_same_rows(mariadb, config, db, "tag", ["grp", "name"])
@@ -437,34 +449,13 @@ def test_a_table_without_any_key_is_kept_equal_to_mysql_as_a_multiset_across_a_k
     run(config, spark=spark, snapshot_only=True, hook=ChangeAlikeRowsInTheReadWindow(mariadb.socket, db))
     for table in ("events", "links"):
         _assert_same_multiset(mariadb, config, db, table)
-    with mariadb.admin(db) as conn, conn.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM marker")
-        assert cur.fetchone()[0] == 1  # the hook ran
-        for transaction in ALIKE_DML:
-            cur.execute("BEGIN")
-            for statement in transaction:
-                cur.execute(statement)
-            cur.execute("COMMIT")
-
-    crashed = run_job(config_file, "--until-caught-up", crash_at="stream.after_table_commit:1")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    before = _assert_each_batch_once(config, db, ["events", "links"])
-    assert len(before["events"]) == 1 and before["links"] == [], before  # killed between the two tables
-
-    run(config, spark=spark, until_caught_up=True)
-    after = _assert_each_batch_once(config, db, ["events", "links"])
-    assert after["events"] == before["events"], "events committed its batch again after the restart"
-    assert after["links"] == before["events"], "links should hold the same batch once"
+    _transactions(mariadb, db, "marker", ALIKE_DML)
+    _killed_between_two_tables_and_resumed(spark, config, config_file, db, "events", "links")
     for table in ("events", "links"):
         _assert_same_multiset(mariadb, config, db, table)
     assert verify(config)
 
-    with mariadb.admin(db) as conn, conn.cursor() as cur:
-        for transaction in ALIKE_DML_LATER:
-            cur.execute("BEGIN")
-            for statement in transaction:
-                cur.execute(statement)
-            cur.execute("COMMIT")
+    _transactions(mariadb, db, None, ALIKE_DML_LATER)
     run(config, spark=spark, until_caught_up=True)
     for table in ("events", "links"):
         _assert_same_multiset(mariadb, config, db, table)
