@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,11 +94,16 @@ class TableStream:
             for k in schema.chunk_key
         )
 
-    def read_at(self, key: Key) -> BinlogPosition | None:
-        """The high watermark of the chunk that holds `key` (a primary key's values, of a table whose chunks are
-        split on it by value), or None while that chunk is unread."""
-        lowers = [c.lower for c in self.chunks[1:] if c.lower is not None]
-        return self.chunk_highs[bisect.bisect_right(lowers, key)]
+    @property
+    def chunk_lowers(self) -> list[Key]:
+        """The lower bound of every chunk after the first, in key order: a key's chunk is found by bisecting them."""
+        return [c.lower for c in self.chunks[1:] if c.lower is not None]
+
+    def read_at(self) -> Callable[[Key], BinlogPosition | None]:
+        """For a table split on an integer key (`chunks_by_value`): the high watermark of the chunk that holds a
+        key, or None while that chunk is unread."""
+        lowers, highs = self.chunk_lowers, list(self.chunk_highs)
+        return lambda key: highs[bisect.bisect_right(lowers, key)]
 
     @property
     def contained_until(self) -> BinlogPosition | None:
@@ -131,7 +136,7 @@ class HighWatermarkFilter:
         self.conn = conn
         self.table = table
         self.numeric = all(c is None for c in table.schema.collations)
-        self._lowers: list[Key] = [c.lower for c in table.chunks[1:] if c.lower is not None]
+        self._lowers = table.chunk_lowers
 
     def keep(self, changes: Sequence[RowChange]) -> list[RowChange]:
         table = self.table

@@ -56,7 +56,7 @@ def commit_prepared(
             # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
             # of it), acted on; and what each action did to them, for the changelog.
             assert rows is not None
-            read_at = table.read_at if table.chunks_by_value else None  # else no action straddles chunk reads
+            read_at = table.read_at() if table.chunks_by_value else None  # else no action straddles chunk reads
             rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions, read_at)
             if table.changelog is not None and acted:
                 changelog = with_acted_rows(table.schema, changelog, acted, part.action_origins)

@@ -52,20 +52,18 @@ def act_on_target(
     held = set(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
     found = _reached(spark, target, schema, [c for c in rows.column_names if c != OP_COLUMN], actions)
     read = sorted({c for a in actions for c in a.columns} | set(schema.primary_key_positions()))
-    values = {c: found.column(names[c]).to_pylist() for c in read}
     gone, moved = [], []
     new_values: dict[int, list[Any]] = defaultdict(list)
     steps: list[ActedRow] = []
-    whole = found.to_pylist()
-    for i in range(found.num_rows):
-        row = tuple(values[c][i] if c in values else None for c in range(len(names)))
+    for i, found_row in enumerate(found.to_pylist()):
+        row = tuple(found_row[n] for n in names)
         key = tuple(row[p] for p in schema.primary_key_positions())
         if key in held:
             continue  # the batch changes this key: its row is in `rows`, acted on in binlog order
         high = None if read_at is None else read_at(key)
-        later = actions if high is None else [a for a in actions if a.position > high]
-        steps += _steps(tuple(whole[i][n] for n in names), later)
-        after = acted(row, later)
+        own = _steps(row, actions if high is None else [a for a in actions if a.position > high])
+        steps += own
+        after = own[-1].after if own else row
         if after is None:
             gone.append(i)
         elif after != row:

@@ -83,10 +83,6 @@ def ensure_target_created(
     if created:
         catalog.create_namespace_if_not_exists(tuple(namespace.split(".")))
         layout = None if partitions is None else partitions()
-        columns = ", ".join(
-            f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
-            for t in target_columns(schema)
-        )
         props = {
             "format-version": str(config.sink.format_version),
             **MERGE_ON_READ,
@@ -98,6 +94,10 @@ def ensure_target_created(
         }
         fields = config.options_for(schema.database, schema.table).partition_by
         if fields or not _create_in_catalog(catalog, config, (namespace, name), schema, props):
+            columns = ", ".join(
+                f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
+                for t in target_columns(schema)
+            )
             tblprops = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
             partitioned = f" PARTITIONED BY ({partition_clause(schema, fields)})" if fields else ""
             spark.sql(

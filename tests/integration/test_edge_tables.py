@@ -435,7 +435,7 @@ def test_a_table_without_any_key_is_kept_equal_to_mysql_as_a_multiset_across_a_k
         + ", ".join(["('2026-01-01 10:00:00', 'click', 1.50, NULL)"] * 4)
         + ", ('2026-01-01 10:00:00', 'view', NULL, NULL), (NULL, NULL, NULL, NULL), (NULL, NULL, NULL, NULL), "
         "(NULL, 'x', 0.00, x'00ff'), (NULL, 'x', 0.00, x'00ff'), (NULL, 'x', 0.00, x'00')",
-        f"INSERT INTO {db}.links SELECT seq % 4, seq % 3, FROM {db}.seq_1_to_24".replace(", FROM", " FROM"),
+        f"INSERT INTO {db}.links SELECT seq % 4, seq % 3 FROM {db}.seq_1_to_24",
         f"CREATE TABLE {db}.marker (x INT PRIMARY KEY)",  # the hook's marker: a table with a key, captured too
     )
     config, config_file = _write_pipeline(
