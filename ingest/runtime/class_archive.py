@@ -83,12 +83,19 @@ def train(jit_options: str) -> Path | None:
             log.warning("the trained class archive does not map; Spark starts without one")
             return None
         partial.replace(path)
-        for old in path.parent.glob("spark-*.jsa"):  # archives of other versions are never mapped again
-            if old != path:
-                old.unlink(missing_ok=True)
+        for old in stale_archives(path):
+            old.unlink(missing_ok=True)
         return path
     finally:
         partial.unlink(missing_ok=True)
+
+
+def stale_archives(path: Path) -> list[Path]:
+    """The archives of this PySpark built for another java: never mapped again. Those of other PySpark versions
+    stay; setup trains one per virtualenv (the suite's Spark 4.1 and the compatibility subset's 4.0), and each
+    virtualenv maps its own."""
+    version = path.name.rsplit("-", 1)[0]
+    return [old for old in path.parent.glob(f"{version}-*.jsa") if old != path]
 
 
 def _maps(archive: Path, class_path: str) -> bool:

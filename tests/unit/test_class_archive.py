@@ -64,3 +64,28 @@ def test_a_training_whose_archive_does_not_map_puts_nothing_in_place(
     assert class_archive.train(JIT) is None
     assert class_archive.driver_options() == []
     assert list((cache / "jvm").iterdir()) == []  # no archive, no partial file left
+
+
+def test_training_keeps_the_archive_of_the_other_virtualenvs_spark(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setup trains the suite's Spark and then the compatibility subset's: the second must not delete the first
+    (it did, and every Spark 4.1 start in `make test` ran without its archive). An archive of this PySpark for
+    another java is never mapped again and goes."""
+    path = class_archive.archive_path()
+    assert path is not None
+    path.parent.mkdir()
+    other_spark = path.parent / "spark-3.9.9-0123456789ab.jsa"
+    other_java = path.with_name(path.name.rsplit("-", 1)[0] + "-0123456789ab.jsa")
+    for old in (other_spark, other_java):
+        old.write_bytes(b"trained")
+
+    def dump(java_options: str) -> str:
+        partial = next(o for o in java_options.split() if o.startswith("-XX:ArchiveClassesAtExit="))
+        Path(partial.split("=", 1)[1]).write_bytes(b"trained")
+        return "."
+
+    monkeypatch.setattr(class_archive, "_run_workload", dump)
+    monkeypatch.setattr(class_archive, "_maps", lambda archive, class_path: True)
+    assert class_archive.train(JIT) == path
+    assert sorted((cache / "jvm").iterdir()) == sorted([path, other_spark])
