@@ -35,6 +35,19 @@ class RowChange(NamedTuple):
     after: tuple[Any, ...] | None
 
 
+@dataclass(frozen=True)
+class ForeignKey:
+    """A foreign key with an action: `child` references `parent`."""
+
+    name: str
+    child: TableName
+    parent: TableName
+    parent_columns: tuple[str, ...]
+    on_delete: str
+    on_update: str
+    child_columns: tuple[str, ...] = ()
+
+
 class KeyAction(NamedTuple):
     """What a foreign key action of InnoDB did to a captured child table, unlogged, at a parent's row change: every
     row whose foreign key columns held `old` was deleted (`new` None) or got `new` there (SET NULL: all None)."""
@@ -49,6 +62,14 @@ class KeyAction(NamedTuple):
     """The child's foreign key columns, by place in its rows."""
     old: tuple[Any, ...]
     new: tuple[Any, ...] | None
+    step: int = 0
+    """0 for the action of the parent's row change; n for one InnoDB took in turn, n foreign keys further down (a
+    child's row the action deleted or re-keyed, acting on the grandchild rows that refer to it). Actions of one
+    parent row apply in this order."""
+
+    @property
+    def order(self) -> tuple[BinlogPosition, int, int]:
+        return (self.position, self.row_index, self.step)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.changes.rejects import split_rejected
 from ingest.config import PipelineConfig
 from ingest.errors import SourceError
-from ingest.model.changes import KeyAction, RejectedValue, RowChange, Transaction
+from ingest.model.changes import ForeignKey, KeyAction, RejectedValue, RowChange, Transaction
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.sink.changelog import changelog_arrow
@@ -191,6 +191,21 @@ def _older(a: BinlogPosition | None, b: BinlogPosition | None) -> BinlogPosition
 
 
 @dataclass
+class Pending:
+    """A table's part of a batch whose foreign key actions act in turn on captured tables (its own rows, or a
+    child's): finished on the driver (`finish_part`, ingest.query.chains), where the rows they reached are read."""
+
+    changes: list[RowChange]
+    """Its changes the target or changelog do not hold, past their chunks, before any action is applied."""
+    actions: list[KeyAction]
+    """The actions of the batch's parent rows on it, past what its target or changelog hold."""
+    origins: dict[BinlogPosition, tuple[str | None, int]]
+    """(GTID, commit time) of the transaction of each of its changes and of each action of the batch."""
+    keys: list[ForeignKey]
+    """Its foreign keys with actions to captured tables: what the actions do to its rows acts on theirs."""
+
+
+@dataclass
 class TableBatch:
     """One table's part of a binlog batch, ready to commit (pickled whole from the source's process to the
     driver: Arrow tables pickle as their buffers)."""
@@ -212,6 +227,10 @@ class TableBatch:
     (ingest.sink.key_actions); those of the keys it holds are in `rows` already."""
     action_origins: dict[BinlogPosition, tuple[str | None, int]] = field(default_factory=dict)
     """(GTID, commit time) of each action's transaction, by its position: for the changelog rows of what it did."""
+    target_acted: bool = False
+    """The target's rows `actions` reach are in `rows` already (ingest.query.chains): the commit reads none."""
+    pending: Pending | None = None
+    """Set when the driver finishes the part (`finish_part`): `rows` and `changelog` are None until then."""
 
 
 def prepare_batch(
@@ -219,19 +238,17 @@ def prepare_batch(
     tables: Mapping[str, TableStream],
     filters: Mapping[str, HighWatermarkFilter],
     batch: Sequence[Transaction],
+    chained: Mapping[str, Sequence[ForeignKey]] | None = None,
 ) -> list[TableBatch]:
-    """What `batch` writes, per table it changes (in table order), as of what each table holds now."""
+    """What `batch` writes, per table it changes (in table order), as of what each table holds now.
+
+    `chained`: per table, its foreign keys whose actions act on captured tables (itself too). A table an action
+    of the batch reaches and whose rows act in turn, and every table they act on, is left `Pending` for the driver."""
     per_table: dict[str, list[RowChange]] = defaultdict(list)
     # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
     # replace a change with one side of it).
     transaction_of: dict[BinlogPosition, Transaction] = {}
-    policy = {
-        table_id: config.options_for(t.schema.database, t.schema.table).on_unrepresentable
-        for table_id, t in tables.items()
-    }
-    logged = {
-        table_id for table_id, table in tables.items() if table.changelog is not None or policy[table_id] != "null"
-    }
+    logged = {table_id for table_id, table in tables.items() if _logged(config, table)}
     per_actions: dict[str, list[KeyAction]] = defaultdict(list)
     for tx in batch:
         for change in tx.changes:
@@ -240,48 +257,101 @@ def prepare_batch(
                 transaction_of[change.position] = tx
         for action in tx.actions:
             per_actions[action.table_id].append(action)
-            if action.table_id in logged:
-                transaction_of[action.position] = tx
+            transaction_of[action.position] = tx
+    pending = _in_turn(per_actions.keys(), chained or {})
+
+    def origin(position: BinlogPosition) -> tuple[str | None, int]:
+        return transaction_of[position].gtid, transaction_of[position].commit_time
+
     prepared = []
-    for table_id in sorted(per_table.keys() | per_actions.keys()):
+    for table_id in sorted(per_table.keys() | per_actions.keys() | pending):
         changes = per_table.get(table_id, [])
         table = tables[table_id]
         # What the target (and the changelog) hold already is skipped, each by its own committed offset.
-        floor = _older(table.committed, table.changelog_committed) if table.changelog else table.committed
+        floor = held_floor(table)
         if floor is not None:
             changes = [c for c in changes if c.position > floor]
         changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
-        actions = _actions_to_apply(table, per_actions.get(table_id, []), floor)
-        changes = act_on_changes(changes, actions, table.schema.primary_key_positions())
-        # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
-        # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
-        changes, rejected = split_rejected(
-            changes,
-            table.schema.columns,
-            table.schema.primary_key_positions(),
-            policy[table_id],
-            lambda c: (transaction_of[c.position].gtid, transaction_of[c.position].commit_time),
-        )
-        to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
-        done = table.changelog_committed
-        to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
-        if to_merge or to_log or rejected or actions:
-            rows, append, where = _target_rows(config, table, to_merge)
-            if actions and rows is None:
-                rows = batch_arrow(table.schema, {})  # the target's rows the actions reach are added at commit
-            changelog = _changelog_rows(table, to_log, transaction_of) if to_log else None
-            part = TableBatch(table_id, rows, append and not actions, where, len(to_merge), changelog, rejected)
-            part.actions = actions
-            if table.changelog is not None:
-                part.action_origins = {
-                    a.position: (transaction_of[a.position].gtid, transaction_of[a.position].commit_time)
-                    for a in actions
-                }
+        if table_id in pending:
+            actions = [a for a in per_actions.get(table_id, []) if floor is None or a.position > floor]
+            origins = {
+                p: origin(p) for p in {c.position for c in changes if table_id in logged} | _positions(per_actions)
+            }
+            held = TableBatch(table_id, None, False, None, len(changes), None, [], actions)
+            held.pending = Pending(changes, actions, origins, list((chained or {}).get(table_id, ())))
+            prepared.append(held)
+            continue
+        actions = actions_to_apply(table, per_actions.get(table_id, []), floor)
+        part = finish_part(config, table, changes, actions, origin)
+        if part is not None:
             prepared.append(part)
     return prepared
 
 
-def _actions_to_apply(table: TableStream, actions: list[KeyAction], floor: BinlogPosition | None) -> list[KeyAction]:
+def _logged(config: PipelineConfig, table: TableStream) -> bool:
+    """Whether the table's changes need their transaction's GTID and commit time: for its changelog, or for the
+    values it rejects."""
+    schema = table.schema
+    return table.changelog is not None or config.options_for(schema.database, schema.table).on_unrepresentable != "null"
+
+
+def _positions(per_actions: Mapping[str, Sequence[KeyAction]]) -> set[BinlogPosition]:
+    return {a.position for actions in per_actions.values() for a in actions}
+
+
+def _in_turn(acted_on: Iterable[str], chained: Mapping[str, Sequence[ForeignKey]]) -> set[str]:
+    """The tables with actions whose rows act in turn, and every table they act on, down to the last."""
+    out: set[str] = set()
+    todo = [t for t in acted_on if chained.get(t)]
+    while todo:
+        table = todo.pop()
+        if table not in out:
+            out.add(table)
+            todo.extend(f"{key.child[0]}.{key.child[1]}" for key in chained.get(table, ()))
+    return out
+
+
+def held_floor(table: TableStream) -> BinlogPosition | None:
+    """Up to here the table's target (and its changelog, if it has one) hold every change."""
+    return _older(table.committed, table.changelog_committed) if table.changelog else table.committed
+
+
+def finish_part(
+    config: PipelineConfig,
+    table: TableStream,
+    changes: list[RowChange],
+    actions: list[KeyAction],
+    origin: Callable[[BinlogPosition], tuple[str | None, int]],
+    reached: list[tuple[KeyAction, tuple[Any, ...], tuple[Any, ...] | None]] | None = None,
+) -> TableBatch | None:
+    """One table's part of a batch from its changes (past what its target, changelog and chunks hold) and the
+    actions to apply (`actions_to_apply`); None when it writes nothing. `reached` gets each action's change of a
+    key the batch changed before it (`act_on_changes`)."""
+    schema = table.schema
+    changes = act_on_changes(changes, actions, schema.primary_key_positions(), reached)
+    # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
+    # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
+    policy = config.options_for(schema.database, schema.table).on_unrepresentable
+    changes, rejected = split_rejected(
+        changes, schema.columns, schema.primary_key_positions(), policy, lambda c: origin(c.position)
+    )
+    to_merge = [c for c in changes if table.committed is None or c.position > table.committed]
+    done = table.changelog_committed
+    to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
+    if not (to_merge or to_log or rejected or actions):
+        return None
+    rows, append, where = _target_rows(config, table, to_merge)
+    if actions and rows is None:
+        rows = batch_arrow(schema, {})  # the target's rows the actions reach are added at commit
+    changelog = _changelog_rows(table, to_log, origin) if to_log else None
+    part = TableBatch(table.schema.table_id, rows, append and not actions, where, len(to_merge), changelog, rejected)
+    part.actions = actions
+    if table.changelog is not None:
+        part.action_origins = {a.position: origin(a.position) for a in actions}
+    return part
+
+
+def actions_to_apply(table: TableStream, actions: list[KeyAction], floor: BinlogPosition | None) -> list[KeyAction]:
     """The foreign key actions of a batch that the table's target does not hold yet.
 
     Those before every chunk's read are held by the chunks; after every chunk's read, by nothing yet. An action
@@ -337,7 +407,7 @@ def _target_rows(
 
 
 def _changelog_rows(
-    table: TableStream, changes: list[RowChange], transaction_of: Mapping[BinlogPosition, Transaction]
+    table: TableStream, changes: list[RowChange], origin: Callable[[BinlogPosition], tuple[str | None, int]]
 ) -> pa.Table:
     return changelog_arrow(
         table.schema,
@@ -349,8 +419,7 @@ def _changelog_rows(
                 c.row_index,
                 c.before,
                 c.after,
-                transaction_of[c.position].gtid,
-                transaction_of[c.position].commit_time,
+                *origin(c.position),
             )
             for c in changes
         ),

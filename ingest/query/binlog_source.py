@@ -48,7 +48,7 @@ from typing import Any
 
 from ingest.config import PipelineConfig, SourceConfig, TableSelection
 from ingest.errors import SchemaChangeError
-from ingest.model.changes import DdlStatement, TablesNamed, Transaction, changes_in
+from ingest.model.changes import DdlStatement, ForeignKey, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream, catch_up_end, prepare_batch
 from ingest.runtime.python_gc import raise_gc_threshold
@@ -194,6 +194,8 @@ class BinlogStreamReader:
         self._conn = _LazyConnection(spec.config.source)
         self._filters = {table_id: HighWatermarkFilter(self._conn, t) for table_id, t in self._tables.items()}
         self._reader: BinlogReader | None = None
+        self._chained: dict[str, list[ForeignKey]] = {}
+        """The foreign keys whose actions act in turn on captured tables, as the newest reader loaded them."""
         self._prefetch: Prefetch | None = None
         self._next: Transaction | DdlStatement | TablesNamed | None = None
         """An item taken from the prefetch but left for the next batch (a DDL after other items)."""
@@ -367,10 +369,10 @@ class BinlogStreamReader:
         ddl = items[0] if items and isinstance(items[0], DdlStatement) else None
         batch = [item for item in items if isinstance(item, Transaction)]
         assert len(batch) + (ddl is not None) == len(items), "a DDL begins its batch"
-        tables = prepare_batch(self.spec.config, self._tables, self._filters, batch)
+        tables = prepare_batch(self.spec.config, self._tables, self._filters, batch, self._chained)
         for part in tables:
             table = self._tables[part.table_id]
-            if part.rows is not None:
+            if part.rows is not None or part.pending is not None:
                 table.committed, table.committed_known = end.position, True
             if part.changelog is not None:
                 table.changelog_committed = end.position
@@ -394,7 +396,7 @@ class BinlogStreamReader:
     ) -> BinlogReader:
         stream, source = self.spec.config.stream, self.spec.config.source
         gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
-        return BinlogReader(
+        reader = BinlogReader(
             source if server_id is None else dataclasses.replace(source, server_id=server_id),
             [t.schema for t in self._tables.values()],
             begin.position,
@@ -407,6 +409,8 @@ class BinlogStreamReader:
             new_tables=new_tables,
             recopy=stream.on_unfollowable == "recopy",
         )
+        self._chained = reader.chained
+        return reader
 
     def _open(self, begin: Watermark) -> None:
         resume = self.spec.resume

@@ -16,6 +16,7 @@ from ingest.config import PipelineConfig
 from ingest.faults import crash_point
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.query.batch import TableBatch, TableStream
+from ingest.query.chains import settle_chains
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog, with_acted_rows
 from ingest.sink.key_actions import act_on_target
@@ -52,7 +53,11 @@ def commit_prepared(
             merge_rejected(spark, name, part.rejected)
             crash_point("stream.after_rejected_commit")
         rows, where, changelog = part.rows, part.where, part.changelog
-        if part.actions and not (table.committed is not None and table.committed >= end.position):
+        if (
+            part.actions
+            and not part.target_acted
+            and not (table.committed is not None and table.committed >= end.position)
+        ):
             # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
             # of it), acted on; and what each action did to them, for the changelog.
             assert rows is not None
@@ -79,9 +84,13 @@ def commit_prepared(
             commit_changelog()
         return merged
 
+    # Foreign key actions that act in turn are worked out from the rows they reached, read before any commit.
+    chained = any(p.pending is not None for p in prepared)
+    prepared = settle_chains(spark, config, tables, prepared, end.position)
     # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
     with snapshot_properties(spark, stream_offset_properties(config.name, end)):
-        workers = min(len(prepared), config.stream.concurrent_merges)
+        # Tables actions reached in turn commit in order (ingest.query.chains), one after the other.
+        workers = 1 if chained else min(len(prepared), config.stream.concurrent_merges)
         if workers <= 1:
             results = [apply(part) for part in prepared]
         else:

@@ -31,7 +31,15 @@ from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent
 
 from ingest.config import SourceConfig, TableSelection
 from ingest.errors import BinlogPurgedError, SchemaChangeError, SourceError
-from ingest.model.changes import AlterColumns, DdlStatement, KeyAction, RowChange, TablesNamed, Transaction
+from ingest.model.changes import (
+    AlterColumns,
+    DdlStatement,
+    ForeignKey,
+    KeyAction,
+    RowChange,
+    TablesNamed,
+    Transaction,
+)
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
 from ingest.source import compressed_events, row_events, table_maps
@@ -426,6 +434,11 @@ class BinlogReader:
 
     def close(self) -> None:
         self._stream.close()
+
+    @property
+    def chained(self) -> dict[str, list[ForeignKey]]:
+        """Per captured table (by id): its foreign keys whose actions act on captured tables, itself too."""
+        return {f"{db}.{table}": keys for (db, table), keys in self._actions.chained.items()}
 
     def set_schema(self, schema: TableSchema) -> None:
         """Decode the table's rows with `schema` from here on (after its DDL was applied downstream)."""

@@ -9,9 +9,10 @@ The reader watches the tables from which an action can reach a captured table (`
 update that changes a referenced column, of such a table (unless the event ran with `foreign_key_checks=0`,
 when nothing acts), each acting parent row becomes a `KeyAction` of the child, which the batch applies
 (ingest.changes.key_actions), when the job can tell exactly which child rows the action reached: the parent is
-captured too (its rows are decoded with the schema the job follows), the action reaches the child table alone
-(no deeper table it would act on in turn, no self-reference), and the key's columns are integers (compared by
-value, never by a collation). Inside an XA transaction the actions count at its commit, with its changes. Any
+captured too (its rows are decoded with the schema the job follows), every table through which the action acts in
+turn on captured tables is captured (what it did to their rows is worked out from them at commit, down any number
+of foreign keys and through self-references: ingest.query.chains), and the key's columns are integers (compared
+by value, never by a collation). Inside an XA transaction the actions count at its commit, with its changes. Any
 other acting change stops the reader by name.
 """
 
@@ -20,13 +21,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pymysql
 
+from ingest.changes.key_actions import inexact_key
 from ingest.errors import SourceError
-from ingest.model.changes import KeyAction
+from ingest.model.changes import ForeignKey, KeyAction
 from ingest.model.schema import TableSchema, quote
 from ingest.source.binlog_values import row_images
 
@@ -37,23 +38,7 @@ UNREAD = "(a rule the job could not read)"
 ACTING = frozenset({"CASCADE", "SET NULL", "SET DEFAULT", UNREAD})
 NO_FOREIGN_KEY_CHECKS = 0x0002
 """A row event's flag: the statement ran with foreign_key_checks=0, and InnoDB applied no action."""
-EXACT_KEY_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
-"""Column types whose values the job compares as MySQL does (no collation, no rounding): integers that Iceberg
-holds as integers (BIGINT UNSIGNED is a decimal there)."""
 Images = list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]]
-
-
-@dataclass(frozen=True)
-class ForeignKey:
-    """A foreign key with an action: `child` references `parent`."""
-
-    name: str
-    child: TableKey
-    parent: TableKey
-    parent_columns: tuple[str, ...]
-    on_delete: str
-    on_update: str
-    child_columns: tuple[str, ...] = ()
 
 
 class Actions:
@@ -67,16 +52,7 @@ class Actions:
 
         def reached(child: TableKey) -> frozenset[TableKey]:
             """The captured tables a change of `child` can reach through actions, itself included."""
-            found, seen, todo = set(), {child}, [child]
-            while todo:
-                table = todo.pop()
-                if table in captured:
-                    found.add(table)
-                for key in out.get(table, ()):
-                    if key.child not in seen:  # a self-reference or a cycle ends where it began
-                        seen.add(key.child)
-                        todo.append(key.child)
-            return frozenset(found)
+            return frozenset(_through(child, out) & captured)
 
         self.watched: dict[TableKey, list[tuple[ForeignKey, frozenset[TableKey]]]] = {}
         """Per parent table: each foreign key out of it whose action reaches captured tables, and those tables."""
@@ -84,6 +60,19 @@ class Actions:
             ends = [(key, end) for key in from_parent if (end := reached(key.child))]
             if ends:
                 self.watched[parent] = ends
+        self.chained: dict[TableKey, list[ForeignKey]] = {
+            parent: chained
+            for parent, from_parent in out.items()
+            if parent in captured and (chained := [k for k in from_parent if k.child in captured])
+        }
+        """Per captured table: its foreign keys with actions to captured tables (itself too). What an action did to
+        its rows acts on theirs in turn, which the batch works out from its rows (ingest.query.chains)."""
+        self._unread = {
+            child: sorted(t for t in _through(child, out) if t not in captured and reached(t))
+            for child in {k.child for k in keys}
+        }
+        """Per child table: the tables not captured through which an action on it reaches captured tables (their
+        rows are unknown, so what the action did in turn is too)."""
 
     def __bool__(self) -> bool:
         return bool(self.watched)
@@ -119,7 +108,7 @@ class Actions:
             stale = sorted(f"{db}.{t}" for db, t in ends if not copied_after((db, t)))
             if not stale:
                 continue
-            why = _why_not(key, acting, ends, images, schemas)
+            why = _why_not(key, acting, self._unread[key.child], images, schemas)
             if not why:
                 assert images is not None and schemas is not None
                 out.extend(_key_actions(key, acting, kind, at, images, schemas))
@@ -138,15 +127,16 @@ class Actions:
 def _why_not(
     key: ForeignKey,
     acting: str,
-    ends: frozenset[TableKey],
+    unread: Sequence[TableKey],
     images: Images | None,
     schemas: Mapping[TableKey, TableSchema] | None,
 ) -> str:
     """Why the job cannot apply `key`'s action exactly ("" when it can)."""
     if acting not in ("CASCADE", "SET NULL"):
         return f"ON ... {acting}"
-    if key.child == key.parent or ends != {key.child}:
-        return "the action acts on further tables in turn"
+    if unread:
+        names = ", ".join(f"{db}.{t}" for db, t in unread)
+        return f"the action acts in turn through {names}, which is not captured, so its rows are not read"
     if schemas is None:
         return "while a snapshot chunk of the table was read"
     if images is None or key.parent not in schemas:
@@ -154,12 +144,18 @@ def _why_not(
     child, parent = schemas.get(key.child), schemas[key.parent]
     if child is None or not key.child_columns:
         return "the child's key columns are unknown"
-    for schema, names in ((child, key.child_columns), (parent, key.parent_columns)):
-        for name in names:
-            column = next((c for c in schema.columns if c.name == name), None)
-            if column is None or column.data_type not in EXACT_KEY_TYPES or "bigint unsigned" in column.column_type:
-                return f"the key column {schema.table_id}.{name} is not an integer"
-    return ""
+    return inexact_key(key, child, parent)
+
+
+def _through(child: TableKey, out: Mapping[TableKey, Sequence[ForeignKey]]) -> set[TableKey]:
+    """Every table an action on `child` can reach in turn (`child` itself, and beyond it)."""
+    seen, todo = {child}, [child]
+    while todo:
+        for key in out.get(todo.pop(), ()):
+            if key.child not in seen:  # a self-reference or a cycle ends where it began
+                seen.add(key.child)
+                todo.append(key.child)
+    return seen
 
 
 def _key_actions(

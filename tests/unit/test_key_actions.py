@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.changes.key_actions import act_on_changes, acted
+import pytest
+
+from ingest.changes.key_actions import act_on_changes, acted, actions_in_turn, inexact_key
 from ingest.changes.materializer import Change, materialize
-from ingest.model.changes import KeyAction, RowChange
+from ingest.errors import SourceError
+from ingest.model.changes import ForeignKey, KeyAction, RowChange
+from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition
+from ingest.model.schema import TableSchema
+from ingest.query.batch import Pending
+from ingest.query.chains import commit_order
 
 CHILD = "db.c"
 FK = (1,)  # rows are (id, pid, v)
@@ -95,3 +102,60 @@ def test_every_key_of_a_large_batch_that_refers_to_a_deleted_parent_goes_and_the
     actions = [cascade(10 + p, p) for p in range(0, 1000, 2)]
     rows = final(act_on_changes(changes, actions, (0,)))
     assert [k for (k,), row in rows.items() if row is not None] == [k for k in range(20_000) if k % 2]
+
+
+def _schema(table: str, *columns: tuple[str, str]) -> TableSchema:
+    cols = tuple(SourceColumn(name, kind, kind, True) for name, kind in columns)
+    return TableSchema("db", table, cols, (columns[0][0],), (columns[0][0],), (None,))
+
+
+ORDERS = _schema("ord", ("id", "int"), ("cust", "int"))
+ITEMS = _schema("item", ("id", "int"), ("note", "varchar"), ("ord", "int"))
+
+
+def _key(on_delete: str, on_update: str = "RESTRICT") -> ForeignKey:
+    return ForeignKey("fk_item", ("db", "item"), ("db", "ord"), ("id",), on_delete, on_update, ("ord",))
+
+
+def test_rows_an_action_deleted_or_re_keyed_act_in_turn_one_step_further_at_the_same_place() -> None:
+    root = KeyAction("db.ord", at(50), 3, (1,), (9,), None, step=2)
+    reached = [
+        (root, (4, 9), None),  # deleted: ON DELETE acts on the items of order 4
+        (root, (5, 9), (5, 10)),  # its own key kept: nothing refers to `cust`
+        (root, (None, 9), None),  # a NULL is referred to by nothing
+    ]
+    (deleted,) = actions_in_turn(_key("CASCADE"), ORDERS, ITEMS, reached)
+    assert deleted == KeyAction("db.item", at(50), 3, (2,), (4,), None, step=3)
+    assert deleted.order > root.order
+    (nulled,) = actions_in_turn(_key("SET NULL"), ORDERS, ITEMS, reached)
+    assert nulled.new == (None,)
+    assert actions_in_turn(_key("RESTRICT"), ORDERS, ITEMS, reached) == []  # InnoDB refused such statements
+    moved = [(root, (4, 9), (6, 9))]
+    assert actions_in_turn(_key("CASCADE", "CASCADE"), ORDERS, ITEMS, moved)[0][3:6] == ((2,), (4,), (6,))
+    assert actions_in_turn(_key("CASCADE", "SET NULL"), ORDERS, ITEMS, moved)[0].new == (None,)
+    with pytest.raises(SourceError, match="through the foreign key `fk_item` \\(SET DEFAULT\\)"):
+        actions_in_turn(_key("SET DEFAULT"), ORDERS, ITEMS, reached)
+
+
+def test_act_on_changes_tells_which_rows_each_action_reached() -> None:
+    reached: list[Any] = []
+    act_on_changes([change(10, None, (7, 1, "x")), change(11, None, (8, 2, "y"))], [cascade(20, 1)], (0,), reached)
+    assert reached == [(cascade(20, 1), (7, 1, "x"), None)]
+
+
+def test_the_job_compares_only_integer_keys_as_mysql_does() -> None:
+    assert inexact_key(_key("CASCADE"), ITEMS, ORDERS) == ""
+    text = ForeignKey("k", ("db", "item"), ("db", "ord"), ("id",), "CASCADE", "CASCADE", ("note",))
+    assert inexact_key(text, ITEMS, ORDERS) == "the key column db.item.note is not an integer"
+
+
+def _held(*children: str) -> Pending:
+    keys = [ForeignKey("k", ("db", c), ("db", "x"), ("id",), "CASCADE", "CASCADE", ("p",)) for c in children]
+    return Pending([], [], {}, keys)
+
+
+def test_tables_commit_in_order_after_the_tables_their_rows_act_on_and_a_cycle_stops() -> None:
+    pending = {"db.ord": _held("item"), "db.item": _held("tag", "item"), "db.tag": _held(), "db.cat": _held("cat")}
+    assert commit_order(pending) == ["db.cat", "db.ord", "db.item", "db.tag"]  # parents first; reversed to commit
+    with pytest.raises(SourceError, match="in a cycle between db.a, db.b"):
+        commit_order({"db.a": _held("b"), "db.b": _held("a")})
