@@ -107,6 +107,14 @@ def _rows(transactions: list[Transaction]) -> list[tuple[Any, Any]]:
     return [(None if c.before is None else c.before[0], c.after) for t in transactions for c in t.changes]
 
 
+def _killed_at(document: dict[str, Any], base: Path, point: str) -> None:
+    """`ingest run --until-caught-up` of the pipeline `document` in a process of its own, killed (-9) at `point`."""
+    config_file = base / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(document))
+    killed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+
+
 def test_a_savepoint_keeps_the_changes_before_it_and_the_rollback_to_it_drops_only_what_it_undid(
     mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str, compressed: None
 ) -> None:
@@ -282,12 +290,7 @@ def test_savepoints_xa_and_a_compressed_binlog_land_in_iceberg_equal_to_mysql_ac
     run(config, spark=spark, until_caught_up=True)  # commits past the prepare, which is still undecided
     assert verify(config)  # MySQL shows none of the prepared rows yet, and neither does Iceberg
     _session(mariadb, "XA COMMIT 'e2e'")
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump(document))
-    killed = run_ingest(
-        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_table_commit:1"
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    _killed_at(document, tmp_path, "stream.after_table_commit:1")
     _session(mariadb, "UPDATE t SET v = 'last' WHERE id = 3")
     run(config, spark=spark, until_caught_up=True)  # reads the prepared rows back at the commit, again
     assert verify(config)
@@ -509,12 +512,7 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
         assert cur.fetchall() == ((3, 30), (5, 4), (7, None), (8, 30), (9, 7), (10, 8))  # the actions acted
 
     _session(mariadb, "DELETE FROM p WHERE id = 30", "UPDATE p SET id = 70 WHERE id = 7", "DELETE FROM p WHERE id = 8")
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump(document))
-    killed = run_ingest(
-        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_table_commit:1"
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    _killed_at(document, tmp_path, "stream.after_table_commit:1")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
 
@@ -528,10 +526,7 @@ def test_foreign_key_actions_land_in_iceberg_equal_to_mysql_across_a_kill_betwee
         "UPDATE p SET id = 71 WHERE id = 70",
         "DELETE FROM p WHERE id = 6",
     )
-    killed = run_ingest(
-        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_changelog_commit:1"
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    _killed_at(document, tmp_path, "stream.after_changelog_commit:1")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
 
@@ -617,12 +612,7 @@ def test_foreign_key_actions_acting_in_turn_down_three_levels_and_through_a_self
     # actions reached, deepest first: tag, item, then cnote, ord, cat), then resumed.
     _session(mariadb, "INSERT INTO ord VALUES (40, 30)", "INSERT INTO item VALUES (80, 40, 'x')")
     _session(mariadb, "DELETE FROM cust WHERE id = 30", "DELETE FROM cat WHERE id = 1")
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump(document))
-    killed = run_ingest(
-        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_table_commit:3"
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    _killed_at(document, tmp_path, "stream.after_table_commit:3")
     run(config, spark=spark, until_caught_up=True)
     equal()
     for table in ("item", "cat"):
@@ -740,12 +730,7 @@ def test_dropped_and_truncated_partitions_land_in_iceberg_equal_to_mysql_across_
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     _session(mariadb, "ALTER TABLE pl DROP PARTITION d", "INSERT INTO pl VALUES (103, 1)")
-    config_file = tmp_path / "pipeline.yaml"
-    config_file.write_text(yaml.safe_dump(document))
-    killed = run_ingest(
-        "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.after_partition_delete:1"
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    _killed_at(document, tmp_path, "stream.after_partition_delete:1")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     for table in ("pr", "pl"):
