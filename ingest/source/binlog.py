@@ -67,7 +67,7 @@ from ingest.source.event_groups import (
     refuse_rolled_back,
     xa_statement_id,
 )
-from ingest.source.foreign_keys import Actions, load_actions, update_changed
+from ingest.source.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
 from ingest.source.mysql import connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.row_events import RowEvents, event_kind
 
@@ -728,12 +728,15 @@ class BinlogReader:
             contained = self._contained_until.get(table)
             return contained is not None and end <= contained and not self._xa_group
 
-        images = None
+        images, schemas = None, self.schemas
         if key in self._tables and key not in self._unfollowed and kind != "insert":
             images = self._images(key, kind, event, end)
-        changed = update_changed(event, kind) if images is None else _key_changed(images, self.schemas[key])
-        acted = self._actions.act(key, kind, event.flags, end, changed, copied_after, images, self.schemas)
-        return images, acted
+        elif key not in self._tables and kind != "insert" and (named := named_parent_rows(event, kind)) is not None:
+            parent, images = named  # a parent not captured, its columns named by the server
+            schemas = {**self.schemas, key: parent}
+        changed = update_changed(event, kind) if images is None else _key_changed(images, schemas[key])
+        acted = self._actions.act(key, kind, event.flags, end, changed, copied_after, images, schemas)
+        return (images if key in self._tables else None), acted
 
     def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
         """A partition or tablespace statement that deletes, moves or brings in rows without row events (DROP,

@@ -24,12 +24,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import pymysql
+from pymysql.constants import FIELD_TYPE
 
 from ingest.changes.key_actions import inexact_key
 from ingest.errors import SourceError
 from ingest.model.changes import ForeignKey, KeyAction
+from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema, quote
 from ingest.source.binlog_values import row_images
+from ingest.source.table_maps import names_logged
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +143,10 @@ def _why_not(
     if schemas is None:
         return "while a snapshot chunk of the table was read"
     if images is None or key.parent not in schemas:
-        return f"{key.parent[0]}.{key.parent[1]} is not captured, so its rows are not read"
+        return (
+            f"{key.parent[0]}.{key.parent[1]} is not captured, and the server does not name the columns of its rows "
+            "(binlog_row_metadata=FULL would), so the job cannot read them"
+        )
     child, parent = schemas.get(key.child), schemas[key.parent]
     if child is None or not key.child_columns:
         return "the child's key columns are unknown"
@@ -183,6 +189,40 @@ def _key_actions(
             new = moved if acting == "CASCADE" else (None,) * len(old)
         out.append(KeyAction(child.table_id, at, i, columns, old, new))
     return out
+
+
+_LOGGED_INTEGERS = {
+    FIELD_TYPE.TINY: "tinyint",
+    FIELD_TYPE.SHORT: "smallint",
+    FIELD_TYPE.INT24: "mediumint",
+    FIELD_TYPE.LONG: "int",
+    FIELD_TYPE.LONGLONG: "bigint",
+}
+
+
+def named_parent_rows(event: Any, kind: str) -> tuple[TableSchema, Images] | None:
+    """The rows of a row event of a parent the job does not capture, as images in the order its table map names
+    the columns, with a schema of those columns (their names, and integer types as the key check reads them); None
+    when the server does not name them (binlog_row_metadata below FULL), so that they could only be matched by a
+    position the job does not follow for that table."""
+    table = event.table_map.get(event.table_id)
+    if table is None or not names_logged(table):
+        return None
+    columns = []
+    for column in table.columns:
+        kind_of = _LOGGED_INTEGERS.get(column.type, "not an integer")
+        columns.append(SourceColumn(column.name, kind_of, f"{kind_of}{' unsigned' if column.unsigned else ''}", True))
+    names = [c.name for c in columns]
+    images: Images = []
+    for row in event.rows:
+        before, after = row_images(kind, row)
+        images.append(
+            (
+                None if before is None else tuple(before[n] for n in names),
+                None if after is None else tuple(after[n] for n in names),
+            )
+        )
+    return TableSchema(event.schema, event.table, tuple(columns), (), (), ()), images
 
 
 def update_changed(event: Any, kind: str) -> Callable[[Sequence[str]], bool]:

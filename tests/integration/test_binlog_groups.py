@@ -97,7 +97,9 @@ def _session(mariadb: MariaDBServer, *statements: str) -> None:
 def _read(config: PipelineConfig, start: BinlogPosition, schemas: Sequence[TableSchema] = ()) -> list[Transaction]:
     reader = BinlogReader(config.source, schemas or discover(config).schemas, start)
     try:
-        return [item for item in reader.transactions() if isinstance(item, Transaction) and item.changes]
+        return [
+            item for item in reader.transactions() if isinstance(item, Transaction) and (item.changes or item.actions)
+        ]
     finally:
         reader.close()
 
@@ -361,17 +363,6 @@ FOREIGN_KEYS = [
 @pytest.mark.parametrize(
     ("captured", "statement", "reached"),
     [
-        (
-            ("c",),
-            "DELETE FROM p WHERE id = 1",
-            "groups.c through the foreign key `fk_c` of groups.c (ON DELETE CASCADE), and InnoDB does not log what "
-            "a foreign key action changes: the job cannot apply this one (groups.p is not captured",
-        ),
-        (
-            ("c",),
-            "UPDATE p SET id = 10 WHERE id = 2",
-            "groups.c through the foreign key `fk_c` of groups.c (ON UPDATE CASCADE)",
-        ),
         (  # two levels through a table not captured: the rows of mid that p's delete removes act on leaf in turn
             ("p", "leaf"),
             "DELETE FROM p WHERE id = 3",
@@ -407,6 +398,33 @@ def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops
     finally:
         reader.close()
     assert reached in str(caught.value)
+
+
+def test_a_parent_not_captured_is_read_by_the_column_names_the_server_logs_and_refused_without_them(
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
+) -> None:
+    """The parent's rows give the values the child's rows refer to. With binlog_row_metadata=FULL the server names
+    its columns in the binlog; below it they could only be matched by position, in a schema of the parent the job
+    does not follow."""
+    mariadb.execute(*FOREIGN_KEYS)
+    schemas = [s for s in discover(config).schemas if s.table == "c"]
+    start = _here(config)
+    _session(mariadb, "DELETE FROM p WHERE id = 1", "UPDATE p SET id = 10 WHERE id = 2")
+    if row_metadata == "FULL":
+        read = _read(config, start, schemas)
+        assert [(a.table_id, a.columns, a.old, a.new) for t in read for a in t.actions] == [
+            ("groups.c", (1,), (1,), None),  # ON DELETE CASCADE
+            ("groups.c", (1,), (2,), (10,)),  # ON UPDATE CASCADE
+        ]
+        return
+    reader = BinlogReader(config.source, schemas, start)
+    try:
+        with pytest.raises(SourceError, match="does not log what a foreign key action changes") as caught:
+            list(reader.transactions())
+    finally:
+        reader.close()
+    assert "(groups.p is not captured, and the server does not name the columns of its rows" in str(caught.value)
+    assert "through the foreign key `fk_c` of groups.c (ON DELETE CASCADE)" in str(caught.value)
 
 
 def test_a_captured_parent_whose_actions_reach_only_a_captured_child_gives_the_child_what_they_did(
@@ -554,7 +572,8 @@ def test_foreign_key_actions_acting_in_turn_down_three_levels_and_through_a_self
 ) -> None:
     """A customer's delete cascades to its orders, whose deletes cascade to their items, whose deletes null the
     tags that name them; a category's delete cascades down its subtree (a self-reference), whose deletes null the
-    notes on them. InnoDB logs none of it past the first row event. Rows the batch changed before the action
+    notes on them; a parent the job does not capture deletes and nulls its children. InnoDB logs none of it past
+    the first row event. Rows the batch changed before the action
     (an item updated, then its customer deleted) and rows read from the targets are both reached. The second
     batch is killed (-9) after its first table's commit (the deepest table commits first) and resumed. The
     changelogs hold what the actions did in turn."""
@@ -578,10 +597,16 @@ def test_foreign_key_actions_acting_in_turn_down_three_levels_and_through_a_self
         # a tree: 1 > 2 > 3 > 4, 1 > 5, 6 > 7 (ids ascending, so each parent is inserted first)
         f"INSERT INTO {DB}.cat VALUES (1, NULL), (2, 1), (3, 2), (4, 3), (5, 1), (6, NULL), (7, 6)",
         f"INSERT INTO {DB}.cnote VALUES (1, 4), (2, 5), (3, 7), (4, 1), (5, NULL)",
+        # a parent the job does not capture, read by the column names the server logs (binlog_row_metadata=FULL)
+        f"CREATE TABLE {DB}.ext (id INT PRIMARY KEY, v VARCHAR(20))",
+        f"CREATE TABLE {DB}.extc (id INT PRIMARY KEY, ext INT, "
+        f"FOREIGN KEY fk_extc (ext) REFERENCES {DB}.ext (id) ON DELETE CASCADE ON UPDATE SET NULL)",
+        f"INSERT INTO {DB}.ext VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+        f"INSERT INTO {DB}.extc VALUES (1, 1), (2, 1), (3, 2), (4, 3)",
     )
     document = _document(mariadb, tmp_path)
     document["sink"]["catalog_name"] = "chain_lake"  # the module's Spark keeps each catalog name's first warehouse
-    document["tables"] = {"include": [rf"{DB}\.(cust|ord|item|tag|cat|cnote)"]}
+    document["tables"] = {"include": [rf"{DB}\.(cust|ord|item|tag|cat|cnote|extc)"]}
     document["table_options"] = {f"{DB}.item": {"changelog": True}, f"{DB}.cat": {"changelog": True}}
     config = parse_config(document)
     run(config, spark=spark, snapshot_only=True)
@@ -589,7 +614,7 @@ def test_foreign_key_actions_acting_in_turn_down_three_levels_and_through_a_self
 
     def equal() -> None:
         assert verify(config)
-        for table in ("cust", "ord", "item", "tag", "cat", "cnote"):
+        for table in ("cust", "ord", "item", "tag", "cat", "cnote", "extc"):
             assert _iceberg_rows(config, table) == {r["id"]: r for r in mysql_rows(mariadb, f"{DB}.{table}", "id")}
 
     # Customer 1: orders 6, 12, 18 from the target, their items, their items' tags. Customer 2: order 1's item 18
@@ -600,12 +625,15 @@ def test_foreign_key_actions_acting_in_turn_down_three_levels_and_through_a_self
     )
     _session(mariadb, "DELETE FROM cat WHERE id = 2")
     _session(mariadb, "UPDATE cust SET id = 30 WHERE id = 3")  # orders re-keyed to 30; their ids, and items, stay
+    _session(mariadb, "DELETE FROM ext WHERE id = 1", "UPDATE ext SET id = 20 WHERE id = 2")  # extc 1, 2 go; 3 nulled
     run(config, spark=spark, until_caught_up=True)
     with mariadb.admin(DB) as conn, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*), COUNT(item) FROM tag")
         assert cur.fetchone() == (40, 27)  # the actions acted three levels down: 13 tags nulled
         cur.execute("SELECT id FROM cat ORDER BY id")
         assert cur.fetchall() == ((1,), (5,), (6,), (7,))
+        cur.execute("SELECT id, ext FROM extc ORDER BY id")
+        assert cur.fetchall() == ((3, None), (4, 3))
     equal()
 
     # Killed between the commits of a batch whose actions act in turn (cust commits first, then the tables the
