@@ -374,7 +374,7 @@ class BinlogStreamReader:
             table = self._tables[part.table_id]
             if part.rows is not None or part.pending is not None:
                 table.committed, table.committed_known = end.position, True
-            if part.changelog is not None:
+            if part.changelog is not None or (part.pending is not None and table.changelog is not None):
                 table.changelog_committed = end.position
         last_commit = max((tx.commit_time for tx in batch), default=None)
         return SourceBatch(ddl, tables, BatchEnd(end.to_json(), at, last_commit), named)

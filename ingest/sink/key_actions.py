@@ -81,7 +81,7 @@ def act_on_target(
         parts.append(_with_op(changed, "U", rows.schema))
     out = pa.concat_tables(parts)
     all_keys = list(zip(*(out.column(k).to_pylist() for k in keys), strict=True))
-    return out, batch_where(schema, all_keys), sorted(steps, key=lambda s: (s.action.position, s.action.row_index))
+    return out, batch_where(schema, all_keys), sorted(steps, key=lambda s: s.action.order)
 
 
 def _steps(row: tuple[Any, ...], actions: Sequence[KeyAction]) -> list[ActedRow]:
