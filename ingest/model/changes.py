@@ -47,6 +47,11 @@ class ForeignKey:
     on_update: str
     child_columns: tuple[str, ...] = ()
 
+    @property
+    def child_id(self) -> str:
+        """The child table's id (`TableSchema.table_id`)."""
+        return f"{self.child[0]}.{self.child[1]}"
+
 
 class KeyAction(NamedTuple):
     """What a foreign key action of InnoDB did to a captured child table, unlogged, at a parent's row change: every

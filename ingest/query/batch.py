@@ -259,6 +259,7 @@ def prepare_batch(
             per_actions[action.table_id].append(action)
             transaction_of[action.position] = tx
     pending = _in_turn(per_actions.keys(), chained or {})
+    acting_at = {a.position for actions in per_actions.values() for a in actions} if pending else set()
 
     def origin(position: BinlogPosition) -> tuple[str | None, int]:
         return transaction_of[position].gtid, transaction_of[position].commit_time
@@ -274,10 +275,8 @@ def prepare_batch(
         changes = filters[table_id].keep(changes)  # may ask the server (one connection: on this thread)
         if table_id in pending:
             actions = [a for a in per_actions.get(table_id, []) if floor is None or a.position > floor]
-            origins = {
-                p: origin(p) for p in {c.position for c in changes if table_id in logged} | _positions(per_actions)
-            }
-            held = TableBatch(table_id, None, False, None, len(changes), None, [], actions)
+            origins = {p: origin(p) for p in {c.position for c in changes if table_id in logged} | acting_at}
+            held = TableBatch(table_id, None, False, None, len(changes), None, [])
             held.pending = Pending(changes, actions, origins, list((chained or {}).get(table_id, ())))
             prepared.append(held)
             continue
@@ -295,10 +294,6 @@ def _logged(config: PipelineConfig, table: TableStream) -> bool:
     return table.changelog is not None or config.options_for(schema.database, schema.table).on_unrepresentable != "null"
 
 
-def _positions(per_actions: Mapping[str, Sequence[KeyAction]]) -> set[BinlogPosition]:
-    return {a.position for actions in per_actions.values() for a in actions}
-
-
 def _in_turn(acted_on: Iterable[str], chained: Mapping[str, Sequence[ForeignKey]]) -> set[str]:
     """The tables with actions whose rows act in turn, and every table they act on, down to the last."""
     out: set[str] = set()
@@ -307,7 +302,7 @@ def _in_turn(acted_on: Iterable[str], chained: Mapping[str, Sequence[ForeignKey]
         table = todo.pop()
         if table not in out:
             out.add(table)
-            todo.extend(f"{key.child[0]}.{key.child[1]}" for key in chained.get(table, ()))
+            todo.extend(key.child_id for key in chained.get(table, ()))
     return out
 
 

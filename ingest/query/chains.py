@@ -69,7 +69,7 @@ def settle_chains(
         for table_id in live:
             actions, _, reached = finished[table_id]
             for key in pending[table_id].keys:
-                child_id = f"{key.child[0]}.{key.child[1]}"
+                child_id = key.child_id
                 if child_id not in live:
                     continue  # it holds the batch already
                 parent, child = tables[table_id], tables[child_id]
@@ -142,7 +142,7 @@ def commit_order(pending: Mapping[str, Pending]) -> list[str]:
     parents: dict[str, set[str]] = {t: set() for t in pending}
     for table_id, held in pending.items():
         for key in held.keys:
-            child_id = f"{key.child[0]}.{key.child[1]}"
+            child_id = key.child_id
             if child_id != table_id and child_id in parents:
                 parents[child_id].add(table_id)
     order: list[str] = []

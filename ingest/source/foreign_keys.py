@@ -8,8 +8,9 @@ logs them unless `innodb_native_foreign_keys` is on; MariaDB does not log them.
 The reader watches the tables from which an action can reach a captured table (`Actions`). At a delete, or an
 update that changes a referenced column, of such a table (unless the event ran with `foreign_key_checks=0`,
 when nothing acts), each acting parent row becomes a `KeyAction` of the child, which the batch applies
-(ingest.changes.key_actions), when the job can tell exactly which child rows the action reached: the parent is
-captured too (its rows are decoded with the schema the job follows), every table through which the action acts in
+(ingest.changes.key_actions), when the job can tell exactly which child rows the action reached: the parent's rows
+are read (decoded with the schema the job follows when it is captured, else by the column names the server logs
+at binlog_row_metadata=FULL: `named_parent_rows`), every table through which the action acts in
 turn on captured tables is captured (what it did to their rows is worked out from them at commit, down any number
 of foreign keys and through self-references: ingest.query.chains), and the key's columns are integers (compared
 by value, never by a collation). Inside an XA transaction the actions count at its commit, with its changes. Any
@@ -24,7 +25,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import pymysql
-from pymysql.constants import FIELD_TYPE
 
 from ingest.changes.key_actions import inexact_key
 from ingest.errors import SourceError
@@ -32,7 +32,7 @@ from ingest.model.changes import ForeignKey, KeyAction
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema, quote
 from ingest.source.binlog_values import row_images
-from ingest.source.table_maps import names_logged
+from ingest.source.table_maps import logged_data_type, names_logged
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Actions:
                 continue
             raise SourceError(
                 f"{table[0]}.{table[1]}: the {kind} at binlog position {at} may have changed {', '.join(stale)} "
-                f"through the foreign key `{key.name}` of {key.child[0]}.{key.child[1]} (ON {rule} {acting}), "
+                f"through the foreign key `{key.name}` of {key.child_id} (ON {rule} {acting}), "
                 "and InnoDB does not log what a foreign key action changes: the job cannot apply this one "
                 f"({why}), and nothing from the event on was "
                 f"applied. Snapshot those tables again (`ingest resnapshot --config ... --table {stale[0]}`), or "
@@ -191,15 +191,6 @@ def _key_actions(
     return out
 
 
-_LOGGED_INTEGERS = {
-    FIELD_TYPE.TINY: "tinyint",
-    FIELD_TYPE.SHORT: "smallint",
-    FIELD_TYPE.INT24: "mediumint",
-    FIELD_TYPE.LONG: "int",
-    FIELD_TYPE.LONGLONG: "bigint",
-}
-
-
 def named_parent_rows(event: Any, kind: str) -> tuple[TableSchema, Images] | None:
     """The rows of a row event of a parent the job does not capture, as images in the order its table map names
     the columns, with a schema of those columns (their names, and integer types as the key check reads them); None
@@ -210,7 +201,7 @@ def named_parent_rows(event: Any, kind: str) -> tuple[TableSchema, Images] | Non
         return None
     columns = []
     for column in table.columns:
-        kind_of = _LOGGED_INTEGERS.get(column.type, "not an integer")
+        kind_of = logged_data_type(column.type) or "unknown"
         columns.append(SourceColumn(column.name, kind_of, f"{kind_of}{' unsigned' if column.unsigned else ''}", True))
     names = [c.name for c in columns]
     images: Images = []

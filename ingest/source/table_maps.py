@@ -140,6 +140,14 @@ _LOGGED_AS: dict[str, frozenset[int]] = {
     for name in names
 }
 _TYPE_NAMES = {v: k for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
+
+
+def logged_data_type(field_type: int) -> str | None:
+    """The `information_schema` data type a table map's column type stands for (the first, where several share
+    it: `int` for LONG, `blob` for BLOB), or None for one the job does not know."""
+    return next((name for name, types in _LOGGED_AS.items() if field_type in types), None)
+
+
 _TEXT_TYPES = (FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB)
 
 
