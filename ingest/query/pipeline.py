@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from ingest.config import BINLOG_START_MODES, PipelineConfig
@@ -25,6 +26,7 @@ from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.targets import ensure_target_created
 from ingest.source.chunk_reader import ChunkHook
+from ingest.source.chunks import Chunk
 from ingest.source.discovery import SourceInfo, discover
 from ingest.source.mysql import connect
 from ingest.source.startup import resolve_start
@@ -33,6 +35,9 @@ from ingest.source.watermark import bytes_behind_now
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
+
+RECORDS_HELD_S = 10.0
+"""How long `--snapshot-only` holds chunk records back to write them in one state commit (`_snapshot`)."""
 
 
 def run(
@@ -148,12 +153,22 @@ def _snapshot(
     hook: ChunkHook | None,
 ) -> None:
     """`snapshot_only`: copy every chunk not copied yet, table by table, until asked to stop (after the current
-    commit)."""
-    for schema in schemas:
-        snapshot_table(spark, config, state, flavor, schema, hook=hook, stop=stop.event)
-        if stop.event.is_set():
-            log.info("stopping after the current commit, as asked")
-            return
+    commit). Every table's plan is one state commit. Tables left with one chunk each (most small tables) share
+    a state commit for their records, one per `RECORDS_HELD_S` seconds: it costs more than their copy."""
+    with state.one_commit():
+        ready = [(schema, ready_table(spark, config, state, flavor, schema)) for schema in schemas]
+    for small, tables in itertools.groupby(ready, key=lambda r: _chunks_left(r[1]) == 1):
+        with state.one_commit(hold_s=RECORDS_HELD_S) if small else nullcontext():
+            for schema, table in tables:
+                snapshot_table(spark, config, state, flavor, schema, table, hook=hook, stop=stop.event)
+                if stop.event.is_set():
+                    log.info("stopping after the current commit, as asked")
+                    return
+
+
+def _chunks_left(ready: tuple[str, list[Chunk], set[int]]) -> int:
+    _, plan, done = ready
+    return sum(c.index not in done for c in plan)
 
 
 def start_empty(

@@ -75,14 +75,15 @@ def snapshot_table(
     state: StateTable,
     flavor: str,
     schema: TableSchema,
+    ready: tuple[str, list[Chunk], set[int]],
     hook: ChunkHook | None = None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Copy the table's chunks not copied yet, one commit of `snapshot.chunks_per_commit` chunks after another;
-    before each, wait while the source is above `snapshot.max_source_load`. Once `stop` is set (during a pause
-    too), return after the current commit."""
+    """Copy the table's chunks not copied yet (`ready`: what `ready_table` returned), one commit of
+    `snapshot.chunks_per_commit` chunks after another; before each, wait while the source is above
+    `snapshot.max_source_load`. Once `stop` is set (during a pause too), return after the current commit."""
     table_id = schema.table_id
-    target, plan, done = ready_table(spark, config, state, flavor, schema)
+    target, plan, done = ready
     todo = [c for c in plan if c.index not in done]
     if not todo:
         return

@@ -122,6 +122,8 @@ class StateTable:
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
         self._pending: list[dict[str, Any]] | None = None
         """Rows appended inside `one_commit`, written when it ends."""
+        self._hold: tuple[float, float] | None = None
+        """Inside `one_commit(hold_s=...)`: how long rows may wait, and since when the oldest waits."""
         self._load()
 
     @classmethod
@@ -396,21 +398,26 @@ class StateTable:
         self._offset_recorded_at = None
 
     @contextmanager
-    def one_commit(self) -> Iterator[None]:
+    def one_commit(self, hold_s: float | None = None) -> Iterator[None]:
         """Plans and chunk records made inside are written in one commit when the block ends, also when it raises
         (each stands for what was done before it), but not if the process dies first: they are then planned again,
         or found in the targets' snapshot summaries (`reconcile`), as after a crash between a target's commit and
         its record. Many small tables each cost a commit otherwise. Inside, what this object says is already
-        up to date; other writes (deletes, the offset) write the pending rows first, keeping their order."""
+        up to date; other writes (deletes, the offset) write the pending rows first, keeping their order.
+
+        With `hold_s`, a row is not held longer than that: the first one appended after it has waited so long
+        writes them all (`ingest status` and the metrics then see a long copy go on)."""
         if self._pending is not None:
             yield  # inside an outer block: its commit takes these too
             return
         self._pending = []
+        self._hold = None if hold_s is None else (hold_s, 0.0)
         try:
             yield
         finally:
             self._flush()
             self._pending = None
+            self._hold = None
 
     def _flush(self) -> None:
         """Write the rows `one_commit` holds so far (its block stays open)."""
@@ -425,10 +432,14 @@ class StateTable:
             _retry_commit(self._table, lambda: self._table.delete(rows))
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
-        if self._pending is not None:
-            self._pending.extend(rows)
-        else:
+        if self._pending is None:
             self._write(rows)
+            return
+        if not self._pending and self._hold is not None:
+            self._hold = (self._hold[0], time.monotonic())  # the oldest row waits from now
+        self._pending.extend(rows)
+        if self._hold is not None and time.monotonic() - self._hold[1] >= self._hold[0]:
+            self._flush()
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
         data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)

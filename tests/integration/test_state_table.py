@@ -236,3 +236,29 @@ def test_plans_and_records_inside_one_commit_are_written_together_and_in_order_w
         state.save_plan("db.e", [Chunk("db.e", 0, None, None)], at)
         raise RuntimeError("the copy of the next table failed")
     assert "db.e" in StateTable.open(config).tables()
+
+
+def test_a_block_that_holds_records_for_a_time_writes_them_once_that_time_has_passed(tmp_path: Path) -> None:
+    """`--snapshot-only` holds the records of small tables' copies back for a time (`one_commit(hold_s=...)`):
+    a record appended after the oldest one waited that long writes them all; a long hold writes at the end."""
+    config = _config(tmp_path, "held")
+    state = StateTable.open(config)
+    at = Watermark(BinlogPosition("b.000001", 4), None, 1)
+    with state.one_commit():
+        for name in ("a", "b", "c"):
+            state.save_plan(f"db.{name}", [Chunk(f"db.{name}", 0, None, None)], at)
+    commits = len(state._table.snapshots())
+
+    def record(name: str) -> None:
+        state.record_chunks([ChunkRecord(Chunk(f"db.{name}", 0, None, None), at, at)])
+
+    with state.one_commit(hold_s=3600):
+        record("a")
+        record("b")
+        assert StateTable.open(config).times_recorded("db.a") == {}  # held
+    assert StateTable.open(config).times_recorded("db.b") == {0: 1}
+    assert len(state._table.snapshots()) == commits + 1
+    with state.one_commit(hold_s=0):
+        record("c")  # it has waited long enough at once
+        assert StateTable.open(config).times_recorded("db.c") == {0: 1}
+    assert len(state._table.snapshots()) == commits + 2
