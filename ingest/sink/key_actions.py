@@ -55,13 +55,14 @@ def act_on_target(
     gone, moved = [], []
     new_values: dict[int, list[Any]] = defaultdict(list)
     steps: list[ActedRow] = []
+    index = ActionIndex(actions)
     for i, found_row in enumerate(found.to_pylist()):
         row = tuple(found_row[n] for n in names)
         key = tuple(row[p] for p in schema.primary_key_positions())
         if key in held:
             continue  # the batch changes this key: its row is in `rows`, acted on in binlog order
         high = None if read_at is None else read_at(key)
-        own = _steps(row, actions if high is None else [a for a in actions if a.position > high])
+        own = acted_steps(row, index, high)
         steps += own
         after = own[-1].after if own else row
         if after is None:
@@ -84,13 +85,43 @@ def act_on_target(
     return out, batch_where(schema, all_keys), sorted(steps, key=lambda s: s.action.order)
 
 
-def _steps(row: tuple[Any, ...], actions: Sequence[KeyAction]) -> list[ActedRow]:
-    """Each action's change of `row` (every column), in their order, until one deletes it."""
+class ActionIndex:
+    """Actions by the values they start from (per set of columns they look at), each with its place in their
+    order: finding the next action that reaches a row is a lookup per set of columns, not a pass over every
+    action (thousands of target rows and of actions in one batch)."""
+
+    def __init__(self, actions: Sequence[KeyAction]) -> None:
+        self.column_sets = sorted({a.columns for a in actions})
+        self.by_start: dict[tuple[tuple[int, ...], tuple[Any, ...]], list[tuple[int, KeyAction]]] = defaultdict(list)
+        for i, action in enumerate(actions):
+            self.by_start[(action.columns, tuple(action.old))].append((i, action))
+
+    def next_reaching(self, row: tuple[Any, ...], after: int, high: Any) -> tuple[int, KeyAction] | None:
+        """The first action after place `after` (and after binlog position `high`, when given) that refers to
+        `row`, with its place."""
+        best: tuple[int, KeyAction] | None = None
+        for columns in self.column_sets:
+            values = tuple(row[c] for c in columns)
+            if None in values:
+                continue  # MATCH SIMPLE: a NULL refers to nothing
+            for i, action in self.by_start.get((columns, values), ()):
+                if i > after and (high is None or action.position > high):
+                    best = (i, action) if best is None or i < best[0] else best
+                    break
+        return best
+
+
+def acted_steps(row: tuple[Any, ...], index: ActionIndex, high: Any) -> list[ActedRow]:
+    """Each action's change of `row` (every column), in their order, until one deletes it (`high`: only actions
+    after that binlog position, when given)."""
     steps = []
     current: tuple[Any, ...] | None = row
-    for action in actions:
-        if current is None:
+    place = -1
+    while current is not None:
+        found = index.next_reaching(current, place, high)
+        if found is None:
             break
+        place, action = found
         after = acted(current, (action,))
         if after != current:
             steps.append(ActedRow(action, current, after))

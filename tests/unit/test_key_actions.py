@@ -159,3 +159,33 @@ def test_tables_commit_in_order_after_the_tables_their_rows_act_on_and_a_cycle_s
     assert commit_order(pending) == ["db.cat", "db.ord", "db.item", "db.tag"]  # parents first; reversed to commit
     with pytest.raises(SourceError, match="in a cycle between db.a, db.b"):
         commit_order({"db.a": _held("b"), "db.b": _held("a")})
+
+
+def test_the_target_rows_steps_found_by_index_are_those_of_every_action_in_order() -> None:
+    """act_on_target finds each action that reaches a target row by the values it starts from (thousands of rows
+    and actions in a batch: a pass over every action per row was quadratic). The steps are those of applying every
+    action in turn, for moves, nulls and deletes, a composite key beside a single one, and a position bound."""
+    import random
+
+    from ingest.sink.key_actions import ActionIndex, acted_steps
+
+    rng = random.Random(7)
+    actions = []
+    for pos in range(1, 400):
+        columns = rng.choice([(1,), (1, 2)])
+        old = tuple(rng.randrange(6) for _ in columns)
+        new = rng.choice([None, tuple(rng.randrange(6) for _ in columns), (None,) * len(columns)])
+        actions.append(KeyAction(CHILD, at(pos), 0, columns, old, new))
+    index = ActionIndex(actions)
+    for key in range(300):
+        row = (key, rng.choice([None, *range(6)]), rng.randrange(6))
+        high = rng.choice([None, at(rng.randrange(400))])
+        expected, current = [], row
+        for action in actions:
+            if current is None or (high is not None and action.position <= high):
+                continue
+            after = acted(current, (action,))
+            if after != current:
+                expected.append((action, current, after))
+                current = after
+        assert [tuple(s) for s in acted_steps(row, index, high)] == expected
