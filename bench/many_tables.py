@@ -11,13 +11,17 @@ A private MariaDB holds `--tables` tables of `--rows` rows each in database `man
 - **first run**: `ingest run --until-caught-up` into another fresh warehouse: the default run, whose streaming
   query reads the chunks between its binlog batches;
 - **idle catch-up**: `ingest run --until-caught-up` right after it, with no change to stream: what every run
-  pays for the tables it captures.
+  pays for the tables it captures;
+- **a batch over every table**: `--batch-changes` updates spread evenly over the database's tables (one
+  transaction per table), then `ingest run --until-caught-up`: one batch, over 200 tables or one;
+- **a batch in one table**: as many updates in the first table only, then `ingest run --until-caught-up`: what
+  a one-table batch pays for the other tables captured beside it.
 
 Printed: seconds, seconds per table, and the ratio of the many tables' time to the one table's (the same rows);
 `ingest verify` must find every table equal. Results go to `bench/results/many_tables-<UTC time>.json`.
 
     .venv/bin/python -m bench.many_tables                      # 100 tables of 1,000 rows
-    .venv/bin/python -m bench.many_tables --tables 20 --rows 200
+    .venv/bin/python -m bench.many_tables --tables 20 --rows 200 --batch-changes 2000
 """
 
 from __future__ import annotations
@@ -87,7 +91,9 @@ def job(config_file: Path, *args: str) -> float:
     return seconds
 
 
-def measure(server: MariaDBServer, password: str, database: str, names: list[str], scratch: Path) -> dict[str, Any]:
+def measure(
+    server: MariaDBServer, password: str, database: str, names: list[str], rows: int, scratch: Path, changes: int
+) -> dict[str, Any]:
     """The runs of one database's tables, each pipeline into a warehouse of its own under `scratch`."""
     copied, first_file = (pipeline_file(server, database, scratch / name) for name in ("snapshot", "first"))
     _progress(f"{database}: baseline")
@@ -98,6 +104,12 @@ def measure(server: MariaDBServer, password: str, database: str, names: list[str
     first = job(first_file, "run", "--until-caught-up")
     _progress(f"{database}: idle catch-up")
     idle = job(copied, "run", "--until-caught-up")
+    _progress(f"{database}: a batch of {changes} changes over every table")
+    update(server, names, rows, changes)
+    spread = job(copied, "run", "--until-caught-up")
+    _progress(f"{database}: a batch of {changes} changes in one table")
+    update(server, names[:1], rows, changes)
+    one_table = job(copied, "run", "--until-caught-up")
     _progress(f"{database}: verify")
     job(copied, "verify")
     job(first_file, "verify")
@@ -107,7 +119,22 @@ def measure(server: MariaDBServer, password: str, database: str, names: list[str
         "snapshot_s": snapshot,
         "first_run_s": first,
         "idle_catch_up_s": idle,
+        "batch_over_all_s": spread,
+        "batch_in_one_s": one_table,
     }
+
+
+def update(server: MariaDBServer, names: list[str], rows: int, changes: int) -> None:
+    """`changes` row updates spread evenly over `names` (tables of `rows` rows each), one transaction per table and
+    round: a table's share beyond its rows updates them again."""
+    each, extra = divmod(changes, len(names))
+    statements = []
+    for i, name in enumerate(names):
+        share = each + (i < extra)
+        while share > 0:
+            statements.append(f"UPDATE {name} SET n = n + 1 WHERE id <= {min(share, rows)}")
+            share -= min(share, rows)
+    server.execute(*statements)
 
 
 def pipeline_file(server: MariaDBServer, database: str, scratch: Path) -> Path:
@@ -142,8 +169,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=100, help="tables to capture (default 100)")
     parser.add_argument("--rows", type=int, default=1000, help="rows in each (default 1,000)")
+    parser.add_argument(
+        "--batch-changes", type=int, default=20_000, help="updates of the two batch runs (default 20,000)"
+    )
     args = parser.parse_args()
-    results: dict[str, Any] = {"host": host_info(), "tables": args.tables, "rows": args.rows}
+    if args.batch_changes < 1:
+        parser.error("--batch-changes must be at least 1")
+    results: dict[str, Any] = {
+        "host": host_info(),
+        "tables": args.tables,
+        "rows": args.rows,
+        "batch_changes": args.batch_changes,
+    }
     password = secrets.token_urlsafe(16)
     os.environ[PASSWORD_ENV] = password
     with MariaDBServer(server_id=7) as server, tempfile.TemporaryDirectory(prefix="bench-many-") as scratch:
@@ -151,8 +188,10 @@ def main() -> None:
         _progress(f"creating {args.tables} tables of {args.rows} rows, and one of {args.tables * args.rows}")
         many = create_tables(server, "many", args.tables, args.rows)
         one = create_tables(server, "one", 1, args.tables * args.rows)
-        results["many"] = measure(server, password, "many", many, Path(scratch) / "many")
-        results["one"] = measure(server, password, "one", one, Path(scratch) / "one")
+        results["many"] = measure(server, password, "many", many, args.rows, Path(scratch) / "many", args.batch_changes)
+        results["one"] = measure(
+            server, password, "one", one, args.tables * args.rows, Path(scratch) / "one", args.batch_changes
+        )
     print(f"{args.tables} tables of {args.rows} rows (many) against one table of {args.tables * args.rows} (one)")
     print(f"{'run':<38}{'many s':>9}{'one s':>9}{'many/one':>10}{'s/table':>9}")
     for label, key in (
@@ -160,6 +199,8 @@ def main() -> None:
         ("ingest run --snapshot-only", "snapshot_s"),
         ("ingest run (first, --until-caught-up)", "first_run_s"),
         ("idle --until-caught-up", "idle_catch_up_s"),
+        ("a batch over every table", "batch_over_all_s"),
+        ("a batch in one table", "batch_in_one_s"),
     ):
         m, o = results["many"][key], results["one"][key]
         print(f"{label:<38}{m:>9.1f}{o:>9.1f}{m / o:>10.2f}{m / args.tables:>9.3f}")
