@@ -104,6 +104,7 @@ def measure(
     first = job(first_file, "run", "--until-caught-up")
     _progress(f"{database}: idle catch-up")
     idle = job(copied, "run", "--until-caught-up")
+    job(first_file, "verify")  # before the batches, which only the other pipeline reads
     _progress(f"{database}: a batch of {changes} changes over every table")
     update(server, names, rows, changes)
     spread = job(copied, "run", "--until-caught-up")
@@ -112,7 +113,6 @@ def measure(
     one_table = job(copied, "run", "--until-caught-up")
     _progress(f"{database}: verify")
     job(copied, "verify")
-    job(first_file, "verify")
     return {
         "tables": len(names),
         "baseline_s": base,
