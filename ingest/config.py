@@ -145,6 +145,12 @@ def resolve_secret(value: Any, key: str, base_dir: Path) -> Secret:
 SecretValue = Annotated[Secret, BeforeValidator(_secret)]
 
 
+def _none_or_one_or_many(value: Any) -> list[Any] | None:
+    """`_one_or_many` for a key whose None means "not set" (`chunk_key: null`, or a copy of options made with
+    `dataclasses.replace`)."""
+    return None if value is None else _one_or_many(value)
+
+
 def _one_or_many(value: Any) -> list[Any]:
     """A key that takes one value or a list of them (`include`, `chunk_key`, `partition_by`), as a list."""
     if isinstance(value, str):
@@ -318,7 +324,7 @@ def _namespaced(value: str) -> bool:
 class TableOptions(_Settings):
     """Per-table overrides, keyed by `database.table` in the file."""
 
-    chunk_key: Annotated[tuple[Text, ...] | None, BeforeValidator(_one_or_many)] = None
+    chunk_key: Annotated[tuple[Text, ...] | None, BeforeValidator(_none_or_one_or_many)] = None
     chunk_size: AtLeastOne | None = None
     target: Annotated[Text, _check(_namespaced, "`{key}` must be `namespace.table`, got {value}")] | None = None
     changelog: Flag | None = None

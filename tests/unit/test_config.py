@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import re
 from pathlib import Path
@@ -170,6 +171,8 @@ def test_every_key_set_explicitly_is_kept() -> None:
     assert config.options_for("shop", "orders").chunk_size == 500
     assert config.options_for("shop", "items") == TableOptions()
     assert config.target_for("shop", "orders") == ("raw.shop", "orders-cdc_1_orders")
+    # A copy with one option changed keeps the others (bench.apply makes one so; None was refused as a chunk key).
+    assert dataclasses.replace(TableOptions(), target="a.b") == TableOptions(target="a.b")
 
 
 # --------------------------------------------------------------------------------------------------
