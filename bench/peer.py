@@ -1,7 +1,7 @@
-"""The job against a peer, Debezium's MariaDB connector, on the same data in one run (issue: bench against Debezium).
+"""The job against a peer, Debezium's MariaDB connector, on the same data in one run.
 
-    .venv/bin/python -m bench.peer                               # 1,000,000 rows, 200,000 changes
-    .venv/bin/python -m bench.peer --rows 50000 --changes 20000  # a quick one
+    .venv/bin/python -m bench.peer                                           # 1,000,000 rows, 200,000 changes, 3 rounds
+    .venv/bin/python -m bench.peer --rows 50000 --changes 20000 --rounds 1   # a quick one
 
 One private MariaDB (`MariaDBServer`: binlog ROW/FULL, GTIDs, a 1 GB buffer pool) and the project's CDC user
 (`SELECT, REPLICATION SLAVE, BINLOG MONITOR`: no RELOAD, no LOCK TABLES). Two parts, each with a raw baseline:
@@ -13,6 +13,10 @@ One private MariaDB (`MariaDBServer`: binlog ROW/FULL, GTIDs, a 1 GB buffer pool
   `--changes` row changes; over that range the raw python-mysql-replication parse (the baseline, bench.binlog's
   `measure_raw_parse`), Debezium streaming it, and the job's `run(until_caught_up=True)` (bench.binlog's
   `measure_catchup`, which also runs `ingest verify`).
+
+Each part runs its three measurements in turn, `--rounds` times (each of our catch-ups from a warehouse of its own,
+snapshotted before the binlog was recorded), and the table shows the median of every figure: the machine is shared,
+and load that comes and goes then falls on all three alike.
 
 Debezium runs as `bench/peer/CountingEngine.java`: the embedded engine (`DebeziumEngine`, Kafka Connect's
 `SourceRecord`s, no serialization) whose consumer counts the row changes and drops them, and prints JSON lines
@@ -45,6 +49,7 @@ import queue
 import resource
 import secrets
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -91,6 +96,8 @@ from ingest.runtime.cache import tools_dir
 DEBEZIUM_VERSION = "3.5.0.Final"
 """Debezium's embedded engine, MariaDB connector and file storage, all of one version (bench/peer/pom.xml)."""
 PEER_DIR = Path(__file__).resolve().parent / "peer"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+"""Pinned, as scripts/setup.sh pins it for the Iceberg jars."""
 ENGINE_CLASS = "CountingEngine"
 ENGINE_HEAP = "-Xmx2g"
 """The Debezium JVM's heap: as much as the job's Spark driver (2 GB)."""
@@ -99,6 +106,8 @@ DEBEZIUM_SERVER_ID = 5601
 TOPIC_PREFIX = "peer"
 STALL_SECONDS = 300.0
 """Debezium is stopped as failed when it prints nothing (no progress line, sent at most once a second) this long."""
+EXIT_GRACE_SECONDS = 30.0
+"""How long the engine may take to exit once it printed that it reached its target (it exits at once)."""
 EXTRA_GRANTS = "none"
 """What Debezium was granted beyond the job's CDC user: nothing (snapshot.locking.mode=none needs no RELOAD)."""
 
@@ -126,7 +135,7 @@ def fetch_jars(home: Path) -> Path:
             "-B",
             "-f",
             str(pom),
-            "dependency:copy-dependencies",
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
             f"-DoutputDirectory={lib}",
             f"-Dmaven.repo.local={home / 'm2'}",
             f"-Ddebezium.version={DEBEZIUM_VERSION}",
@@ -233,11 +242,20 @@ def _engine_events(classpath: str, properties: Path, log: Path) -> tuple[float, 
         try:
             for event in _lines(proc):
                 events[event["event"]] = event
+                if event["event"] in ("done", "stopped"):
+                    break
         finally:
-            if proc.poll() is None and "done" not in events:
-                proc.kill()
-            proc.wait()
+            _end(proc, grace=EXIT_GRACE_SECONDS if "done" in events else 0)
     return launched, events, _children_cpu() - cpu_before
+
+
+def _end(proc: subprocess.Popen[str], grace: float) -> None:
+    """Wait `grace` seconds for the engine to exit by itself, then kill it; reaped either way."""
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _children_cpu() -> float:
@@ -249,6 +267,7 @@ def _children_cpu() -> float:
 def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path) -> dict[str, Any]:
     """CountingEngine until it counted `target` records of `settings['bench.count']`; its times and rates."""
     properties = write_properties({**settings, "bench.target": str(target)}, log.with_suffix(".properties"))
+    load = os.getloadavg()[0]
     launched, events, cpu = _engine_events(classpath, properties, log)
     done = events.get("done")
     if done is None:
@@ -270,6 +289,7 @@ def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path)
         "engine_rows_per_s": counted / (end - start),
         "after_first_rows_per_s": (counted - 1) / (end - first) if end > first else None,
         "cpu_s": round(cpu, 3),
+        "load_avg_1m_before": load,
     }
 
 
@@ -279,10 +299,11 @@ def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path)
 
 def our_snapshot(server: MariaDBServer, scratch: Path) -> dict[str, Any]:
     """`ingest run --snapshot-only` of bench.items into a fresh warehouse, timed as a user waits for it."""
-    config_file = pipeline_file(server, DATABASE, scratch / "ours-snapshot")
+    config_file = pipeline_file(server, DATABASE, scratch)
+    load = os.getloadavg()[0]
     seconds = job(config_file, "run", "--snapshot-only")
     rows = iceberg_rows(config_file, TABLE)
-    return {"rows": rows, "process_s": round(seconds, 3), "rows_per_s": rows / seconds}
+    return {"rows": rows, "process_s": round(seconds, 3), "rows_per_s": rows / seconds, "load_avg_1m_before": load}
 
 
 def iceberg_rows(config_file: Path, table: str) -> int:
@@ -295,18 +316,28 @@ def iceberg_rows(config_file: Path, table: str) -> int:
     return int(snapshot.summary["total-records"]) if snapshot is not None and snapshot.summary else 0
 
 
-def measure_snapshot(server: MariaDBServer, password: str, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
-    """bench.items of `rows` rows: the SSCursor baseline, Debezium's initial_only snapshot, ours; then dropped."""
+def snapshot_round(server: MariaDBServer, password: str, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
+    """The baseline, Debezium's initial_only snapshot and ours, one after the other over bench.items."""
+    _progress(f"snapshot {scratch.name}: baseline, PyMySQL SSCursor SELECT *")
+    out = {"baseline": measure_sscursor(server, TABLE, password)}
+    _progress(f"snapshot {scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
+    settings = {**engine_properties(server, TABLE, "initial_only"), "bench.count": "snapshot"}
+    out["debezium"] = run_engine(classpath, settings, rows, scratch / "debezium.log")
+    _progress(f"snapshot {scratch.name}: ours, ingest run --snapshot-only")
+    out["ours"] = our_snapshot(server, scratch / "ours")
+    return out
+
+
+def measure_snapshot(
+    server: MariaDBServer, password: str, rows: int, rounds: int, classpath: str, scratch: Path
+) -> dict[str, Any]:
+    """bench.items of `rows` rows read by the three, `rounds` times in turn; then the table is dropped."""
     create_table(server, TABLE)
     _progress(f"snapshot: loading {rows:,} rows into {DATABASE}.{TABLE}")
-    out: dict[str, Any] = {"load_s": round(fill_table(server, TABLE, rows), 3)}
-    _progress("snapshot: baseline, PyMySQL SSCursor SELECT *")
-    out["baseline"] = measure_sscursor(server, TABLE, password)
-    _progress(f"snapshot: Debezium initial_only (log {scratch}/debezium-snapshot.log)")
-    settings = {**engine_properties(server, TABLE, "initial_only"), "bench.count": "snapshot"}
-    out["debezium"] = run_engine(classpath, settings, rows, scratch / "debezium-snapshot.log")
-    _progress("snapshot: ours, ingest run --snapshot-only")
-    out["ours"] = our_snapshot(server, scratch)
+    out: dict[str, Any] = {"load_s": round(fill_table(server, TABLE, rows), 3), "rounds": []}
+    for r in range(1, rounds + 1):
+        (scratch / f"snapshot-{r}").mkdir()
+        out["rounds"].append(snapshot_round(server, password, rows, classpath, scratch / f"snapshot-{r}"))
     drop_table(server, TABLE)
     return out
 
@@ -338,37 +369,67 @@ def streaming_settings(server: MariaDBServer, start: str) -> dict[str, str]:
     }
 
 
-def prepare_binlog(server: MariaDBServer, spec: dict[str, Any], changes: int, initial: int, scratch: Path) -> Any:
-    """bench.binlog's tables, loaded and snapshotted by the job, then the recorded binlog; its range."""
-    config = make_config(spec)
+def round_spec(server: MariaDBServer, scratch: Path) -> dict[str, Any]:
+    """bench.binlog's worker spec for one round's catch-up: its own warehouse under `scratch`."""
+    (scratch / "warehouse").mkdir(parents=True)  # the SQLite catalog file's directory must exist
+    spec = {"host": server.host, "port": server.port, "warehouse": str(scratch / "warehouse")}
+    return {**spec, "kind": "catchup", "label": scratch.name}
+
+
+def prepare_binlog(server: MariaDBServer, specs: list[dict[str, Any]], changes: int, initial: int) -> Any:
+    """bench.binlog's tables, loaded and snapshotted by the job into each round's warehouse, then the recorded
+    binlog; its range."""
     create_tables(server)
     keys = load_initial(server, initial)
-    _progress(f"catch-up: the job's snapshot of the initial rows (log {scratch}/snapshot.log)")
-    with Worker({**spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log") as worker:
-        worker.finish()
+    for spec in specs:
+        log = Path(spec["warehouse"]).parent / "snapshot.log"
+        _progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
+        with Worker({**spec, "kind": "snapshot"}, log) as worker:
+            worker.finish()
     _progress(f"catch-up: recording at least {changes:,} row changes")
-    return record_binlog(server, config, keys, changes)
+    return record_binlog(server, make_config(specs[0]), keys, changes)
+
+
+def catchup_round(
+    server: MariaDBServer, binlog: Mapping[str, Any], spec: dict[str, Any], classpath: str
+) -> dict[str, Any]:
+    """The recorded range read by the raw parse, by Debezium from its start and by the job's catch-up."""
+    scratch, config = Path(spec["warehouse"]).parent, make_config(spec)
+    _progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
+    out = {"baseline": measure_raw_parse(server, config, binlog["start"], binlog["end"])}
+    _progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
+    settings = streaming_settings(server, binlog["start"])
+    out["debezium"] = run_engine(classpath, settings, out["baseline"]["rows"], scratch / "debezium.log")
+    _progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
+    out["ours"] = measure_catchup(server, spec, config, scratch / "catchup.log")
+    return out
 
 
 def measure_streaming(
-    server: MariaDBServer, changes: int, initial: int, classpath: str, scratch: Path
+    server: MariaDBServer, changes: int, initial: int, rounds: int, classpath: str, scratch: Path
 ) -> dict[str, Any]:
-    """The recorded range read by the raw parse, by Debezium and by the job's catch-up."""
-    warehouse = scratch / "warehouse"
-    warehouse.mkdir()
-    spec = {"host": server.host, "port": server.port, "warehouse": str(warehouse)}
-    binlog = prepare_binlog(server, spec, changes, initial, scratch)
-    config = make_config(spec)
-    out: dict[str, Any] = {"binlog": binlog}
-    _progress(f"catch-up: {binlog['rows_affected']:,} row changes, {binlog['start']} .. {binlog['end']}; raw parse")
-    out["baseline"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
-    _progress(f"catch-up: Debezium from {binlog['start']} (log {scratch}/debezium-stream.log)")
-    settings = streaming_settings(server, binlog["start"])
-    out["debezium"] = run_engine(classpath, settings, out["baseline"]["rows"], scratch / "debezium-stream.log")
-    _progress(f"catch-up: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
-    catchup = {**spec, "kind": "catchup", "label": "catchup"}
-    out["ours"] = measure_catchup(server, catchup, config, scratch / "catchup.log")
-    return out
+    """One recorded binlog, read by the three `rounds` times in turn (each of ours from its own snapshot)."""
+    specs = [round_spec(server, scratch / f"catchup-{r}") for r in range(1, rounds + 1)]
+    binlog = prepare_binlog(server, specs, changes, initial)
+    _progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
+    return {"binlog": binlog, "rounds": [catchup_round(server, binlog, spec, classpath) for spec in specs]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Medians over the rounds.
+
+
+def median_of(values: list[Any]) -> Any:
+    """The median of each number over the rounds, field by field; a flag holds if it held in every round;
+    anything else is the first round's."""
+    first = values[0]
+    if isinstance(first, bool):
+        return all(values)
+    if isinstance(first, int | float) and all(isinstance(v, int | float) for v in values):
+        return statistics.median(values)
+    if isinstance(first, Mapping) and all(isinstance(v, Mapping) for v in values):
+        return {key: median_of([v.get(key) for v in values]) for key in first}
+    return first
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -462,15 +523,19 @@ def streaming_lines(part: Mapping[str, Any]) -> list[Measured]:
     ]
 
 
-def ratios(results: Mapping[str, Any]) -> dict[str, float | None]:
-    """Each line's throughput over its baseline's, and ours over Debezium's, for the JSON."""
-    out: dict[str, float | None] = {}
-    for part, lines in (("snapshot", snapshot_lines), ("catchup", streaming_lines)):
-        table = lines(results[part])
-        for line in table[1:]:
+PARTS = {"snapshot": snapshot_lines, "catchup": streaming_lines}
+
+
+def ratios(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Each median line's throughput over the baseline's, ours over Debezium's, and the latter in every round."""
+    out: dict[str, Any] = {}
+    for part, lines in PARTS.items():
+        table, rounds = lines(results[part]["median"]), [lines(r) for r in results[part]["rounds"]]
+        for i, line in enumerate(table[1:], start=1):
             out[f"{part}_{line.key}_vs_baseline"] = _over(line.rate, table[0].rate)
             if line.key.startswith("ours"):
                 out[f"{part}_{line.key}_ours_vs_debezium"] = line.versus
+                out[f"{part}_{line.key}_ours_vs_debezium_by_round"] = [r[i].versus for r in rounds]
     return out
 
 
@@ -490,24 +555,54 @@ def render_part(title: str, unit: str, lines: list[Measured]) -> str:
     return "\n".join(rows)
 
 
+def checks(results: Mapping[str, Any]) -> str:
+    """Whether every round counted what it should: rows in Iceberg and Debezium's records, `ingest verify`."""
+    snap = all(
+        r["ours"]["rows"] == r["baseline"]["rows"] == r["debezium"]["records"] for r in results["snapshot"]["rounds"]
+    )
+    stream = all(
+        r["ours"]["changes"] == r["baseline"]["rows"] == r["debezium"]["records"] and r["ours"]["verify"]["ok"]
+        for r in results["catchup"]["rounds"]
+    )
+    verdict = {True: "OK", False: "MISMATCH (see the JSON)"}
+    return (
+        f"Checked in every round: snapshot rows in Iceberg and Debezium's records {verdict[snap]}; catch-up changes, "
+        f"Debezium's records and ingest verify {verdict[stream]}."
+    )
+
+
+def spread(results: Mapping[str, Any]) -> str:
+    """Ours / Debezium of each round, for the lines a reader compares first."""
+    r = results["ratios"]
+    by_round = [
+        ("snapshot", r["snapshot_ours_launch_ours_vs_debezium_by_round"]),
+        ("catch-up binlog phase", r["catchup_ours_binlog_phase_ours_vs_debezium_by_round"]),
+    ]
+    return "ours/Dbz by round: " + "; ".join(
+        f"{name} {', '.join(_cell(v, '.2f') for v in vs)}" for name, vs in by_round
+    )
+
+
 def render(results: Mapping[str, Any]) -> str:
-    snap, stream = results["snapshot"], results["catchup"]
+    snap, stream = results["snapshot"]["median"], results["catchup"]["median"]
+    rounds = len(results["snapshot"]["rounds"])
     return "\n\n".join(
         [
             f"bench.peer: Debezium {DEBEZIUM_VERSION} MariaDB connector (embedded, counting consumer) against the "
-            f"job; Debezium's grants beyond the CDC user's ({CDC_GRANTS}): {EXTRA_GRANTS}",
+            f"job, medians of {rounds} round(s); Debezium's grants beyond the CDC user's ({CDC_GRANTS}): "
+            f"{EXTRA_GRANTS}",
             render_part(
-                f"Snapshot of {DATABASE}.{TABLE}, {snap['baseline']['rows']:,} rows", "rows/s", snapshot_lines(snap)
+                f"Snapshot of {DATABASE}.{TABLE}, {int(snap['baseline']['rows']):,} rows",
+                "rows/s",
+                snapshot_lines(snap),
             ),
             render_part(
-                f"Catch-up over {stream['baseline']['rows']:,} recorded row changes",
+                f"Catch-up over {int(stream['baseline']['rows']):,} recorded row changes",
                 "changes/s",
                 streaming_lines(stream),
             ),
             "ours/Dbz: our throughput over Debezium's line timed as in [brackets] (above 1: ours is faster).\n"
-            f"Checked: ours {snap['ours']['rows']:,} rows in Iceberg, Debezium {snap['debezium']['records']:,} "
-            f"snapshot records; catch-up: Debezium {stream['debezium']['records']:,} changes, ours "
-            f"{stream['ours']['changes']:,}, verify {'OK' if stream['ours']['verify']['ok'] else 'FAILED'}.",
+            f"{spread(results)}\n{checks(results)}",
         ]
     )
 
@@ -536,13 +631,19 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with MariaDBServer(extra_args=("--innodb-buffer-pool-size=1G",)) as server:
             server.create_cdc_user(CDC_USER, password)
-            results["snapshot"] = measure_snapshot(server, password, args.rows, classpath, scratch)
-            results["catchup"] = measure_streaming(server, args.changes, args.initial_rows, classpath, scratch)
+            results["snapshot"] = measure_snapshot(server, password, args.rows, args.rounds, classpath, scratch)
+            results["catchup"] = measure_streaming(
+                server, args.changes, args.initial_rows, args.rounds, classpath, scratch
+            )
     except BaseException:
         _progress(f"failed; logs kept in {scratch}")
         raise
-    if not args.keep_logs:
+    if args.keep_logs:
+        _progress(f"logs kept in {scratch}")
+    else:
         shutil.rmtree(scratch, ignore_errors=True)
+    for part in PARTS:
+        results[part]["median"] = median_of(results[part]["rounds"])
     results["ratios"] = ratios(results)
     results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     return results
@@ -555,10 +656,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--initial-rows", type=int, default=20_000, help="rows of bench.orders before the catch-up's snapshot (20,000)"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="times each part is measured, in turn; the table shows medians (3)"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the logs and warehouses in the temp dir")
     args = parser.parse_args(argv)
-    if min(args.rows, args.changes, args.initial_rows) < 1:
-        parser.error("--rows, --changes and --initial-rows must be at least 1")
+    if min(args.rows, args.changes, args.initial_rows, args.rounds) < 1:
+        parser.error("--rows, --changes, --initial-rows and --rounds must be at least 1")
     results = orchestrate(args)
     print(render(results))
     print(f"results: {write_results(results, 'peer')}")
