@@ -318,12 +318,12 @@ def iceberg_rows(config_file: Path, table: str) -> int:
 
 def snapshot_round(server: MariaDBServer, password: str, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """The baseline, Debezium's initial_only snapshot and ours, one after the other over bench.items."""
-    _progress(f"snapshot {scratch.name}: baseline, PyMySQL SSCursor SELECT *")
+    _progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
     out = {"baseline": measure_sscursor(server, TABLE, password)}
-    _progress(f"snapshot {scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
+    _progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
     settings = {**engine_properties(server, TABLE, "initial_only"), "bench.count": "snapshot"}
     out["debezium"] = run_engine(classpath, settings, rows, scratch / "debezium.log")
-    _progress(f"snapshot {scratch.name}: ours, ingest run --snapshot-only")
+    _progress(f"{scratch.name}: ours, ingest run --snapshot-only")
     out["ours"] = our_snapshot(server, scratch / "ours")
     return out
 
@@ -376,7 +376,7 @@ def round_spec(server: MariaDBServer, scratch: Path) -> dict[str, Any]:
     return {**spec, "kind": "catchup", "label": scratch.name}
 
 
-def prepare_binlog(server: MariaDBServer, specs: list[dict[str, Any]], changes: int, initial: int) -> Any:
+def prepare_binlog(server: MariaDBServer, specs: list[dict[str, Any]], changes: int, initial: int) -> dict[str, Any]:
     """bench.binlog's tables, loaded and snapshotted by the job into each round's warehouse, then the recorded
     binlog; its range."""
     create_tables(server)
