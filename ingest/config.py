@@ -475,6 +475,9 @@ class StreamConfig(_Settings):
     """DDL on a captured table: evolve the target where Iceberg allows it (else stop), stop, or ignore."""
     concurrent_merges: AtLeastOne = 4
     """Tables of one batch MERGEd at the same time (each is its own Iceberg commit)."""
+    driver_apply_max_rows: Annotated[int, Strict(), Field(ge=0)] = 100_000
+    """A target of at most this many rows takes a batch from the driver (pyiceberg), not by a Spark MERGE, where
+    ingest/sink/driver_apply.py can; 0: never."""
     checkpoint_location: Text | None = None
     """Spark's checkpoint directory for the job's streaming query (None: a fresh one per run)."""
     signal_poll_seconds: Seconds = 10.0

@@ -19,6 +19,7 @@ from ingest.query.batch import TableBatch, TableStream
 from ingest.query.chains import settle_chains
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog, with_acted_rows
+from ingest.sink.driver_apply import apply_in_driver, driver_target
 from ingest.sink.key_actions import act_on_target
 from ingest.sink.maintenance import maintain
 from ingest.sink.merge import committed_offset, merge_arrow, stream_offset_properties
@@ -150,7 +151,14 @@ def _merge_table(
             return table.committed
         return committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
 
-    done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, append)
+    names = config.target_for(table.schema.database, table.schema.table)
+    catalog, most = cached_pyiceberg_catalog(config.sink), config.stream.driver_apply_max_rows
+    small = driver_target(catalog, names, table.target, table.schema, most, rows.column_names)
+    if small is not None:
+        properties = stream_offset_properties(config.name, end)
+        done = apply_in_driver(small, table.target, table.schema, rows, end, properties, read_offset, append)
+    else:
+        done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, append)
     table.committed, table.committed_known = end.position, True
     return done
 

@@ -229,4 +229,12 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
         ]
         assert offsets, f"{table}: no binlog batch was committed"
         assert len(offsets) == len(set(offsets)), f"{table}: a binlog batch was committed twice"
-        assert any(SUMMARY_MAINTENANCE in props for props in summaries), f"{table}: never compacted"
+        if table == "acct":  # MERGEd by Spark: its delete files and small data files are compacted
+            assert any(SUMMARY_MAINTENANCE in props for props in summaries), f"{table}: never compacted"
+        else:  # a small target the driver applies batches to, rewriting the files it deletes from (driver_apply)
+            current = catalog.load_table(("chaos", table)).current_snapshot()
+            assert current is not None and current.summary is not None
+            totals = current.summary.additional_properties
+            assert totals["total-delete-files"] == "0", totals
+            # Compaction rewrites 5 files or more (Iceberg's min-input-files): the table stays below that.
+            assert int(totals["total-data-files"]) < 5 + 3, totals

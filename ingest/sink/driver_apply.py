@@ -1,0 +1,107 @@
+"""A batch applied to a small target by the driver, with pyiceberg, instead of a Spark MERGE.
+
+A MERGE costs Spark a plan, a job and a commit: about a second of CPU whatever the batch, so a batch that
+touches 200 small tables spends minutes in MERGEs of a few rows each. A small target (`stream.
+driver_apply_max_rows`) takes the same change in one pyiceberg transaction: the rows of the batch's keys deleted
+(the data files holding them rewritten without them) and the batch's final rows appended, committed at once, the
+last of its snapshots carrying the batch's end offset. What a table holds after it is what the MERGE would
+leave: per key of the batch, its final row or nothing.
+
+Only where that is plainly so: a one-column key of integers or strings, an unpartitioned format 2 target, main
+(not a copy branch), a table with a key. Everything else is MERGEd by Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import metrics
+from ingest.errors import CommitConflictError
+from ingest.model.position import Watermark
+from ingest.model.schema import TableSchema
+from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
+from ingest.sink.summary import SUMMARY_STREAM_OFFSET
+from ingest.sink.targets import table_of
+
+log = logging.getLogger(__name__)
+
+
+def driver_target(
+    catalog: Any, names: tuple[str, str], target: str, schema: TableSchema, max_rows: int, columns: list[str]
+) -> Any:
+    """The target's pyiceberg table when the driver may apply a batch of `columns` to it (see the module), else
+    None. A target with a column the batch does not set (added by hand) is MERGEd: an update keeps its value."""
+    from pyiceberg.types import IntegerType, LongType, StringType
+
+    if max_rows == 0 or schema.keyless or len(schema.primary_key) != 1 or target != table_of(target):
+        return None
+    table = catalog.load_table(names)
+    if table.format_version != 2 or not table.spec().is_unpartitioned():
+        return None
+    if sorted(f.name for f in table.schema().fields) != sorted(c for c in columns if c != OP_COLUMN):
+        return None
+    key = table.schema().find_field(schema.primary_key[0])
+    if not isinstance(key.field_type, (IntegerType, LongType, StringType)):
+        return None
+    current = table.current_snapshot()
+    summary = current.summary if current is not None else None
+    held = int(summary.additional_properties.get("total-records", 0)) if summary is not None else 0
+    return table if held <= max_rows else None
+
+
+def apply_in_driver(
+    table: Any,
+    target: str,
+    schema: TableSchema,
+    rows: pa.Table,
+    end: Watermark,
+    properties: dict[str, str],
+    read_offset: Any,
+    append: bool,
+) -> bool:
+    """Apply the batch `rows` (`batch_arrow`: per key its final row, op U, or its delete, op D) to `table` (Spark's
+    `target`), tagged
+    with `properties`; False when the table already holds it. With `append`, the rows are new keys: only
+    appended. A conflict is retried from fresh metadata, as a MERGE is."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.expressions import In, Reference
+
+    key = schema.primary_key[0]
+    keys = rows.column(key).to_pylist()
+    iceberg = table.schema()
+    final = rows.filter(pc.equal(rows.column(OP_COLUMN), "U"))
+    # By name, in the target's order; the target's required columns: a NULL fails here.
+    final = final.select([f.name for f in iceberg.fields]).cast(iceberg.as_arrow())
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        done = read_offset()
+        if done is not None and done >= end.position:
+            return False  # committed before (a replay, or a commit that raised after succeeding)
+        try:
+            with warnings.catch_warnings():
+                # Keys the target does not hold yet; and pyiceberg rewrites files where Spark writes deletes.
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                warnings.filterwarnings("ignore", "Merge on read is not yet supported")
+                with table.transaction() as tx:
+                    # The offset goes on the transaction's last snapshot only: one commit of the batch, as a MERGE's.
+                    if not append:
+                        deleted = properties if not final.num_rows else _without_offset(properties)
+                        tx.delete(In(term=Reference(key), values=keys), snapshot_properties=deleted)
+                    if final.num_rows:
+                        tx.append(final, snapshot_properties=properties)
+            return True
+        except CommitFailedException as e:
+            metrics.current().commit_retried(target)
+            log.warning("%s: commit conflict at attempt %d, retrying from fresh state: %s", target, attempt, e)
+            table.refresh()
+            time.sleep(0.2 * attempt)
+    raise CommitConflictError(f"{target}: a batch kept conflicting with other writers after {MAX_ATTEMPTS} tries")
+
+
+def _without_offset(properties: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in properties.items() if k != SUMMARY_STREAM_OFFSET}
