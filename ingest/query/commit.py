@@ -153,7 +153,7 @@ def _merge_table(
 
     names = config.target_for(table.schema.database, table.schema.table)
     catalog, most = cached_pyiceberg_catalog(config.sink), config.stream.driver_apply_max_rows
-    small = driver_target(catalog, names, table.target, table.schema, most, rows.column_names)
+    small = driver_target(catalog, names, table.target, table.schema, most, rows, append)
     if small is not None:
         properties = stream_offset_properties(config.name, end)
         done = apply_in_driver(small, table.target, table.schema, rows, end, properties, read_offset, append)

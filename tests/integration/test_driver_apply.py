@@ -19,7 +19,7 @@ from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog
-from ingest.sink.driver_apply import apply_in_driver, driver_target
+from ingest.sink.driver_apply import MAX_KEYS, apply_in_driver, driver_target
 from ingest.sink.merge import batch_arrow, committed_offset, stream_offset_properties
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import ensure_target_created, on_copy_branch
@@ -61,7 +61,8 @@ def _rows(table: Any) -> dict[int, tuple[Any, ...]]:
 def _apply(config: PipelineConfig, schema: TableSchema, finals: dict[Any, Any], end: Watermark, **kw: Any) -> bool:
     names = config.target_for(schema.database, schema.table)
     rows = batch_arrow(schema, finals)
-    table = driver_target(cached_pyiceberg_catalog(config.sink), names, "lake.db.t", schema, 100, rows.column_names)
+    catalog = cached_pyiceberg_catalog(config.sink)
+    table = driver_target(catalog, names, "lake.db.t", schema, 100, rows, kw["append"])
     assert table is not None
     properties = stream_offset_properties(config.name, end)
     held = committed_offset(table, config.name)
@@ -102,22 +103,28 @@ def test_targets_the_driver_must_not_take_are_left_to_spark(tmp_path: Path) -> N
     config = _config(tmp_path)
     catalog = cached_pyiceberg_catalog(config.sink)
 
-    def taken(schema: TableSchema, target: str = "lake.db.t", max_rows: int = 100) -> bool:
+    def taken(
+        schema: TableSchema, target: str = "lake.db.t", max_rows: int = 100, append: bool = False, keys: int = 0
+    ) -> bool:
         ensure_target_created(None, config, schema)
         names = config.target_for(schema.database, schema.table)
-        columns = batch_arrow(schema, {}).column_names
-        return driver_target(catalog, names, target, schema, max_rows, columns) is not None
+        rows = batch_arrow(schema, {(i,): (i, i, None) for i in range(keys)})  # integer keys only
+        return driver_target(catalog, names, target, schema, max_rows, rows, append) is not None
 
     assert taken(_schema("ints")) and taken(_schema("strings", key_type="varchar"))
     assert not taken(_schema("ints"), max_rows=0)  # turned off
+    assert not taken(_schema("ints"), keys=MAX_KEYS + 1)  # a catch-up's batch: Spark's MERGE is cheaper
     assert not taken(_schema("two", key=("id", "k2")))  # a key of two columns
     assert not taken(_schema("dated", key_type="date"))  # a key the delete filter is not plainly exact on
+    assert taken(_schema("two", key=("id", "k2")), append=True)  # an append deletes nothing: any key will do
+    assert taken(_schema("dated", key_type="date"), append=True)
     assert not taken(dataclasses.replace(_schema("keyless"), primary_key=(), chunk_key=(), collations=()))
     assert not taken(_schema("ints"), target=on_copy_branch("lake.db.ints"))  # copied again into its branch
     big = _schema("big")
     ensure_target_created(None, config, big)
     _apply(config, big, {(i,): (i, i, None) for i in range(101)}, _at(100), append=True)
     assert not taken(big)  # more rows than driver_apply_max_rows
+    assert taken(big, append=True)  # an append costs the same whatever the target's size
     ensure_target_created(None, config, _schema("partitioned"))
     with catalog.load_table(config.target_for("db", "partitioned")).update_spec() as spec:
         spec.add_identity("k2")
