@@ -3,8 +3,8 @@
 A MERGE costs Spark a plan, a job and a commit: about a second of CPU whatever the batch, so a batch that
 touches 200 small tables spends minutes in MERGEs of a few rows each. A small target (`stream.
 driver_apply_max_rows`) takes the same change in one pyiceberg transaction: the rows of the batch's keys deleted
-(the data files holding them rewritten without them) and the batch's final rows appended, committed at once, the
-last of its snapshots carrying the batch's end offset. What a table holds after it is what the MERGE would
+(the data files holding them rewritten without them) and the batch's final rows added, in one snapshot carrying the
+batch's end offset, as a MERGE's does. What a table holds after it is what the MERGE would
 leave: per key of the batch, its final row or nothing.
 
 Only where that is plainly so: an unpartitioned format 2 target, main (not a copy branch), a table with a key, and a
@@ -14,9 +14,10 @@ to such a target whatever its size and key: an append rewrites nothing. Everythi
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-import warnings
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +28,6 @@ from ingest.errors import CommitConflictError
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
-from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import table_of
 
 log = logging.getLogger(__name__)
@@ -87,36 +87,23 @@ def apply_in_driver(
     append: bool,
 ) -> bool:
     """Apply the batch `rows` (`batch_arrow`: per key its final row, op U, or its delete, op D) to `table` (Spark's
-    `target`), tagged
-    with `properties`; False when the table already holds it. With `append`, the rows are new keys: only
-    appended. A conflict is retried from fresh metadata, as a MERGE is."""
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.expressions import In, Reference
+    `target`), in one snapshot tagged with `properties`; False when the table already holds it. With `append`, the
+    rows are new keys: only appended. A conflict is retried from fresh metadata, as a MERGE is."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-    key = schema.primary_key[0]
-    keys = rows.column(key).to_pylist()
     iceberg = table.schema()
     final = rows.filter(pc.equal(rows.column(OP_COLUMN), "U"))
     # By name, in the target's order; the target's required columns: a NULL fails here.
     final = final.select([f.name for f in iceberg.fields]).cast(iceberg.as_arrow())
+    keys = None if append else rows.column(schema.primary_key[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         done = read_offset()
         if done is not None and done >= end.position:
             return False  # committed before (a replay, or a commit that raised after succeeding)
         try:
-            with warnings.catch_warnings():
-                # Keys the target does not hold yet; and pyiceberg rewrites files where Spark writes deletes.
-                warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                warnings.filterwarnings("ignore", "Merge on read is not yet supported")
-                with table.transaction() as tx:
-                    # The offset goes on the transaction's last snapshot only: one commit of the batch, as a MERGE's.
-                    if not append:
-                        deleted = properties if not final.num_rows else _without_offset(properties)
-                        tx.delete(In(term=Reference(key), values=keys), snapshot_properties=deleted)
-                    if final.num_rows:
-                        tx.append(final, snapshot_properties=properties)
+            _commit(table, schema.primary_key[0], keys, final, properties)
             return True
-        except CommitFailedException as e:
+        except (CommitFailedException, ValidationException) as e:
             metrics.current().commit_retried(target)
             log.warning("%s: commit conflict at attempt %d, retrying from fresh state: %s", target, attempt, e)
             table.refresh()
@@ -124,5 +111,40 @@ def apply_in_driver(
     raise CommitConflictError(f"{target}: a batch kept conflicting with other writers after {MAX_ATTEMPTS} tries")
 
 
-def _without_offset(properties: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in properties.items() if k != SUMMARY_STREAM_OFFSET}
+def _commit(table: Any, key: str, keys: pa.ChunkedArray | None, final: pa.Table, properties: dict[str, str]) -> None:
+    """One overwrite snapshot: each data file holding one of `keys` replaced by its other rows, and `final` added.
+    The files that may hold them are found by the keys' range and set (pyiceberg reads every file for a set of more
+    than 200 values; the range still prunes those of older keys)."""
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+
+    transaction = table.transaction()
+    metadata = transaction.table_metadata
+    write_uuid, counter = uuid.uuid4(), itertools.count(0)
+
+    def files(data: pa.Table) -> Any:
+        return _dataframe_to_data_files(metadata, data, table.io, write_uuid, counter)
+
+    with transaction.update_snapshot(snapshot_properties=properties).overwrite(write_uuid) as overwrite:
+        if keys is not None and len(keys):
+            values = keys.to_pylist()
+            lo, hi = min(values), max(values)
+            where = And(
+                In(term=Reference(key), values=values),
+                GreaterThanOrEqual(term=Reference(key), value=lo),
+                LessThanOrEqual(term=Reference(key), value=hi),
+            )
+            scan = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue())
+            for task in table.scan(row_filter=where).plan_files():
+                held = scan.to_table(tasks=[task])
+                kept = held.filter(
+                    pc.invert(pc.is_in(held.column(key), value_set=keys.cast(held.schema.field(key).type)))
+                )
+                if kept.num_rows == held.num_rows:
+                    continue  # the file holds none of the keys
+                overwrite.delete_data_file(task.file)
+                for data_file in files(kept) if kept.num_rows else ():
+                    overwrite.append_data_file(data_file)
+        for data_file in files(final) if final.num_rows else ():
+            overwrite.append_data_file(data_file)
+    transaction.commit_transaction()
