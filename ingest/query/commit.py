@@ -141,6 +141,7 @@ def _merge_table(
     end: Watermark,
 ) -> bool:
     attempts = 0
+    names = config.target_for(table.schema.database, table.schema.table)
 
     def read_offset() -> BinlogPosition | None:
         # This run knows what the table holds (read from it at start, then kept by its own commits): only a
@@ -149,9 +150,8 @@ def _merge_table(
         attempts += 1
         if attempts == 1 or (table.committed is not None and table.committed >= end.position):
             return table.committed
-        return committed_in(config, config.target_for(table.schema.database, table.schema.table), end, table.committed)
+        return committed_in(config, names, end, table.committed)
 
-    names = config.target_for(table.schema.database, table.schema.table)
     catalog, most = cached_pyiceberg_catalog(config.sink), config.stream.driver_apply_max_rows
     small = driver_target(catalog, names, table.target, table.schema, most, rows, append)
     if small is not None:

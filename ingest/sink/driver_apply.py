@@ -53,6 +53,8 @@ def driver_target(
     is MERGEd: an update keeps its value."""
     if max_rows == 0 or schema.keyless or target != table_of(target):
         return None
+    if not append and (rows.num_rows > MAX_KEYS or len(schema.primary_key) != 1):
+        return None  # known without loading the table: a catch-up's part, or a key the delete cannot name
     table = catalog.load_table(names)
     if table.format_version != 2 or not table.spec().is_unpartitioned():
         return None
@@ -60,14 +62,13 @@ def driver_target(
         return None
     if append:
         return table
-    return table if rows.num_rows <= MAX_KEYS and _small_with_plain_key(table, schema, max_rows) else None
+    return table if _small_with_plain_key(table, schema, max_rows) else None
 
 
 def _small_with_plain_key(table: Any, schema: TableSchema, max_rows: int) -> bool:
+    """At most `max_rows` rows, and a (one-column) key of integers or strings."""
     from pyiceberg.types import IntegerType, LongType, StringType
 
-    if len(schema.primary_key) != 1:
-        return False
     key = table.schema().find_field(schema.primary_key[0])
     if not isinstance(key.field_type, (IntegerType, LongType, StringType)):
         return False
