@@ -34,7 +34,10 @@ if [ ! -x "$CACHE/bin/minio" ]; then
   command -v go >/dev/null || { echo "Go 1.24+ is needed to build MinIO (install it from go.dev or your distribution)"; exit 1; }
   mkdir -p "$CACHE/bin"
   echo "building MinIO from its Go module in the background (a few minutes, once; log: $MINIO_LOG)"
-  (GOBIN="$CACHE/bin" GOFLAGS=-mod=mod go install "$MINIO_MODULE" > "$MINIO_LOG" 2>&1) &
+  # Its modules and build cache (about 2 GB) go to a directory of their own, removed once the binary is built.
+  gowork="$(mktemp -d)"
+  (GOBIN="$CACHE/bin" GOFLAGS="-mod=mod -modcacherw" GOMODCACHE="$gowork/mod" GOCACHE="$gowork/build" \
+    go install "$MINIO_MODULE" > "$MINIO_LOG" 2>&1; code=$?; rm -rf "$gowork"; exit $code) &
   minio_build=$!
 else
   "$CACHE/bin/minio" --version | head -1
@@ -70,6 +73,8 @@ step "Python virtualenv (.venv)"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q "uv==$UV_VERSION"
 UV=.venv/bin/uv
+# uv's cache of its own under ours: pruned at the end of setup without touching a cache the user keeps elsewhere.
+export UV_CACHE_DIR="$CACHE/uv"
 "$UV" pip install -q --python .venv/bin/python -c constraints.txt -e '.[dev,fast]'
 # Spark's Python daemons import pyspark from a zip, where Python keeps no bytecode: add it once.
 .venv/bin/python -m ingest.runtime.worker_archive
@@ -86,6 +91,11 @@ echo "pyspark==$COMPAT_PYSPARK" >> "$COMPAT_VENV/constraints.txt"
 "$UV" pip install -q --python "$COMPAT_VENV/bin/python" -c "$COMPAT_VENV/constraints.txt" -e '.[dev,fast]'
 "$COMPAT_VENV/bin/python" -m ingest.runtime.worker_archive
 INGEST_CACHE="$CACHE" "$COMPAT_VENV/bin/python" -m ingest.runtime.jars
+
+# PySpark comes as a source distribution: uv keeps its download and unpacked tree (about 1.8 GB per version)
+# besides the wheel it built. Only the built wheels are kept, so that a new virtualenv does not build them again.
+"$UV" cache prune --ci -q
+du -sh "$UV_CACHE_DIR"
 
 # The REST catalog profile's server: Apache Iceberg's own (ingest/devservers/rest_catalog.py).
 step "Iceberg REST catalog server $REST_SERVER_VERSION"
@@ -132,3 +142,4 @@ for venv in .venv "$COMPAT_VENV"; do
 done
 
 step "setup done"
+df -h "$CACHE" .

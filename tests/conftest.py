@@ -6,8 +6,10 @@ import contextlib
 import gc
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -26,18 +28,39 @@ CDC_USER = "cdc"
 CDC_PASSWORD_ENV = "INGEST_TEST_MYSQL_PASSWORD"
 
 
+def _scratch_for_spark(scratch: Path) -> None:
+    """Spark scratch space (copied jars, shuffle files, native libraries) for every Spark launched from here on,
+    in-process or as a job."""
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    # JVM options (not printed, unlike _JAVA_OPTIONS).
+    os.environ["SPARK_SUBMIT_OPTS"] = f"-Djava.io.tmpdir={scratch}"
+
+
+_session_scratch: Path | None = None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Spark scratch space (copied jars, shuffle files, native libraries) under pytest's own temp root.
+    """The worker's own Spark keeps its scratch space here, under pytest's temp root, for the whole session."""
+    global _session_scratch
+    _session_scratch = tmp_path_factory.mktemp("spark-scratch")
+    _scratch_for_spark(_session_scratch)
+    return _session_scratch
 
-    A job killed with SIGKILL cannot remove its `spark-*` directory (about 120 MB of jars), and the
-    kill tests do that dozens of times; pytest keeps only its last few temp roots.
-    """
-    scratch = tmp_path_factory.mktemp("spark-scratch")
-    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
-    # JVM options for every Spark launched from here, in-process or as a job (not printed, unlike _JAVA_OPTIONS).
-    os.environ["SPARK_SUBMIT_OPTS"] = f"-Djava.io.tmpdir={scratch}"
-    return scratch
+
+@pytest.fixture(scope="module", autouse=True)
+def module_scratch(spark_scratch: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The jobs a module starts keep their scratch space in a directory that goes with the module.
+
+    A job killed with SIGKILL cannot remove its `spark-*` directory (about 120 MB of jars), and the kill tests do
+    that dozens of times: kept for the session, they filled a CI machine's disk."""
+    scratch = tmp_path_factory.mktemp("module-scratch")
+    _scratch_for_spark(scratch)
+    try:
+        yield
+    finally:
+        _scratch_for_spark(spark_scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -71,10 +94,27 @@ def row_metadata(request: pytest.FixtureRequest, mariadb: MariaDBServer) -> Iter
         mariadb.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
 
 
+_minio: MinioServer | None = None
+
+
 @pytest.fixture(scope="session")
 def minio() -> Iterator[MinioServer]:
+    global _minio
     with MinioServer() as server:
+        _minio = server
         yield server
+        _minio = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_buckets() -> Iterator[None]:
+    """The buckets a module makes go with it, and what its tables wrote to them: a worker's MinIO lives for the
+    whole session, and the suite's data would otherwise fill a small disk."""
+    before = list(_minio.buckets) if _minio is not None else []
+    yield
+    if _minio is not None:
+        for name in [b for b in _minio.buckets if b not in before and b != REST_BUCKET]:
+            _minio.drop_bucket(name)
 
 
 @pytest.fixture(scope="session")
@@ -198,7 +238,13 @@ _worker_spark: Any = None
 def _running_worker_spark() -> Any:
     global _worker_spark
     if _worker_spark is None or _worker_spark.sparkContext._jsc is None:  # none yet, or a module stopped it
-        _worker_spark = spark_for_module("local[2]")
+        module_scratch = os.environ["SPARK_LOCAL_DIRS"]
+        assert _session_scratch is not None
+        _scratch_for_spark(_session_scratch)  # it outlives the module
+        try:
+            _worker_spark = spark_for_module("local[2]")
+        finally:
+            _scratch_for_spark(Path(module_scratch))
     return _worker_spark
 
 
@@ -276,3 +322,23 @@ def _descriptors() -> dict[str, int]:
             kinds[target.split(":")[0] if target.startswith(("socket:", "pipe:", "anon_inode:")) else "file"] += 1
     kinds["threads"] = threading.active_count()
     return dict(kinds)
+
+
+_free_at_start: int | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _free_at_start
+    _free_at_start = shutil.disk_usage(tempfile.gettempdir()).free
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The disk the suite's servers and temp files write to, at the start and at the end: a suite that fills a
+    small disk fails in confusing ways (MinIO refuses writes when 1 % of its disk is left)."""
+    usage = shutil.disk_usage(tempfile.gettempdir())
+    gib = 1 << 30
+    start = f"{_free_at_start / gib:.1f}" if _free_at_start is not None else "?"
+    terminalreporter.write_line(
+        f"disk of {tempfile.gettempdir()}: {start} GiB free at the start, {usage.free / gib:.1f} GiB at the end "
+        f"(of {usage.total / gib:.1f} GiB)"
+    )

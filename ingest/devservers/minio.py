@@ -24,6 +24,8 @@ class MinioServer:
         self.secret_key = secret_key
         self.region = "us-east-1"
         self.base_dir = Path(tempfile.mkdtemp(prefix="ingest-minio-"))
+        self.buckets: list[str] = []
+        """The buckets `bucket()` made, in order, less those dropped."""
         self._process: ServerProcess | None = None
 
     @property
@@ -74,7 +76,18 @@ class MinioServer:
 
     def bucket(self, name: str) -> str:
         self.s3_client().create_bucket(Bucket=name)
+        self.buckets.append(name)
         return name
+
+    def drop_bucket(self, name: str) -> None:
+        """Deletes a bucket with every object in it."""
+        client = self.s3_client()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+        client.delete_bucket(Bucket=name)
+        self.buckets.remove(name)
 
     def stop(self) -> None:
         if self._process is not None:
