@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import pickle
 import re
 import threading
 import time
@@ -26,6 +27,7 @@ from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
+from ingest.sink.data_files import DataFileWriter, append_files, writable_from_arrow
 from ingest.sink.recopy import finish_branch_copy
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
@@ -45,7 +47,13 @@ from ingest.source.chunk_reader import ChunkHook, ChunkTask, read_chunk
 from ingest.source.chunks import Chunk, split_table
 from ingest.source.mysql import connect
 from ingest.source.partitions import read_layout
-from ingest.source.snapshot_source import REJECTED_COLUMN, chunk_reports, make_chunk_source
+from ingest.source.snapshot_source import (
+    REJECTED_COLUMN,
+    ROWS_PER_BATCH,
+    chunk_reports,
+    make_chunk_source,
+    make_file_source,
+)
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
@@ -215,9 +223,11 @@ def copy_chunks(
     table's chunks committed before)."""
     policy = config.options_for(schema.database, schema.table).on_unrepresentable
     tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
-    alone = _commit_in_driver(config, target, tasks[0], set(done)) if len(tasks) == 1 else None
-    if alone is not None:
-        records = [alone]
+    table = _arrow_writable(config, schema, tasks[0])
+    if table is not None and len(tasks) == 1:
+        records = [_commit_in_driver(config, table, target, tasks[0], set(done))]
+    elif table is not None:
+        records = _commit_files(spark, config, table, target, tasks, set(done))
     else:
         with connect(config.source) as conn:
             floor = read_watermark(conn, flavor)
@@ -363,42 +373,98 @@ def _commit_batch(
     return records
 
 
-def _commit_in_driver(
-    config: PipelineConfig, target: str, task: ChunkTask, done_before: set[int]
-) -> ChunkRecord | None:
-    """Read one chunk here, in the driver, and append it to the target with pyiceberg: a commit of one chunk has
-    nothing to read in parallel, and a Spark job would cost it seconds (a Python data source, its workers, the
-    JVM's conversion of every row) where the read and the append take milliseconds. Most small tables are one
-    chunk. The commit carries what `_commit_batch`'s does, so a run that dies before the state table's record
-    finds the chunk in the target's summaries the same way.
-
-    None, with nothing read, where Spark must write: rejected values to keep (`dead_letter`), a partitioned
-    target (pyiceberg computes bucket transforms only with a native extension the job does not install), a
-    format 3 target (pyiceberg does not write those)."""
-    from pyiceberg.table.refs import MAIN_BRANCH
-
-    schema, chunk = task.schema, task.chunk
+def _arrow_writable(config: PipelineConfig, schema: TableSchema, task: ChunkTask) -> Any:
+    """The target's pyiceberg table when the chunks' Arrow may go to its data files without Spark's writer
+    (`writable_from_arrow`), else None: also where rejected values are kept (`dead_letter`), which Spark splits
+    from the rows."""
     if task.on_unrepresentable == "dead_letter":
         return None
     table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
-    if table.format_version > 2 or not table.spec().is_unpartitioned():
-        return None
+    return table if writable_from_arrow(table) else None
+
+
+def _commit_in_driver(
+    config: PipelineConfig, table: Any, target: str, task: ChunkTask, done_before: set[int]
+) -> ChunkRecord:
+    """Read one chunk here, in the driver, and append it to the target with pyiceberg: a commit of one chunk has
+    nothing to read in parallel, and a Spark job would cost it seconds (a Python data source, its workers, a
+    Spark job) where the read and the append take milliseconds. Most small tables are one chunk. The commit
+    carries what `_commit_batch`'s does, so a run that dies before the state table's record finds the chunk in
+    the target's summaries the same way."""
+    chunk = task.chunk
     result = read_chunk(task)
-    batch_info = {"floor": result.low.to_json(), "chunks": [chunk.index]}
-    properties = {
+    files = DataFileWriter(table).write([result.table], ROWS_PER_BATCH)
+    crash_point("snapshot.before_commit")
+    append_files(table, files, _batch_properties(config, done_before, [chunk.index], result.low), _branch(target))
+    return ChunkRecord(chunk, result.high, result.low, result.table.num_rows, result.window_events, _head_id(table))
+
+
+def _commit_files(
+    spark: Any, config: PipelineConfig, table: Any, target: str, tasks: list[ChunkTask], done_before: set[int]
+) -> list[ChunkRecord]:
+    """Read a batch of chunks on the executors, which write their rows to data files of the target themselves
+    (ingest/sink/data_files.py), and append the files in one commit from here: Spark's JVM never converts the rows.
+    The commit carries what `_commit_batch`'s does. The chunks' watermarks come back with the files, before the
+    commit; the floor in its summary is the earliest low watermark among them."""
+    source = make_file_source(
+        f"ingest_files_{next(_source_counter)}",
+        tasks,
+        config.snapshot.parallelism,
+        DataFileWriter(table),
+    )
+    spark.dataSource.register(source)
+    try:
+        written = spark.read.format(source.name()).load().collect()
+    except Exception as e:
+        ours = executor_error(e)
+        if ours is None:
+            raise
+        raise ours from None
+    reports = {int(index): meta for row in written for index, meta in json.loads(row.reports)}
+    files = [f for row in written for f in pickle.loads(row.files)]
+    by_index = {t.chunk.index: t.chunk for t in tasks}
+    lows = [Watermark.from_json(m["low"]) for m in reports.values()]
+    floor = min(lows, key=lambda w: w.position)
+    crash_point("snapshot.before_commit")
+    append_files(table, files, _batch_properties(config, done_before, sorted(by_index), floor), _branch(target))
+    snapshot_id = _head_id(table)
+    return [
+        ChunkRecord(
+            chunk,
+            Watermark.from_json(reports[index]["high"]),
+            Watermark.from_json(reports[index]["low"]),
+            reports[index]["rows"],
+            reports[index]["window_events"],
+            snapshot_id,
+        )
+        for index, chunk in sorted(by_index.items())
+    ]
+
+
+def _batch_properties(
+    config: PipelineConfig, done_before: set[int], chunks: list[int], floor: Watermark
+) -> dict[str, str]:
+    """The summary of a commit of chunks: the pipeline, every chunk done with these, and the floor of their
+    watermarks (what `reconcile` reads back)."""
+    batch_info = {"floor": floor.to_json(), "chunks": chunks}
+    return {
         SUMMARY_PIPELINE: config.name,
-        SUMMARY_CHUNKS_DONE: encode_ranges(done_before | {chunk.index}),
+        SUMMARY_CHUNKS_DONE: encode_ranges(done_before | set(chunks)),
         SUMMARY_BATCH: json.dumps(batch_info, separators=(",", ":")),
     }
-    crash_point("snapshot.before_commit")
-    iceberg = table.schema()
-    # By name, in the target's order; the target's required columns: a NULL fails here.
-    rows = result.table.select([f.name for f in iceberg.fields]).cast(iceberg.as_arrow())
-    branch = COPY_BRANCH if table_of(target) != target else MAIN_BRANCH  # `target` is on the copy branch, or not
-    table.append(rows, snapshot_properties=properties, branch=branch)
-    head = job_head(table)  # the append left `table` at the metadata it committed
-    snapshot_id = None if head is None else int(head.snapshot_id)
-    return ChunkRecord(chunk, result.high, result.low, result.table.num_rows, result.window_events, snapshot_id)
+
+
+def _branch(target: str) -> str:
+    """The branch of the Spark name `target`: the copy branch, or main."""
+    from pyiceberg.table.refs import MAIN_BRANCH
+
+    return COPY_BRANCH if table_of(target) != target else MAIN_BRANCH
+
+
+def _head_id(table: Any) -> int | None:
+    """The id of the head the job writes, of a table a commit left at the metadata it committed."""
+    head = job_head(table)
+    return None if head is None else int(head.snapshot_id)
 
 
 def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, data: Any) -> Any:

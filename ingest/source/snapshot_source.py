@@ -6,6 +6,10 @@ watermarks and row count) travels in a Spark accumulator filled by the same comp
 produced the rows, so the rows are read once and written once, with nothing cached in between
 (see ingest/query/snapshot.py for what the commit does when a chunk's report is missing). The exception: a table with
 `on_unrepresentable: dead_letter`, whose rows carry one more column and are kept between the two writes.
+
+Where the target allows (ingest/sink/data_files.py), `make_file_source` is used instead: its partitions write the
+rows to the target's data files themselves and yield only the files and the chunks' reports, so Spark's JVM
+never converts the rows.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
@@ -77,17 +82,19 @@ def chunk_batches(
         table = table.append_column(REJECTED_COLUMN, _rejected_json(task, result))
     for data in table.to_batches(max_chunksize=ROWS_PER_BATCH):
         yield pa.RecordBatch.from_arrays(data.columns, schema=arrow_schema)
-    report(
-        task.chunk.index,
-        {
-            "low": result.low.to_json(),
-            "high": result.high.to_json(),
-            "rows": result.table.num_rows,
-            "window_events": result.window_events,
-            "seconds": round(result.seconds, 4),
-            "timings": result.timings,
-        },
-    )
+    report(task.chunk.index, chunk_report(result))
+
+
+def chunk_report(result: ChunkResult) -> dict[str, Any]:
+    """What the driver records of a chunk read: its watermarks and row count (and timings, for the log)."""
+    return {
+        "low": result.low.to_json(),
+        "high": result.high.to_json(),
+        "rows": result.table.num_rows,
+        "window_events": result.window_events,
+        "seconds": round(result.seconds, 4),
+        "timings": result.timings,
+    }
 
 
 Reports = dict[int, dict[str, Any]]
@@ -166,3 +173,54 @@ def make_chunk_source(
             return ChunkReader()
 
     return ChunkSource
+
+
+class FileWriter(Protocol):
+    def write(self, tables: Iterable[Any], rows_per_batch: int) -> list[Any]: ...
+
+
+FILE_SOURCE_SCHEMA = "reports STRING, files BINARY"
+
+
+def make_file_source(name: str, tasks: Sequence[ChunkTask], partitions: int, writer: FileWriter) -> Any:
+    """A DataSource class bound to these chunks whose partitions write the chunks' rows to data files themselves
+    (`writer`, e.g. ingest/sink/data_files.DataFileWriter) instead of handing them to Spark. Each partition yields
+    one row: its chunks' reports (JSON pairs of chunk index and `chunk_report`) and its files (pickled). The rows
+    never pass through Spark's JVM."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    groups = group_tasks(tasks, partitions)
+
+    class FileReader(DataSourceReader):
+        def partitions(self) -> list[Any]:
+            return [InputPartition(group) for group in groups]
+
+        def read(self, partition: Any) -> Iterator[Any]:
+            tasks = partition.value
+            if not tasks:
+                return
+            raise_gc_threshold()  # in the Python worker
+            reports: list[tuple[int, dict[str, Any]]] = []
+            with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
+
+                def tables() -> Iterator[Any]:
+                    for task in tasks:
+                        result = read_chunk(task, connections)
+                        yield result.table
+                        reports.append((task.chunk.index, chunk_report(result)))
+
+                files = writer.write(tables(), ROWS_PER_BATCH)
+            yield (json.dumps(reports), pickle.dumps(files))
+
+    class FileSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> str:
+            return FILE_SOURCE_SCHEMA
+
+        def reader(self, schema: Any) -> Any:
+            return FileReader()
+
+    return FileSource

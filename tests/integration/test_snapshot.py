@@ -25,6 +25,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.query.pipeline import run
+from ingest.query.snapshot import SUMMARY_BATCH
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.evolution import spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE
@@ -103,6 +104,15 @@ def test_snapshot_of_several_key_types_equals_mysql(
         assert set(state.times_recorded(table_id).values()) == {1}, f"{table_id}: a chunk was recorded twice"
     # A second run finds everything done: no new Iceberg snapshot on any target.
     catalog = load_pyiceberg_catalog(config.sink)
+    # Commits of several chunks: the executors wrote the chunks' Arrow to data files, one per input partition, and
+    # the driver appended them; Spark's writer, whose commits name its application, never saw the rows.
+    commits = [
+        s.summary.additional_properties
+        for s in catalog.load_table(("full_shop", "orders")).snapshots()
+        if SUMMARY_BATCH in s.summary.additional_properties
+    ]
+    assert len(commits) >= 3
+    assert all("spark.app.id" not in c and int(c["added-data-files"]) <= 2 for c in commits), commits
     before = {t: len(catalog.load_table(("full_shop", t.split(".")[1])).snapshots()) for t in status}
     run(config, spark=spark)
     after = {t: len(catalog.load_table(("full_shop", t.split(".")[1])).snapshots()) for t in status}
@@ -131,9 +141,8 @@ def test_verify_names_a_row_written_twice_a_missing_row_and_a_changed_value(
     table.delete(EqualTo("id", 7))  # both copies: the row is missing
     assert not verify(config, ranges=2)
     assert "DIFF shop.customers keys" in capsys.readouterr().out
-    changed = row.set_column(
-        row.schema.get_field_index("name"), row.schema.field("name"), pa.array(["someone else"], pa.string())
-    )
+    name = row.schema.field("name")
+    changed = row.set_column(row.schema.get_field_index("name"), name, pa.array(["someone else"], name.type))
     table.append(changed)
     assert not verify(config, ranges=2)
     table.delete(EqualTo("id", 7))
