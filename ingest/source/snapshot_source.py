@@ -139,40 +139,14 @@ def make_chunk_source(
 ) -> Any:
     """A DataSource class bound to these chunks (pickled by value to the Python workers); `reports` is
     the accumulator of `chunk_reports`."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
     ddl, arrow_schema = source_schema(targets, any(t.on_unrepresentable == "dead_letter" for t in tasks))
-    groups = group_tasks(tasks, partitions)
     target_list = list(targets)
 
-    class ChunkReader(DataSourceReader):
-        def partitions(self) -> list[Any]:
-            return [InputPartition(group) for group in groups]
+    def read(tasks: list[ChunkTask], connections: ChunkConnections) -> Iterator[Any]:
+        for task in tasks:
+            yield from chunk_batches(task, target_list, arrow_schema, lambda i, m: reports.add({i: m}), connections)
 
-        def read(self, partition: Any) -> Iterator[Any]:
-            tasks = partition.value
-            if not tasks:
-                return
-            raise_gc_threshold()  # in the Python worker
-            # The chunks of one partition come from one batch: one source, one driver, one pair of sessions.
-            with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
-                for task in tasks:
-                    yield from chunk_batches(
-                        task, target_list, arrow_schema, lambda i, m: reports.add({i: m}), connections
-                    )
-
-    class ChunkSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return name
-
-        def schema(self) -> str:
-            return ddl
-
-        def reader(self, schema: Any) -> Any:
-            return ChunkReader()
-
-    return ChunkSource
+    return _chunks_source(name, ddl, group_tasks(tasks, partitions), read)
 
 
 class FileWriter(Protocol):
@@ -187,11 +161,30 @@ def make_file_source(name: str, tasks: Sequence[ChunkTask], partitions: int, wri
     (`writer`, e.g. ingest/sink/data_files.DataFileWriter) instead of handing them to Spark. Each partition yields
     one row: its chunks' reports (JSON pairs of chunk index and `chunk_report`) and its files (pickled). The rows
     never pass through Spark's JVM."""
+
+    def read(tasks: list[ChunkTask], connections: ChunkConnections) -> Iterator[Any]:
+        reports: list[tuple[int, dict[str, Any]]] = []
+
+        def tables() -> Iterator[Any]:
+            for task in tasks:
+                result = read_chunk(task, connections)
+                yield result.table
+                reports.append((task.chunk.index, chunk_report(result)))
+
+        files = writer.write(tables(), ROWS_PER_BATCH)
+        yield (json.dumps(reports), pickle.dumps(files))
+
+    return _chunks_source(name, FILE_SOURCE_SCHEMA, group_tasks(tasks, partitions), read)
+
+
+def _chunks_source(
+    name: str, ddl: str, groups: list[list[ChunkTask]], read: Callable[[list[ChunkTask], ChunkConnections], Any]
+) -> Any:
+    """A DataSource class named `name` of rows `ddl`, whose input partitions are `groups`, each `read` on a Python
+    worker with one pair of sessions."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    groups = group_tasks(tasks, partitions)
-
-    class FileReader(DataSourceReader):
+    class ChunkReader(DataSourceReader):
         def partitions(self) -> list[Any]:
             return [InputPartition(group) for group in groups]
 
@@ -200,27 +193,19 @@ def make_file_source(name: str, tasks: Sequence[ChunkTask], partitions: int, wri
             if not tasks:
                 return
             raise_gc_threshold()  # in the Python worker
-            reports: list[tuple[int, dict[str, Any]]] = []
+            # The chunks of one partition come from one batch: one source, one driver, one pair of sessions.
             with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
+                yield from read(tasks, connections)
 
-                def tables() -> Iterator[Any]:
-                    for task in tasks:
-                        result = read_chunk(task, connections)
-                        yield result.table
-                        reports.append((task.chunk.index, chunk_report(result)))
-
-                files = writer.write(tables(), ROWS_PER_BATCH)
-            yield (json.dumps(reports), pickle.dumps(files))
-
-    class FileSource(DataSource):
+    class ChunkSource(DataSource):
         @classmethod
         def name(cls) -> str:
             return name
 
         def schema(self) -> str:
-            return FILE_SOURCE_SCHEMA
+            return ddl
 
         def reader(self, schema: Any) -> Any:
-            return FileReader()
+            return ChunkReader()
 
-    return FileSource
+    return ChunkSource
