@@ -167,6 +167,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_or_anything_writt
     assert job.returncode == 0, err.read_text()[-3000:]
     commands = b"\n".join(seen.values())
     assert b"java" in commands and b"pyspark" in commands, "the JVM and a Python worker were both looked at"
+    assert b"ingest.runtime.daemon" in commands, "Spark forks the Python workers from the job's daemon"
     assert len(seen) >= 3, seen
 
     assert verify(config)
