@@ -84,6 +84,14 @@ UV=.venv/bin/uv
 # uv's cache of its own under ours: pruned at the end of setup without touching a cache the user keeps elsewhere.
 export UV_CACHE_DIR="$CACHE/uv"
 "$UV" pip install -q --python .venv/bin/python -c constraints.txt -e '.[dev,fast]'
+# Bytecode for every module, written once here: a machine with PYTHONDONTWRITEBYTECODE set (this project's CI
+# has it) otherwise compiles each module from source in every Python process, the job's, its Spark workers' and
+# the tests', each time (importing pyiceberg: 0.83 CPU-s compiled anew, 0.38 from bytecode). Idempotent.
+bytecode() {
+  "$1/bin/python" -m compileall -q -j 0 "$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" ingest bench tests > /dev/null \
+    || echo "some modules of $1 could not be compiled ahead; they compile when imported"
+}
+bytecode .venv
 # Spark's Python daemons import pyspark from a zip, where Python keeps no bytecode: add it once.
 .venv/bin/python -m ingest.runtime.worker_archive
 
@@ -97,6 +105,7 @@ step "Spark $COMPAT_PYSPARK virtualenv ($COMPAT_VENV)"
 grep -v '^pyspark==' constraints.txt > "$COMPAT_VENV/constraints.txt"
 echo "pyspark==$COMPAT_PYSPARK" >> "$COMPAT_VENV/constraints.txt"
 "$UV" pip install -q --python "$COMPAT_VENV/bin/python" -c "$COMPAT_VENV/constraints.txt" -e '.[dev,fast]'
+bytecode "$COMPAT_VENV"
 "$COMPAT_VENV/bin/python" -m ingest.runtime.worker_archive
 INGEST_CACHE="$CACHE" "$COMPAT_VENV/bin/python" -m ingest.runtime.jars
 
