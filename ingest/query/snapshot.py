@@ -16,6 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ingest import errors, metrics
@@ -51,8 +52,9 @@ from ingest.source.snapshot_source import (
     REJECTED_COLUMN,
     ROWS_PER_BATCH,
     chunk_reports,
+    group_tasks,
     make_chunk_source,
-    make_file_source,
+    write_chunk_files,
 )
 from ingest.source.throttle import source_throttle
 from ingest.source.watermark import read_watermark
@@ -252,6 +254,18 @@ def executor_error(error: BaseException) -> IngestError | None:
     return None
 
 
+@contextmanager
+def _executor_errors() -> Iterator[None]:
+    """A Spark job's failure from the job's own error on an executor is raised as that error (`executor_error`)."""
+    try:
+        yield
+    except Exception as e:
+        ours = executor_error(e)
+        if ours is None:
+            raise
+        raise ours from None
+
+
 def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) -> set[int]:
     """Chunks done = recorded in the state table, or committed to the target by a run that died before
     recording them (those are recorded now, from the target's snapshot summaries)."""
@@ -340,23 +354,14 @@ def _commit_batch(
     spark.dataSource.register(source)
     data = spark.read.format(source.name()).load()
     by_index = {t.chunk.index: t.chunk for t in tasks}
-    batch_info = {"floor": floor.to_json(), "chunks": sorted(by_index)}
-    try:
+    with _executor_errors():
         if tasks[0].on_unrepresentable == "dead_letter":
             data = _commit_rejected(spark, config, tasks[0].schema, data)
         crash_point("snapshot.before_commit")
-        (
-            data.writeTo(target)
-            .option(f"snapshot-property.{SUMMARY_PIPELINE}", config.name)
-            .option(f"snapshot-property.{SUMMARY_CHUNKS_DONE}", encode_ranges(done_before | set(by_index)))
-            .option(f"snapshot-property.{SUMMARY_BATCH}", json.dumps(batch_info, separators=(",", ":")))
-            .append()
-        )
-    except Exception as e:
-        ours = executor_error(e)
-        if ours is None:
-            raise
-        raise ours from None
+        writer = data.writeTo(target)
+        for key, value in _batch_properties(config, done_before, sorted(by_index), floor).items():
+            writer = writer.option(f"snapshot-property.{key}", value)
+        writer.append()
     metas: dict[int, dict[str, Any]] = reports.value
     snapshot_id = _current_snapshot_id(config, tasks[0].schema)
     records = []
@@ -406,22 +411,20 @@ def _commit_files(
     (ingest/sink/data_files.py), and append the files in one commit from here: Spark's JVM never converts the rows.
     The commit carries what `_commit_batch`'s does. The chunks' watermarks come back with the files, before the
     commit; the floor in its summary is the earliest low watermark among them."""
-    source = make_file_source(
-        f"ingest_files_{next(_source_counter)}",
-        tasks,
-        config.snapshot.parallelism,
-        DataFileWriter(table),
-    )
-    spark.dataSource.register(source)
-    try:
-        written = spark.read.format(source.name()).load().collect()
-    except Exception as e:
-        ours = executor_error(e)
-        if ours is None:
-            raise
-        raise ours from None
-    reports = {int(index): meta for row in written for index, meta in json.loads(row.reports)}
-    files = [f for row in written for f in pickle.loads(row.files)]
+    # Spark's RDD API, not a Python data source: a data source costs a creation and a planning in Python
+    # processes of their own before the read, and the rows returned here are only the partitions' files. The RDD
+    # holds the groups' numbers; the tasks, which hold the source's password, travel in the function, as a data
+    # source's partitions do (PySpark writes the elements of `parallelize` to a temporary file).
+    groups = group_tasks(tasks, config.snapshot.parallelism)
+    writer = DataFileWriter(table)
+    with _executor_errors():
+        written = (
+            spark.sparkContext.parallelize(range(len(groups)), len(groups))
+            .map(lambda i: write_chunk_files(groups[i], writer))
+            .collect()
+        )
+    reports = {int(index): meta for text, _ in written for index, meta in json.loads(text)}
+    files = [f for _, blob in written for f in pickle.loads(blob)]
     by_index = {t.chunk.index: t.chunk for t in tasks}
     lows = [Watermark.from_json(m["low"]) for m in reports.values()]
     floor = min(lows, key=lambda w: w.position)

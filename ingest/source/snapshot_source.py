@@ -7,8 +7,8 @@ produced the rows, so the rows are read once and written once, with nothing cach
 (see ingest/query/snapshot.py for what the commit does when a chunk's report is missing). The exception: a table with
 `on_unrepresentable: dead_letter`, whose rows carry one more column and are kept between the two writes.
 
-Where the target allows (ingest/sink/data_files.py), `make_file_source` is used instead: its partitions write the
-rows to the target's data files themselves and yield only the files and the chunks' reports, so Spark's JVM
+Where the target allows (ingest/sink/data_files.py), `write_chunk_files` is run instead, as a Spark RDD task: it
+writes the rows to the target's data files itself and returns only the files and the chunks' reports, so Spark's JVM
 never converts the rows.
 """
 
@@ -153,17 +153,13 @@ class FileWriter(Protocol):
     def write(self, tables: Iterable[Any], rows_per_batch: int) -> list[Any]: ...
 
 
-FILE_SOURCE_SCHEMA = "reports STRING, files BINARY"
-
-
-def make_file_source(name: str, tasks: Sequence[ChunkTask], partitions: int, writer: FileWriter) -> Any:
-    """A DataSource class bound to these chunks whose partitions write the chunks' rows to data files themselves
-    (`writer`, e.g. ingest/sink/data_files.DataFileWriter) instead of handing them to Spark. Each partition yields
-    one row: its chunks' reports (JSON pairs of chunk index and `chunk_report`) and its files (pickled). The rows
-    never pass through Spark's JVM."""
-
-    def read(tasks: list[ChunkTask], connections: ChunkConnections) -> Iterator[Any]:
-        reports: list[tuple[int, dict[str, Any]]] = []
+def write_chunk_files(tasks: list[ChunkTask], writer: FileWriter) -> tuple[str, bytes]:
+    """Read `tasks` (one input partition's chunks, one after another, with one pair of sessions) and write their
+    rows to data files with `writer` (e.g. ingest/sink/data_files.DataFileWriter), on a Python worker. Returns the
+    chunks' reports (JSON pairs of chunk index and `chunk_report`) and the files (pickled)."""
+    reports: list[tuple[int, dict[str, Any]]] = []
+    raise_gc_threshold()  # in the Python worker
+    with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
 
         def tables() -> Iterator[Any]:
             for task in tasks:
@@ -172,9 +168,7 @@ def make_file_source(name: str, tasks: Sequence[ChunkTask], partitions: int, wri
                 reports.append((task.chunk.index, chunk_report(result)))
 
         files = writer.write(tables(), ROWS_PER_BATCH)
-        yield (json.dumps(reports), pickle.dumps(files))
-
-    return _chunks_source(name, FILE_SOURCE_SCHEMA, group_tasks(tasks, partitions), read)
+    return json.dumps(reports), pickle.dumps(files)
 
 
 def _chunks_source(
