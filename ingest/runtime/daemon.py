@@ -1,9 +1,10 @@
 """Spark's Python daemon with the job's executor-side modules imported before it forks a worker.
 
-Spark starts one Python daemon per kind of Python process (the data source's creation, its planning, the read
-workers) and forks each process from it. A forked process then imports what the job's pickled functions name
-(the chunk reader, the binlog source, pyarrow, pyiceberg): about 0.6 CPU-s in each, one after another before a
-read starts. Imported here, in the daemon, once, every fork inherits them.
+Spark forks each Python worker (the snapshot's tasks, the reads of the query's source) from a daemon. A forked
+worker then imports what the job's pickled functions name (the chunk reader, the binlog source, pyarrow,
+pyiceberg): about 0.6 CPU-s in each. Imported here, in the daemon, once, every fork inherits them. (A data source's
+creation and planning run in processes forked from daemons of Spark's own, which `spark.python.daemon.module`
+does not name.)
 
 `spark.python.daemon.module` names this module (ingest/runtime/session_conf.py); it runs where the job's package is
 installed, as it is wherever the job's Python runs (the packed environment of infra/README.md).

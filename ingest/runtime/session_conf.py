@@ -41,8 +41,8 @@ BASE_CONF = {
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "64MB",
     "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "1GB",
-    # Spark forks each of the job's Python processes (a data source's creation and planning, the read workers) from
-    # a daemon; this one has imported the modules they all import (ingest/runtime/daemon.py). Measured (bench.snapshot,
+    # Spark forks each of the job's Python workers (the snapshot's tasks, the reads of the query's source) from a
+    # daemon; this one has imported the modules they all import (ingest/runtime/daemon.py). Measured (bench.snapshot,
     # 1 M rows, p=2): the Python processes' CPU 7.6 -> 6.5 s.
     "spark.python.daemon.module": "ingest.runtime.daemon",
 }
