@@ -259,6 +259,30 @@ def _gtid_servers(server: MariaDBServer) -> set[int]:
     return {int(g.split("-")[1]) for g in state.split(",") if g}
 
 
+class ReplicatedWriteInTheFirstWindows:
+    """A chunk hook (run on an executor): between the low watermark and the select of the first chunks, an update
+    on the primary that the replica applies before the read goes on. Those chunks' windows hold replicated writes
+    whatever the writer thread's timing (a snapshot fast enough ended before the writer's first ones reached it)."""
+
+    def __init__(self, primary_socket: str, replica_socket: str, db: str) -> None:
+        self.primary, self.replica, self.db = primary_socket, replica_socket, db
+
+    def __call__(self, at: str, chunk: Any) -> None:
+        if at != "after_low_watermark" or chunk.index > 2:
+            return
+        import pymysql
+
+        with pymysql.connect(unix_socket=self.primary, user="root", database=self.db, autocommit=True) as conn:
+            with conn.cursor() as cur:
+                cur.execute("UPDATE acct SET balance = balance + 1 ORDER BY id LIMIT 3")
+                cur.execute("SELECT @@gtid_binlog_pos")
+                (position,) = cur.fetchone()
+        with pymysql.connect(unix_socket=self.replica, user="root", autocommit=True) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT MASTER_GTID_WAIT(%s, 60)", (position,))
+                assert cur.fetchone() == (0,), f"the replica did not apply {position}"
+
+
 def test_snapshot_and_stream_from_a_read_only_replica_while_the_primary_takes_writes(
     spark: Any, pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path
 ) -> None:
@@ -276,7 +300,9 @@ def test_snapshot_and_stream_from_a_read_only_replica_while_the_primary_takes_wr
     writer = threading.Thread(target=_writer, args=(primary, db, stop, done))
     writer.start()
     try:
-        run(config, spark=spark, until_caught_up=True)  # the snapshot's windows see the replicated writes
+        # The snapshot's windows see the replicated writes.
+        hook = ReplicatedWriteInTheFirstWindows(primary.socket, replica.socket, db)
+        run(config, spark=spark, until_caught_up=True, hook=hook)
     finally:
         stop.set()
         writer.join()
