@@ -34,17 +34,22 @@ def writable_from_arrow(table: Any) -> bool:
 
 
 class DataFileWriter:
-    """Writes Arrow tables to data files of one target. Pickled by value to the executors as text and a mapping:
-    the Python processes that only plan the read then unpickle it without importing pyiceberg."""
+    """Writes Arrow tables to data files of one target. In the driver it uses the table's own metadata and FileIO;
+    pickled to the executors it goes as the metadata's JSON text and the FileIO's properties, which it loads when it
+    first writes (unpickling it imports no pyiceberg)."""
+
+    metadata_json: str
+    io_properties: dict[str, str]
 
     def __init__(self, table: Any) -> None:
-        self.metadata_json: str = table.metadata.model_dump_json()
-        self.io_properties: dict[str, str] = dict(table.io.properties)
-        self.location: str = table.metadata.location
-        self._parts: tuple[Any, Any] | None = None
+        self._parts: tuple[Any, Any] | None = (table.metadata, table.io)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_parts": None}
+        metadata, io = self._metadata_and_io()
+        return {"metadata_json": metadata.model_dump_json(), "io_properties": dict(io.properties)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _parts=None)
 
     def _metadata_and_io(self) -> tuple[Any, Any]:
         if self._parts is None:
@@ -52,7 +57,7 @@ class DataFileWriter:
             from pyiceberg.table.metadata import TableMetadataUtil
 
             metadata = TableMetadataUtil.parse_raw(self.metadata_json)
-            self._parts = (metadata, load_file_io(self.io_properties, self.location))
+            self._parts = (metadata, load_file_io(self.io_properties, metadata.location))
         return self._parts
 
     def conform(self, rows: pa.Table) -> pa.Table:

@@ -27,6 +27,7 @@ from ingest import metrics
 from ingest.errors import CommitConflictError
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
+from ingest.sink.data_files import DataFileWriter
 from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
 from ingest.sink.targets import table_of
 
@@ -92,10 +93,7 @@ def apply_in_driver(
     rows are new keys: only appended. A conflict is retried from fresh metadata, as a MERGE is."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-    iceberg = table.schema()
-    final = rows.filter(pc.equal(rows.column(OP_COLUMN), "U"))
-    # By name, in the target's order; the target's required columns: a NULL fails here.
-    final = final.select([f.name for f in iceberg.fields]).cast(iceberg.as_arrow())
+    final = DataFileWriter(table).conform(rows.filter(pc.equal(rows.column(OP_COLUMN), "U")))
     keys = None if append else rows.column(schema.primary_key[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         done = read_offset()

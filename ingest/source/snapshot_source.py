@@ -139,14 +139,40 @@ def make_chunk_source(
 ) -> Any:
     """A DataSource class bound to these chunks (pickled by value to the Python workers); `reports` is
     the accumulator of `chunk_reports`."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
     ddl, arrow_schema = source_schema(targets, any(t.on_unrepresentable == "dead_letter" for t in tasks))
+    groups = group_tasks(tasks, partitions)
     target_list = list(targets)
 
-    def read(tasks: list[ChunkTask], connections: ChunkConnections) -> Iterator[Any]:
-        for task in tasks:
-            yield from chunk_batches(task, target_list, arrow_schema, lambda i, m: reports.add({i: m}), connections)
+    class ChunkReader(DataSourceReader):
+        def partitions(self) -> list[Any]:
+            return [InputPartition(group) for group in groups]
 
-    return _chunks_source(name, ddl, group_tasks(tasks, partitions), read)
+        def read(self, partition: Any) -> Iterator[Any]:
+            tasks = partition.value
+            if not tasks:
+                return
+            raise_gc_threshold()  # in the Python worker
+            # The chunks of one partition come from one batch: one source, one driver, one pair of sessions.
+            with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
+                for task in tasks:
+                    yield from chunk_batches(
+                        task, target_list, arrow_schema, lambda i, m: reports.add({i: m}), connections
+                    )
+
+    class ChunkSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> str:
+            return ddl
+
+        def reader(self, schema: Any) -> Any:
+            return ChunkReader()
+
+    return ChunkSource
 
 
 class FileWriter(Protocol):
@@ -169,37 +195,3 @@ def write_chunk_files(tasks: list[ChunkTask], writer: FileWriter) -> tuple[str, 
 
         files = writer.write(tables(), ROWS_PER_BATCH)
     return json.dumps(reports), pickle.dumps(files)
-
-
-def _chunks_source(
-    name: str, ddl: str, groups: list[list[ChunkTask]], read: Callable[[list[ChunkTask], ChunkConnections], Any]
-) -> Any:
-    """A DataSource class named `name` of rows `ddl`, whose input partitions are `groups`, each `read` on a Python
-    worker with one pair of sessions."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-    class ChunkReader(DataSourceReader):
-        def partitions(self) -> list[Any]:
-            return [InputPartition(group) for group in groups]
-
-        def read(self, partition: Any) -> Iterator[Any]:
-            tasks = partition.value
-            if not tasks:
-                return
-            raise_gc_threshold()  # in the Python worker
-            # The chunks of one partition come from one batch: one source, one driver, one pair of sessions.
-            with ChunkConnections(tasks[0].source, tasks[0].driver) as connections:
-                yield from read(tasks, connections)
-
-    class ChunkSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return name
-
-        def schema(self) -> str:
-            return ddl
-
-        def reader(self, schema: Any) -> Any:
-            return ChunkReader()
-
-    return ChunkSource
