@@ -22,6 +22,12 @@ class AlterColumns:
     dropped: tuple[str, ...] = ()
     table_renamed_to: TableName | None = None
     """ALTER TABLE ... RENAME TO: the table's new name."""
+    reads_again: tuple[str, ...] = ()
+    """Why the old rows' new values cannot be derived from the statement (`ingest.source.alter_rule`)."""
+    numbered: tuple[str, ...] = ()
+    """Columns made AUTO_INCREMENT (names after the statement): the server numbered old rows holding 0 or NULL."""
+    strict: bool = False
+    """It ran under a strict sql_mode without IGNORE, so no conversion changed a value without failing it."""
 
 
 class RowChange(NamedTuple):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pymysql
@@ -30,6 +30,7 @@ from ingest.sink.evolution import (
     SchemaPlan,
     apply_plan,
     backfill,
+    computed_per_row,
     default_kind,
     implicit_default,
     plan_schema_change,
@@ -178,8 +179,10 @@ def evolve_table(
         return
     live = schema_after(config, conn, flavor, old, ddl)
     said = ddl.said
+    if said is not None and said.reads_again:
+        raise _values_not_derived(old, ddl, said.reads_again)
     renamed, dropped = (None, ()) if said is None else (said.renamed, said.dropped)
-    plan = plan_schema_change(old, live, ddl.query, str(ddl.end), renamed, dropped)
+    plan = plan_schema_change(old, live, ddl.query, str(ddl.end), renamed, dropped, said is not None and said.strict)
     _refuse_partition_source_change(table, plan, ddl)
     last_read = table.last_read
     if not plan.empty and last_read is not None and last_read > ddl.start:
@@ -192,6 +195,8 @@ def evolve_table(
             f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
             f"`ingest resnapshot --config ... --table {old.table_id}`, then `ingest run`"
         )
+    if said is not None and said.numbered:
+        _refuse_numbered(spark, table, ddl, [renamed_back(said.renamed, n) for n in said.numbered])
     values = _old_row_values(conn, flavor, live, plan, ddl)
     done = apply_plan(spark, table_of(table.target), old.table_id, plan)  # the schema is table-wide
     if table.changelog is not None:
@@ -212,6 +217,45 @@ def evolve_table(
     if reader is not None:
         reader.set_schema(live)
     log.info("%s: followed the schema change at %s: %s", old.table_id, ddl.end, "; ".join(done) or "nothing to do")
+
+
+def _values_not_derived(schema: TableSchema, ddl: DdlStatement, reasons: Sequence[str]) -> SchemaChangeError:
+    """The error for an ALTER whose old rows' values the server computed itself (`ingest.source.alter_rule`)."""
+    return SchemaChangeError(
+        f"{schema.table_id}: the ALTER at binlog position {ddl.end} ({ddl.query[:200]!r}) gave old rows values the "
+        f"binlog does not hold: {'; '.join(reasons)}. Everything before it is committed. Set "
+        "`stream.on_unfollowable: recopy` to read the table again while the others stream, or snapshot it again "
+        f"(`ingest resnapshot --config ... --table {schema.table_id}`)"
+    )
+
+
+def renamed_back(renamed: Mapping[str, str], name: str) -> str:
+    """A column's name before the statement that renamed it (`renamed`: old -> new)."""
+    return next((old for old, new in renamed.items() if new == name), name)
+
+
+def _refuse_numbered(spark: Any, table: TableStream, ddl: DdlStatement, columns: Sequence[str]) -> None:
+    """Columns made AUTO_INCREMENT: the server numbered the old rows holding 0 or NULL in them and logged nothing.
+    The target holds the rows as they were right before the statement, so it says whether there were any."""
+    target = table_of(table.target)
+    existing = set(_target_columns(spark, target))
+    for name in columns:
+        if name not in existing:
+            continue
+        column = quote_identifier(name)
+        found = spark.sql(f"SELECT count(*) FROM {target} WHERE {column} = 0 OR {column} IS NULL").collect()[0][0]
+        if found:
+            raise _values_not_derived(
+                table.schema,
+                ddl,
+                [f"column {name!r} is made AUTO_INCREMENT and {found} old row(s) held 0 or NULL in it, which the "
+                 "server numbered"],
+            )  # fmt: skip
+
+
+def _target_columns(spark: Any, target: str) -> list[str]:
+    spark.sql(f"REFRESH TABLE {target}")
+    return [f.name for f in spark.table(target).schema.fields]
 
 
 def _refuse_partition_source_change(table: TableStream, plan: SchemaPlan, ddl: DdlStatement) -> None:
@@ -373,8 +417,11 @@ def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPla
                 "later statement renamed: its value in existing rows is read from the server by its name. Snapshot the "
                 f"table again (`ingest resnapshot --config ... --table {schema.table_id}`)"
             )
+        extra = str(row["EXTRA"] or "")
+        if computed := computed_per_row(extra):
+            raise _values_not_derived(schema, ddl, [f"column {col.name!r} is added {computed}"])
         default = None if row["COLUMN_DEFAULT"] is None else str(row["COLUMN_DEFAULT"])
-        kind = default_kind(flavor, col, default, str(row["EXTRA"] or ""))
+        kind = default_kind(flavor, col, default, extra)
         if kind == "null":
             continue
         if kind == "implicit":

@@ -122,6 +122,19 @@ def _same_values(old: SourceColumn, new: SourceColumn) -> str | None:
     return f"a type change from {old.column_type} to {new.column_type}"
 
 
+def _not_null_values(old: SourceColumn, new: SourceColumn, strict: bool) -> str | None:
+    """Why a column made NOT NULL may hold other values now (None: it holds the same). Outside a strict sql_mode
+    (or under ALTER IGNORE, or an online schema change tool's INSERT IGNORE copy) the server writes the type's zero
+    value over NULLs; into a TIMESTAMP it writes the current time even under a strict one."""
+    if not old.nullable or new.nullable:
+        return None
+    if new.data_type == "timestamp":
+        return "made NOT NULL: rows holding NULL got the time of the ALTER"
+    if not strict:
+        return "made NOT NULL outside a strict sql_mode (or with IGNORE): rows holding NULL got the type's zero value"
+    return None
+
+
 def iceberg_promotion(old: str, new: str) -> Literal["same", "widen"] | None:
     """How an Iceberg column of Spark type `old` takes the values of Spark type `new` (None: Iceberg cannot
     promote it): the same type, or one of Iceberg's promotions (int to long, float to double, a decimal's
@@ -148,13 +161,16 @@ def plan_schema_change(
     position: str = "",
     renamed: Mapping[str, str] | None = None,
     dropped: Sequence[str] = (),
+    strict: bool = False,
 ) -> SchemaPlan:
     """The plan that makes a target of `old` (a TableSchema) follow `new`, or SchemaChangeError naming why not.
 
     `renamed` (old name -> new name) and `dropped` are what the statement says by name (`ddl.alter_columns`):
     the schema the server shows afterwards cannot tell a renamed column from a dropped one and an added one.
     None means the renames are not known (a table swapped in by an online schema change tool whose ALTER the
-    job did not see): then columns both gone and new are refused rather than guessed. Added columns become
+    job did not see): then columns both gone and new are refused rather than guessed. `strict`: the statement ran
+    under a strict sql_mode without IGNORE, so a column made NOT NULL held no NULL (the server would have failed the
+    statement rather than write the type's zero value over it). Added columns become
     nullable in Iceberg (a required column cannot be added to a table that has rows); their default is
     backfilled. Columns keep their Iceberg field ids through renames and moves, so no row is rewritten.
     """
@@ -195,7 +211,7 @@ def plan_schema_change(
         if col.name not in kept:
             continue
         after = new_by_name[kept[col.name]]
-        why = _same_values(col, after)
+        why = _same_values(col, after) or _not_null_values(col, after, strict)
         if why is None:
             try:
                 old_target, new_target = map_column(table, col), map_column(table, after)
@@ -260,6 +276,19 @@ def default_kind(flavor: str, col: SourceColumn, column_default: str | None, ext
         literal = column_default.startswith("'") or _NUMERIC_LITERAL.fullmatch(column_default) is not None
         return "constant" if literal else "expression"
     return "expression" if "DEFAULT_GENERATED" in extra.upper() else "constant"
+
+
+def computed_per_row(extra: str) -> str | None:
+    """How the server filled an added column in old rows, by information_schema.COLUMNS.EXTRA, when it computed a
+    value for each row (a generated column, an AUTO_INCREMENT one, a system-versioning period column): None when
+    not. The statement's text says the same (`ingest.source.alter_rule`); this reads what the server made of it,
+    also where the text is not known (an online schema change tool's helper met at its swap)."""
+    words = extra.upper()
+    if "GENERATED" in words or "ROW START" in words or "ROW END" in words:
+        return "as a generated column: the server computed its value for every old row"
+    if "AUTO_INCREMENT" in words:
+        return "AUTO_INCREMENT: the server numbered every old row"
+    return None
 
 
 def implicit_default(col: SourceColumn) -> Any:

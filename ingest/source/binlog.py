@@ -603,7 +603,11 @@ class BinlogReader:
                             kind = "replace" if any(t in into for t in touched) else "drop"
                         self._schema_change(query, touched, end, kind)
                         if self.on_ddl == "evolve":
-                            said = osc.said if isinstance(osc, Swap) else alter_columns(query, default_db)
+                            said = (
+                                osc.said
+                                if isinstance(osc, Swap)
+                                else alter_columns(query, default_db, getattr(event, "sql_mode", None))
+                            )
                             if isinstance(osc, Swap) and said is None:
                                 said = helper_history(self.source, osc, end)
                             self._boundary(end)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ingest.model.changes import AlterColumns, TableName
+from ingest.source.alter_rule import read_alter
 
 """(database, table)"""
 
@@ -135,14 +136,27 @@ def then(first: AlterColumns, second: AlterColumns) -> AlterColumns:
         original = back.get(name, name)
         renamed.pop(original, None)
         dropped.append(original)
-    return AlterColumns(renamed, tuple(dropped), second.table_renamed_to or first.table_renamed_to)
+    numbered = [second.renamed.get(n, n) for n in first.numbered if n not in second.dropped]
+    return AlterColumns(
+        renamed,
+        tuple(dropped),
+        second.table_renamed_to or first.table_renamed_to,
+        first.reads_again + second.reads_again,
+        (*numbered, *second.numbered),
+        first.strict and second.strict,
+    )
 
 
-def alter_columns(query: str, default_db: str) -> AlterColumns:
-    """The column renames and drops of an ALTER TABLE statement (names as written, unquoted)."""
+_IGNORE = re.compile(rf"^{_COMMENTS}ALTER\s+(?:ONLINE\s+)?IGNORE\b", re.IGNORECASE | re.DOTALL)
+
+
+def alter_columns(query: str, default_db: str, sql_mode: int | None = None) -> AlterColumns:
+    """The column renames and drops of an ALTER TABLE statement (names as written, unquoted), and what its clauses
+    say of old rows' values (`alter_rule.read_alter`; `sql_mode` is the statement's, None when not known)."""
     clauses = alter_clauses(query)
     if clauses is None:
         return AlterColumns()
+    reading = read_alter(clauses, bool(_IGNORE.match(_plain(query))), sql_mode)
     renamed: dict[str, str] = {}
     dropped: list[str] = []
     moved_to: TableName | None = None
@@ -155,7 +169,7 @@ def alter_columns(query: str, default_db: str) -> AlterColumns:
             dropped.append(unquote(m["a"]))
         elif m := _TABLE_RENAME.match(clause):
             moved_to = _table(m["a"], m["b"], default_db)
-    return AlterColumns(renamed, tuple(dropped), moved_to)
+    return AlterColumns(renamed, tuple(dropped), moved_to, reading.reads_again, reading.numbered, reading.strict)
 
 
 def alter_clauses(query: str) -> list[str] | None:

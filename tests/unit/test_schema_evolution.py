@@ -141,9 +141,27 @@ def test_column_moves_put_the_source_order_in_place(
 
 
 def test_nullability() -> None:
-    # NOT NULL -> NULL relaxes the Iceberg column; NULL -> NOT NULL keeps it optional (nothing to do).
+    # NOT NULL -> NULL relaxes the Iceberg column; NULL -> NOT NULL keeps it optional (nothing to do) where the
+    # statement ran under a strict sql_mode: the server would have failed it rather than change a NULL.
     assert plan(table(col("v", "int(11)", False)), table(col("v", "int(11)", True))).relaxed == ("v",)
-    assert plan(table(col("v", "int(11)", True)), table(col("v", "int(11)", False))).empty
+    nullable, not_null = table(col("v", "int(11)", True)), table(col("v", "int(11)", False))
+    assert plan_schema_change(nullable, not_null, strict=True).empty
+
+
+@pytest.mark.parametrize(
+    ("column_type", "strict", "why"),
+    [
+        ("int(11)", False, "outside a strict sql_mode"),
+        ("varchar(10)", False, "outside a strict sql_mode"),
+        ("timestamp", True, "got the time of the ALTER"),
+    ],
+)
+def test_a_column_made_not_null_where_the_server_may_have_filled_nulls_is_refused(
+    column_type: str, strict: bool, why: str
+) -> None:
+    nullable, not_null = table(col("v", column_type, True)), table(col("v", column_type, False))
+    with pytest.raises(SchemaChangeError, match=f"column 'v': made NOT NULL.*{why}"):
+        plan_schema_change(nullable, not_null, "ALTER TABLE t MODIFY v NOT NULL", "bin.000001:400", strict=strict)
 
 
 @pytest.mark.parametrize(
