@@ -20,7 +20,8 @@ CREATE TABLE {table} (
   bl BLOB, tx TEXT, vb VARBINARY(16), ch CHAR(5), emo VARCHAR(10),
   dt6 DATETIME(6), dt3 DATETIME(3), ts6 TIMESTAMP(6) NULL, d DATE, tm3 TIME(3), tm TIME,
   f FLOAT, db DOUBLE, g GEOMETRY,
-  zd DATE, zdt DATETIME, zts TIMESTAMP NULL
+  zd DATE, zdt DATETIME, zts TIMESTAMP NULL,
+  u UUID, i4 INET4, i6 INET6
 )
 """
 
@@ -30,12 +31,16 @@ TYPES_ROWS = [
     " 'b', 'x,z', '{\"k\": [1, 2]}', 0x00FF, 'héllo', 0x00FF10, 'ab', '😀🚀',"
     " '1969-07-20 20:17:40.123456', '2024-03-10 02:30:00.5', '2000-01-01 08:00:00.000001', '0001-01-01',"
     " '-838:59:59.5', '838:59:59', 1.25, 2.5, ST_GeomFromText('POINT(1 2)'),"
-    " '0000-00-00', '0000-00-00 00:00:00', '0000-00-00 00:00:00')",
+    " '0000-00-00', '0000-00-00 00:00:00', '0000-00-00 00:00:00',"
+    # MariaDB's UUID (a time-based one, whose groups MariaDB may store swapped), INET4, INET6 (IPv4-mapped).
+    " '6ccd780c-baba-1026-9564-5b8c656024db', '192.168.0.1', '::ffff:1.2.3.4')",
     "(2, 0, 0, -128, 1901, -99999999999999999999999999999999999.999999999999999999999999999999, 0.01,"
     " b'0', b'00000001', b'1', 'a', '', '[]', '', '', '', '', '',"
     " '9999-12-31 23:59:59.999999', '1970-01-01 00:00:00', '1970-01-01 08:00:01', '9999-12-31',"
-    " '00:00:00.001', '-00:00:01', -0.5, 1e300, NULL, '2020-02-29', '2020-02-29 12:00:00', '2038-01-19 11:14:07')",
-    "(3" + ", NULL" * 29 + ")",
+    " '00:00:00.001', '-00:00:01', -0.5, 1e300, NULL, '2020-02-29', '2020-02-29 12:00:00', '2038-01-19 11:14:07',"
+    # The binlog drops trailing zero bytes of these (all of them for 0.0.0.0 and ::).
+    " '123e4567-e89b-42d3-a456-426614174000', '0.0.0.0', '::')",
+    "(3" + ", NULL" * 32 + ")",
 ]
 
 EXPECTED: dict[int, dict[str, Any]] = {
@@ -68,6 +73,9 @@ EXPECTED: dict[int, dict[str, Any]] = {
         "zd": None,
         "zdt": None,
         "zts": None,
+        "u": "6ccd780c-baba-1026-9564-5b8c656024db",
+        "i4": "192.168.0.1",
+        "i6": "::ffff:1.2.3.4",
     },
     2: {
         "bu": Decimal(0),
@@ -98,6 +106,9 @@ EXPECTED: dict[int, dict[str, Any]] = {
         "zd": dt.date(2020, 2, 29),
         "zdt": dt.datetime(2020, 2, 29, 12),
         "zts": dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC),
+        "u": "123e4567-e89b-42d3-a456-426614174000",
+        "i4": "0.0.0.0",
+        "i6": "::",
     },
     3: {},  # every column NULL
 }

@@ -42,6 +42,7 @@ MAX_DECIMAL_PRECISION = 38
 _INT32_TYPES = frozenset({"tinyint", "smallint", "mediumint"})
 _TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
 _STRING_TYPES = _TEXT_TYPES | {"enum", "set", "json"}
+_SERVER_TEXT_TYPES = frozenset({"uuid", "inet4", "inet6"})
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 # MySQL 8 reports GEOMETRYCOLLECTION as 'geomcollection' in DATA_TYPE; MariaDB and MySQL 5.7 do not.
 _SPATIAL_TYPES = frozenset(
@@ -231,6 +232,10 @@ def map_column(table: str, col: SourceColumn) -> TargetColumn:
             return target("BIGINT", pa.int64(), _BitToInt())
         return target("DECIMAL(20,0)", pa.decimal128(20, 0), _BitToDecimal())
     if t in _STRING_TYPES:
+        return target("STRING", pa.string(), text_form="string")
+    if t in _SERVER_TEXT_TYPES:
+        # MariaDB's UUID, INET4 and INET6: the server's text (the binlog's bytes are printed the same way, see
+        # ingest/source/binlog_values.py). Spark has no UUID type to give an Iceberg uuid column.
         return target("STRING", pa.string(), text_form="string")
     if t in _BINARY_TYPES or t in _SPATIAL_TYPES:
         return target("BINARY", pa.binary(), text_form="binary")

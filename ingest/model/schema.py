@@ -16,6 +16,10 @@ def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
+SERVER_ORDERED_TYPES = frozenset({"uuid", "inet4", "inet6"})
+"""Key types whose values the job holds as text but the server orders otherwise: compared by the server."""
+
+
 @dataclass(frozen=True)
 class TableSchema:
     """A captured table: its columns in order, its primary key, and the key the snapshot splits on. A table with
@@ -28,6 +32,15 @@ class TableSchema:
     chunk_key: tuple[str, ...]
     collations: tuple[str | None, ...]
     """Collation of each chunk key column (None for non-string columns)."""
+
+    @property
+    def keys_ordered_in_python(self) -> bool:
+        """Python orders the chunk key's values as the server does: no collation decides (strings), and no type
+        whose order only the server knows (MariaDB's UUID orders by its swapped groups, INET4 and INET6 by their
+        bytes, not by their text)."""
+        return all(c is None for c in self.collations) and not any(
+            self.key_column(k).data_type in SERVER_ORDERED_TYPES for k in self.chunk_key
+        )
 
     @property
     def table_id(self) -> str:

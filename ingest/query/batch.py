@@ -135,7 +135,7 @@ class HighWatermarkFilter:
     def __init__(self, conn: Any, table: TableStream) -> None:
         self.conn = conn
         self.table = table
-        self.numeric = all(c is None for c in table.schema.collations)
+        self.numeric = table.schema.keys_ordered_in_python
         self._lowers = table.chunk_lowers
 
     def keep(self, changes: Sequence[RowChange]) -> list[RowChange]:

@@ -56,6 +56,59 @@ def _year(value: Any) -> Any:
     return 0 if value == 1900 else value
 
 
+_FIXED_BINARY_TEXT_LENGTH = {"uuid": 16, "inet4": 4, "inet6": 16}
+"""MariaDB's fixed-size binary types: logged as their bytes (a BINARY(n), trailing 0x00 bytes dropped), printed by the
+server as text, which PyMySQL gives."""
+
+
+def _uuid_text(raw: bytes) -> str:
+    """MariaDB's text of a UUID: its 16 bytes as the binlog and HEX() give them, in groups of 8-4-4-4-12."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _inet4_text(raw: bytes) -> str:
+    return ".".join(str(b) for b in raw)
+
+
+def _inet6_text(raw: bytes) -> str:
+    """MariaDB's text of an INET6 value (`Inet6::to_string`): the first longest run of zero groups, even a run of
+    one, becomes `::`; an IPv4-compatible or IPv4-mapped address ends in dotted decimal."""
+    words = [int.from_bytes(raw[i : i + 2], "big") for i in range(0, 16, 2)]
+    best, best_len, i = -1, 0, 0
+    while i < 8:
+        if words[i] == 0:
+            j = i
+            while j < 8 and words[j] == 0:
+                j += 1
+            if j - i > best_len:
+                best, best_len = i, j - i
+            i = j
+        else:
+            i += 1
+    if best == 0 and (best_len == 6 or (best_len == 5 and words[5] == 0xFFFF)):
+        head = "::" if best_len == 6 else "::ffff:"
+        return head + ".".join(str(b) for b in raw[12:16])
+    if best < 0:
+        return ":".join(f"{w:x}" for w in words)
+    left = ":".join(f"{w:x}" for w in words[:best])
+    right = ":".join(f"{w:x}" for w in words[best + best_len :])
+    return f"{left}::{right}"
+
+
+_TEXT_OF = {"uuid": _uuid_text, "inet4": _inet4_text, "inet6": _inet6_text}
+
+
+def _fixed_binary_text(data_type: str) -> Callable[[Any], Any]:
+    length, text = _FIXED_BINARY_TEXT_LENGTH[data_type], _TEXT_OF[data_type]
+    pad = _padded(length)
+
+    def convert(value: Any) -> Any:
+        return value if value is None else text(pad(value))
+
+    return convert
+
+
 _BINARY_LENGTH = re.compile(r"^binary\((\d+)\)")
 
 
@@ -71,6 +124,8 @@ def driver_form(columns: Sequence[SourceColumn]) -> list[Callable[[Any], Any]]:
             fns.append(_bytes)
         elif col.data_type == "year":
             fns.append(_year)
+        elif col.data_type in _FIXED_BINARY_TEXT_LENGTH:
+            fns.append(_fixed_binary_text(col.data_type))
         else:
             # BIT arrives as a '0101' string and zero dates as None; the converters accept both forms.
             fns.append(unchanged)

@@ -25,7 +25,7 @@ from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
 from ingest.model.columns import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.model.schema import TableSchema, quote
+from ingest.model.schema import SERVER_ORDERED_TYPES, TableSchema, quote
 from ingest.sink.targets import OCCURRENCE_TARGET, source_targets
 from ingest.source import table_maps
 from ingest.source.binlog import dump_server_id, open_stream, query_of, read_prepared, refuse_statement
@@ -536,14 +536,17 @@ def in_chunk(
     unique = list(dict.fromkeys(keys))
     if chunk.lower is None and chunk.upper is None:
         return dict.fromkeys(unique, True)
-    if all(c is None for c in schema.collations):
+    if schema.keys_ordered_in_python:
         return {
             k: (chunk.lower is None or k >= chunk.lower) and (chunk.upper is None or k < chunk.upper) for k in unique
         }
     result: dict[Key, bool] = {}
     exprs = []
-    for collation in schema.collations:
-        if collation is None:
+    for name, collation in zip(schema.chunk_key, schema.collations, strict=True):
+        data_type = schema.key_column(name).data_type
+        if data_type in SERVER_ORDERED_TYPES:
+            exprs.append(f"CAST(%s AS {data_type.upper()})")
+        elif collation is None:
             exprs.append("%s")
         else:
             charset = collation.split("_", 1)[0]

@@ -121,7 +121,7 @@ _LOGGED_AS: dict[str, frozenset[int]] = {
         (("float",), (FIELD_TYPE.FLOAT,)),
         (("double", "real"), (FIELD_TYPE.DOUBLE,)),
         (("decimal", "numeric"), (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL)),
-        (("char", "binary"), (FIELD_TYPE.STRING,)),
+        (("char", "binary", "uuid", "inet4", "inet6"), (FIELD_TYPE.STRING,)),
         (("varchar", "varbinary"), (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING)),
         (
             ("tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob"),

@@ -91,6 +91,22 @@ def _assert_exact_copy(mariadb: MariaDBServer, schema: TableSchema, results: lis
     assert sorted(map(repr, got)) == sorted(map(repr, want))
 
 
+def _uuid(i: int, version: int) -> str:
+    """A UUID of `version` (0: not RFC 4122) whose first group falls as `i` rises and whose third rises."""
+    raw = bytearray(random.Random(i).randbytes(16))
+    raw[0:4] = (0xF0000000 - i * 0x01000000).to_bytes(4, "big")
+    raw[4:6] = (i * 0x0101).to_bytes(2, "big")
+    if version:
+        raw[6] = (version << 4) | (i & 0x0F)
+        raw[8] = 0x80 | (raw[8] & 0x3F)
+    else:
+        raw[6], raw[8] = i & 0x0F, raw[8] & 0x3F
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+UUID_KEYS = [_uuid(i, version) for i in range(1, 13) for version in (0, 1, 4)]
+
 KEY_CASES: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
     "case_insensitive": (
         "CREATE TABLE ci (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
@@ -125,6 +141,35 @@ KEY_CASES: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
         [(b"\x00" * 16, 0), (b"\xff" * 16, 1), (b"\x00", 2), (b"\xff", 3)]
         + [(random.Random(i).randbytes(16), 10 + i) for i in range(20)],
     ),
+    # MariaDB's UUID orders time-based UUIDs by their swapped groups, and INET4/INET6 by their bytes: not by the
+    # text the job holds them as, so the server places them.
+    "uuid": ("CREATE TABLE uuid_k (k UUID PRIMARY KEY, n INT)", [(u, i) for i, u in enumerate(UUID_KEYS)]),
+    "inet4": (
+        "CREATE TABLE inet4_k (k INET4 PRIMARY KEY, n INT)",
+        [(f"{a}.{b}.0.{c}", a * 100 + b * 10 + c) for a in (1, 9, 10, 100) for b in (0, 2, 10) for c in (1, 20)],
+    ),
+    "inet6": (
+        "CREATE TABLE inet6_k (k INET6 PRIMARY KEY, n INT)",
+        [
+            (a, i)
+            for i, a in enumerate(
+                [
+                    "::",
+                    "::1",
+                    "::ffff:1.2.3.4",
+                    "::9",
+                    "::10",
+                    "1::",
+                    "2001:db8::1",
+                    "fe80::a",
+                    "9::",
+                    "10::",
+                    "::1.2.3.4",
+                    "ff::ff",
+                ]
+            )
+        ],
+    ),  # fmt: skip
     "composite_low_cardinality_first": (
         "CREATE TABLE comp (a TINYINT NOT NULL, b INT NOT NULL, v VARCHAR(5), PRIMARY KEY (a, b))",
         [(1 + i % 3, i, f"v{i}") for i in range(30)],
@@ -400,21 +445,31 @@ def test_the_chunks_of_a_partition_share_two_sessions_and_read_the_same_as_fresh
     _assert_exact_copy(mariadb, schema, shared)
 
 
-def test_the_high_watermark_filter_places_string_keys_by_the_servers_order_in_few_queries(
-    mariadb: MariaDBServer, config: PipelineConfig
+@pytest.mark.parametrize(
+    ("table", "key_type", "names"),
+    [
+        ("hwf", "VARCHAR(10) COLLATE utf8mb4_general_ci", list("aBcDeFgHiJkLmNoPqR")),
+        ("hwf_uuid", "UUID", UUID_KEYS[:18]),
+        ("hwf_inet4", "INET4", [f"{a}.0.0.{b}" for a in (1, 9, 10, 100, 200, 255) for b in (1, 2, 30)]),
+    ],
+    ids=["case-insensitive", "uuid", "inet4"],
+)
+def test_the_high_watermark_filter_places_keys_by_the_servers_order_in_few_queries(
+    mariadb: MariaDBServer, config: PipelineConfig, table: str, key_type: str, names: list[str]
 ) -> None:
-    """The binlog phase drops a change its chunk already holds: which chunk is the server's call (collation)."""
+    """The binlog phase drops a change its chunk already holds: which chunk is the server's call (a collation, or
+    a type the job holds as text that the server orders otherwise)."""
     from ingest.model.changes import RowChange
     from ingest.model.position import BinlogPosition
     from ingest.query.batch import HighWatermarkFilter, TableStream
 
-    names = ["a", "B", "c", "D", "e", "F", "g", "H", "i", "J", "k", "L", "m", "N", "o", "P", "q", "R"]
     _table(
         mariadb,
-        "CREATE TABLE hwf (name VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+        f"CREATE TABLE {table} (name {key_type} PRIMARY KEY, n INT)",
         [(name, i) for i, name in enumerate(names)],
     )
-    schema = _schema(config, "hwf")
+    schema = _schema(config, table)
+    assert not schema.keys_ordered_in_python
     with connect(config.source) as conn:
         chunks = split_table(conn, schema, 3)
     assert len(chunks) >= 6
@@ -422,7 +477,7 @@ def test_the_high_watermark_filter_places_string_keys_by_the_servers_order_in_fe
     assert sorted(chunk_of) == sorted(names)
     # Chunk i was read at position 1000 * (i + 1); every key changes once just before and once just after.
     highs = [BinlogPosition("mysql-bin.000001", 1000 * (i + 1)) for i in range(len(chunks))]
-    table = TableStream(schema, "unused", chunks, highs, None)
+    stream = TableStream(schema, "unused", chunks, highs, None)
     changes = []
     for name, i in chunk_of.items():
         for delta in (-1, 1):
@@ -435,7 +490,7 @@ def test_the_high_watermark_filter_places_string_keys_by_the_servers_order_in_fe
 
     with connect(config.source) as conn, conn.cursor() as cur:
         before = questions(cur)
-        kept = HighWatermarkFilter(conn, table).keep(changes)
+        kept = HighWatermarkFilter(conn, stream).keep(changes)
         asked = questions(cur) - before - 1  # the second SHOW counts itself
     assert sorted((c.after[0], c.position.pos) for c in kept) == sorted(
         (name, 1000 * (i + 1) + 1) for name, i in chunk_of.items()

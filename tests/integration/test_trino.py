@@ -65,6 +65,9 @@ TRINO_TYPES = {
     "zd": "date",
     "zdt": "timestamp(6)",
     "zts": "timestamp(6) with time zone",
+    "u": "varchar",
+    "i4": "varchar",
+    "i6": "varchar",
 }
 
 

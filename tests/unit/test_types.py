@@ -36,7 +36,7 @@ def col(
     fsp: int | None = None,
 ) -> SourceColumn:
     """A SourceColumn as information_schema describes `column_type` (DATA_TYPE is its first word)."""
-    data_type = re.match(r"[a-z]+", column_type)
+    data_type = re.match(r"[a-z][a-z0-9]*", column_type)
     assert data_type is not None
     return SourceColumn(
         name=name,
@@ -609,10 +609,16 @@ def test_equal_columns_compare_equal() -> None:
     assert target("time(3)", fsp=3) != target("time(6)", fsp=6)
 
 
+@pytest.mark.parametrize("column_type", ["uuid", "inet4", "inet6"])
+def test_mariadbs_uuid_and_inet_types_are_the_servers_text(column_type: str) -> None:
+    [target] = map_columns("shop.hosts", [col(column_type, name="addr")])
+    assert target.spark_type == "STRING" and target.text_form == "string" and not target.needs_conversion
+
+
 # --- unsupported ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("column_type", ["uuid", "inet6", "vector(3)", "whatever"])
+@pytest.mark.parametrize("column_type", ["vector(3)", "whatever"])
 def test_unsupported_type_names_table_column_and_type(column_type: str) -> None:
     with pytest.raises(UnsupportedTableError) as info:
         map_columns("shop.orders", [col("int(11)", name="id"), col(column_type, name="odd col")])
