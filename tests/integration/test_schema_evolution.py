@@ -4,6 +4,7 @@ what came before, and the schema-change step is exactly once across kill -9."""
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ingest.commands.resnapshot import resnapshot
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -309,6 +311,95 @@ def test_a_non_constant_default_is_refused(spark: Any, mariadb: MariaDBServer, t
     mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP")
     with pytest.raises(SchemaChangeError, match=r"adds column 'at' .*current_timestamp\(\).* not in the binlog"):
         run(config, spark=spark, until_caught_up=True)
+
+
+def test_a_generated_column_added_between_two_runs_stops_the_job_by_name_and_a_copy_again_holds_its_values(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """Issue 49: the server computes a generated column's value for every old row and logs none of them. The job
+    used to add the column as NULL in every old row and exit 0."""
+    db = "evo_gen"
+    config = _setup(mariadb, db, tmp_path, "evo_gen_lake")
+    run(config, spark=spark, until_caught_up=True)
+    mariadb.execute(
+        f"UPDATE {db}.t SET n = -3 WHERE id = 3",
+        f"ALTER TABLE {db}.t ADD COLUMN g INT AS (n * 2) STORED",
+        f"UPDATE {db}.t SET n = -4 WHERE id = 4",
+    )
+    with pytest.raises(SchemaChangeError, match=r"ADD COLUMN g INT AS.*'g' is generated: the server computed its val"):
+        run(config, spark=spark, until_caught_up=True)
+    rows = {r["id"]: r for r in _iceberg_rows(config, db)}
+    assert rows[3]["n"] == -3 and rows[4]["n"] == 4 and "g" not in rows[3]  # committed up to the statement
+    with pytest.raises(SchemaChangeError, match=r"'g' is generated"):  # and it holds on restart
+        run(config, spark=spark, until_caught_up=True)
+    resnapshot(config, [f"{db}.t"])
+    run(config, spark=spark, until_caught_up=True)
+    assert _iceberg_rows(config, db) == _mysql_rows(mariadb, db)
+    assert _iceberg_rows(config, db)[0]["g"] == 2
+
+
+# Each ALTER gives old rows values the server computes (the table's rows before it: ids 1..30, v 'v<id>', n = id).
+COMPUTED_BY_THE_SERVER = {
+    "stored": ["ALTER TABLE {t} ADD COLUMN g INT AS (n * 2) STORED"],
+    "virtual": ["ALTER TABLE {t} ADD COLUMN g VARCHAR(30) AS (CONCAT(v, '/', n)) VIRTUAL AFTER id"],
+    "expression": [
+        "ALTER TABLE {t} ADD COLUMN g INT AS (n + 1) PERSISTENT",
+        "ALTER TABLE {t} MODIFY g INT AS (n * 3) PERSISTENT",
+    ],
+    "numbered": ["ALTER TABLE {t} ADD COLUMN seq INT NOT NULL AUTO_INCREMENT, ADD UNIQUE KEY (seq)"],
+    "zero_key": ["UPDATE {t} SET id = 0 WHERE id = 1", "ALTER TABLE {t} MODIFY id INT NOT NULL AUTO_INCREMENT"],
+    "ignored": ["UPDATE {t} SET n = 1 WHERE id <= 5", "ALTER IGNORE TABLE {t} ADD UNIQUE KEY (n)"],
+    "not_null": [
+        "UPDATE {t} SET n = NULL WHERE id <= 2",
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} MODIFY n INT NOT NULL",
+        "SET SESSION sql_mode = DEFAULT",
+    ],
+    "merge_engine": ["ALTER TABLE {t} ENGINE = MRG_MyISAM"],  # a MERGE table of no tables: its rows are gone
+}
+
+
+def test_alters_whose_old_rows_the_server_computes_are_read_again_with_recopy(
+    spark: Any, mariadb: MariaDBServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 49: with `stream.on_unfollowable: recopy` each table whose old rows an ALTER gave values the binlog
+    does not hold is copied again, and every table ends equal to MariaDB. The same ALTER with its strict
+    sql_mode and no IGNORE (table `strict`: a column made NOT NULL holding no NULL) is followed, not copied."""
+    db = "evo_computed"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    names = [*COMPUTED_BY_THE_SERVER, "strict"]
+    for name in names:
+        mariadb.execute(
+            f"CREATE TABLE {db}.{name} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT)",
+            f"INSERT INTO {db}.{name} SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_30",
+        )
+    config = parse_config(
+        {
+            **_section(mariadb, db, tmp_path, "evo_computed_lake", on_unfollowable="recopy"),
+            "tables": {"include": [rf"{db}\..*"]},
+        }
+    )
+    run(config, spark=spark, until_caught_up=True)
+    with mariadb.admin(db) as conn, conn.cursor() as cur:
+        for name, statements in COMPUTED_BY_THE_SERVER.items():
+            cur.execute(f"UPDATE {name} SET v = 'before' WHERE id = 7")
+            for statement in statements:
+                cur.execute(statement.format(t=name))
+            if name != "merge_engine":
+                cur.execute(f"UPDATE {name} SET v = 'after' WHERE id = 8")
+        cur.execute("ALTER TABLE strict MODIFY n INT NOT NULL")  # no NULL in n; the server's default mode is strict
+        cur.execute("UPDATE strict SET v = 'after' WHERE id = 8")
+        conn.commit()
+    with caplog.at_level(logging.INFO, logger="ingest.query.ddl"):
+        run(config, spark=spark, until_caught_up=True)
+    assert verify(config)
+    for name in names:
+        assert _iceberg_rows(config, db, name) == _mysql_rows(mariadb, db, name), name
+    assert _iceberg_rows(config, db, "stored")[1]["g"] == 4
+    assert _iceberg_rows(config, db, "merge_engine") == []
+    copied = {r.getMessage().split(":", 1)[0] for r in caplog.records if "it is copied again" in r.getMessage()}
+    assert copied == {f"{db}.{name}" for name in COMPUTED_BY_THE_SERVER}
+    assert f"{db}.strict: followed the schema change" in caplog.text
 
 
 class AlterDuringSnapshot:
