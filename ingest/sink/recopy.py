@@ -27,7 +27,7 @@ from ingest.faults import crash_point
 from ingest.model.schema import TableSchema
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, iceberg_promotion, schema_from_json, schema_to_json
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
-from ingest.sink.targets import COPY_BRANCH, copy_under_way, table_of, target_columns
+from ingest.sink.targets import COPY_BRANCH, copy_under_way, iceberg_type, table_of, target_columns
 
 log = logging.getLogger(__name__)
 
@@ -78,24 +78,41 @@ def _holds(iceberg_type: str, spark_type: str) -> bool:
 
 
 def iceberg_misfit(iceberg_table: Any, live: TableSchema) -> str | None:
-    """Why the target's Iceberg columns cannot hold the rows of `live` (None: they can, by the same names).
+    """Why the target's Iceberg columns cannot hold the rows of `live` (None: they can, by the same names, once the
+    columns `added_columns` names are added).
 
     A branch shares the table's Iceberg schema, not the source schema the job mirrors: a new primary key, or a
     narrower type (INT where Iceberg has `long`), changes nothing Iceberg stores, so such a table is copied again
-    into a branch too, and readers keep the old rows until the copy ends."""
+    into a branch too, and readers keep the old rows until the copy ends. Nor does a column only added: it joins
+    the schema, optional, in the commit that starts the branch, and main reads it as NULL until the copy lands."""
     fields = {f.name: f for f in iceberg_table.schema().fields}
     columns = target_columns(live)
     names = {c.name for c in columns}
-    if names != set(fields):
+    if not fields.keys() <= names:
         changed = sorted([f"-{n}" for n in fields.keys() - names] + [f"+{n}" for n in names - fields.keys()])
         return f"its columns changed ({', '.join(changed)})"
     for c in columns:
+        if c.name not in fields:
+            continue  # added
         field = fields[c.name]
         if not _holds(str(field.field_type), c.spark_type):
             return f"column {c.name!r} is {field.field_type} in Iceberg, which cannot hold {c.spark_type}"
         if field.required and c.nullable:
             return f"column {c.name!r} is required in Iceberg and nullable in the source"
     return None
+
+
+def added_columns(iceberg_table: Any, live: TableSchema) -> list[tuple[str, Any, str | None]]:
+    """The columns of `live` the target's Iceberg schema lacks: (name, pyiceberg type, the column it follows in
+    the source; None: it is the first)."""
+    fields = {f.name for f in iceberg_table.schema().fields}
+    added: list[tuple[str, Any, str | None]] = []
+    previous: str | None = None
+    for column in target_columns(live):
+        if column.name not in fields:
+            added.append((column.name, iceberg_type(column.spark_type), previous))
+        previous = column.name
+    return added
 
 
 def stored_schema(iceberg_table: Any, live: TableSchema) -> TableSchema | None:
@@ -136,9 +153,18 @@ def start_branch_copy(catalog: Any, names: tuple[str, str], live: TableSchema, p
         )
         return False
     props = {SUMMARY_PIPELINE: pipeline, SUMMARY_CHUNKS_DONE: "", SUMMARY_COPY: "started"}
+    added = added_columns(table, live)
     with table.transaction() as tx:
         if mirrored:  # the binlog phase decodes with the schema the target mirrors (start._table_streams)
             tx.set_properties(mirrored)
+        if added:  # optional, placed as in the source: main reads NULL in them until the copy lands
+            with tx.update_schema() as update:
+                for name, field_type, after in added:
+                    update.add_column(name, field_type)
+                    if after is None:
+                        update.move_first(name)
+                    else:
+                        update.move_after(name, after)
         if copy_under_way(table):  # copied again while a copy runs: start that one over
             ManageSnapshots(tx).remove_branch(COPY_BRANCH).commit()
         # The branch of a missing ref gets a snapshot without a parent: empty, and made with the ref in one commit.

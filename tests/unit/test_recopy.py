@@ -12,7 +12,7 @@ from ingest.model.position import BinlogPosition, Watermark
 from ingest.query import commit, ddl
 from ingest.query.batch import TableStream
 from ingest.sink.evolution import schema_from_json, schema_to_json
-from ingest.sink.recopy import iceberg_misfit, schema_misfit
+from ingest.sink.recopy import added_columns, iceberg_misfit, schema_misfit
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
 from tests.unit.test_schema_evolution import col, table
 
@@ -64,6 +64,17 @@ def test_iceberg_columns_that_hold_the_new_rows_take_a_copy_through_the_branch()
     )
     required = _iceberg(id=("int", True), v=("string", True), n=("long", False))
     assert iceberg_misfit(required, OLD) == "column 'v' is required in Iceberg and nullable in the source"
+
+
+def test_columns_only_added_join_the_iceberg_schema_and_take_a_copy_through_the_branch() -> None:
+    """A generated column added (issue 49): the table is read again into its branch while main keeps its rows."""
+    from pyiceberg.types import IntegerType, StringType
+
+    target = _iceberg(id=("int", True), v=("string", False), n=("long", False))
+    grown = table(col("g", "varchar(30)"), col("v", "varchar(20)"), col("n", "int(11)"), col("x", "int(11)"))
+    assert iceberg_misfit(target, grown) is None
+    assert added_columns(target, grown) == [("g", StringType(), "id"), ("x", IntegerType(), "n")]
+    assert added_columns(target, OLD) == []
 
 
 def test_the_branch_name_is_added_once_and_taken_off_for_the_table() -> None:
