@@ -11,8 +11,13 @@ before, during (from pt-osc's start until `--interval` seconds after the job log
 after it, and p95 / the interval (issue 32's goal during the swap: <= 2). What the job did at the swap (followed
 as a schema change, no copy again) is read from its log.
 
+`--backfill` (issue 49) runs an ALTER whose old rows' values the server computes (a STORED generated column added
+to `orders`) directly instead: the job reads `orders` again into its branch while the others stream, and the same
+job then copies a table of `orders`' key and that column's values again, the baseline the backfill is compared with.
+
     .venv/bin/python -m bench.osc                          # 200,000 orders, 500 changes/s, interval 5 s
     .venv/bin/python -m bench.osc --rows 20000 --calm 20   # a smoke run
+    .venv/bin/python -m bench.osc --backfill --rows 1000000 --rate 5000
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ FOLLOWED_LINE = "followed the schema change"
 RECOPIED_LINE = "the copy is complete"
 NARROWING = "MODIFY customer_id INT NOT NULL"
 """`--recopy`'s ALTER: BIGINT to INT, which evolve cannot follow (the values fit; Iceberg's `long` holds them)."""
+BACKFILL = "ADD COLUMN g BIGINT AS (customer_id * 2) STORED"
+"""`--backfill`'s ALTER, run directly (not by pt-osc): the server computes `g` for every old row and logs none, so the
+job reads `orders` again (issue 49)."""
+KEY_AND_COLUMN = "orders_key_g"
+"""`--backfill`'s baseline: a table of `orders`' key and the new column's values, copied again by the same running
+job (`ingest snapshot --again`) once the backfill has landed: a snapshot of the key and that column."""
 COPIED_LINE = "planned "
 """A chunk plan in the job's log after its first snapshot would be a copy again."""
 
@@ -78,14 +89,54 @@ def migrate(server: MariaDBServer, alter: str) -> dict[str, Any]:
     }
 
 
+def alter_directly(server: MariaDBServer, alter: str) -> dict[str, Any]:
+    """`ALTER TABLE orders <alter>` as root: its duration (the server rebuilds the table, writers wait)."""
+    started = time.monotonic()
+    server.execute(f"ALTER TABLE {DATABASE}.orders {alter}")
+    return {"exit_code": 0, "seconds": round(time.monotonic() - started, 3), "output": []}
+
+
+def key_and_column_table(server: MariaDBServer) -> None:
+    """`--backfill`'s baseline table: orders' key and the values the new column will hold, unlogged."""
+    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"CREATE TABLE {KEY_AND_COLUMN} (id INT NOT NULL PRIMARY KEY, g BIGINT)")
+        cur.execute(f"INSERT INTO {KEY_AND_COLUMN} SELECT id, customer_id * 2 FROM orders")
+        conn.commit()
+
+
+def copy_again_seconds(job: Any, config_path: Path, table: str, log_lines: list[str]) -> float:
+    """Ask the running job to copy `table` again and wait until it logs the copy complete; the seconds taken."""
+    started = time.monotonic()
+    asked = subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "snapshot", "--config", str(config_path), "--table", table, "--again"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if asked.returncode != 0:
+        raise BenchError(f"ingest snapshot --again {table} failed:\n{asked.stderr[-2000:]}")
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline and job.alive():
+        log_lines += job.new_log_lines()
+        if any(table in line and RECOPIED_LINE in line for line in log_lines):
+            return round(time.monotonic() - started, 3)
+        time.sleep(0.5)
+    raise BenchError(f"the job did not copy {table} again:\n" + job.log_tail())
+
+
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
     warehouse = scratch / "warehouse"
     warehouse.mkdir()
     port = free_port()
     document = pipeline_document(server.host, server.port, warehouse, args.interval, port)
     document["name"] = "bench_osc"
-    if args.recopy:
+    if args.recopy or args.backfill:
         document["stream"]["on_unfollowable"] = "recopy"
+    if args.backfill:
+        document["stream"]["signal_poll_seconds"] = 1  # the baseline's request is taken at once
+        key_and_column_table(server)
+        document["tables"]["include"].append(rf"{DATABASE}\.{KEY_AND_COLUMN}")
     config_path = scratch / "osc.yaml"
     config_path.write_text(json.dumps(document, indent=2) + "\n")
     log_path = scratch / "job.log"
@@ -99,26 +150,32 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         scraper.start()
         writer.start()
         time.sleep(args.calm)
-        _progress(f"pt-online-schema-change --alter {args.alter!r} under {args.rate:g} changes/s")
+        how = "ALTER TABLE orders" if args.backfill else "pt-online-schema-change --alter"
+        _progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
         osc_start = time.monotonic() - t0
-        results["pt_osc"] = migrate(server, args.alter)
+        results["pt_osc"] = alter_directly(server, args.alter) if args.backfill else migrate(server, args.alter)
         osc_end = time.monotonic() - t0
         if results["pt_osc"]["exit_code"] != 0:
             raise BenchError("pt-online-schema-change failed:\n" + "\n".join(results["pt_osc"]["output"]))
         followed_at = None
         followed: list[str] = []
-        wanted = RECOPIED_LINE if args.recopy else FOLLOWED_LINE
+        wanted = RECOPIED_LINE if args.recopy or args.backfill else FOLLOWED_LINE
         lines: list[str] = []
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         while followed_at is None and time.monotonic() < deadline and job.alive():
             lines += job.new_log_lines()
-            followed = [line for line in lines if wanted in line]
+            followed = [line for line in lines if wanted in line and KEY_AND_COLUMN not in line]
             if followed:
                 followed_at = time.monotonic() - t0
             time.sleep(0.5)
         if followed_at is None:
             raise BenchError(f"the job did not follow the swap; log {log_path}:\n" + job.log_tail())
         time.sleep(args.calm + args.interval)
+        if args.backfill:
+            _progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
+            results["key_and_column_copy_s"] = copy_again_seconds(
+                job, config_path, f"{DATABASE}.{KEY_AND_COLUMN}", lines
+            )
         writer.stop()
         results["writer"] = {"statements": writer.written, "rate": round(writer.written / writer.seconds, 1)}
         job.terminate()
@@ -129,10 +186,13 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         results["followed"] = followed
         results["seconds_to_follow"] = round(followed_at - osc_end, 3)
         results["copied_again"] = sum(1 for line in lines if COPIED_LINE in line)
-        # "during": from the tool's start until an interval after the job logged that it followed the swap.
+        # "during": from the tool's start (a direct ALTER's end: writers wait on the server's rebuild, which is no
+        # lag of the job's) until an interval after the job logged that it followed the swap.
+        during_from = osc_end if args.backfill else osc_start
+        results["seconds_from_alter_start"] = round(followed_at - osc_start, 3)
         windows = {
             "before": (0.0, osc_start),
-            "during": (osc_start, followed_at + args.interval),
+            "during": (during_from, followed_at + args.interval),
             "after": (followed_at + args.interval, followed_at + args.interval + args.calm),
         }
         results["lag_s"] = {
@@ -148,10 +208,10 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
 
 def render(results: dict[str, Any]) -> str:
     interval = results["args"]["interval"]
+    tool = "ALTER TABLE" if results["args"]["backfill"] else "pt-online-schema-change"
     out = [
         f"bench.osc: {results['args']['rows']:,} orders, {results['writer']['rate']:g} changes/s offered, interval "
-        f"{interval:g} s; pt-online-schema-change {results['pt_osc']['seconds']:.1f} s (exit "
-        f"{results['pt_osc']['exit_code']})",
+        f"{interval:g} s; {tool} {results['pt_osc']['seconds']:.1f} s (exit {results['pt_osc']['exit_code']})",
         "| window | lag p50 s | p95 s | max s | p95 / interval |",
         "|---|---|---|---|---|",
     ]
@@ -159,12 +219,26 @@ def render(results: dict[str, Any]) -> str:
         p95 = stats["p95"]
         ratio = "" if p95 is None else f"{p95 / interval:.2f}"
         out.append(f"| {name} | {stats['p50']} | {p95} | {stats['max']} | {ratio} |")
-    what = "copy again complete" if results["args"]["recopy"] else "swap followed"
-    out.append(f"{what} ({results['seconds_to_follow']:.1f} s after pt-osc's end): {results['followed'][-1]}")
+    args = results["args"]
+    what = "copy again complete" if args["recopy"] or args["backfill"] else "swap followed"
+    end = "the ALTER's" if args["backfill"] else "pt-osc's"
+    out.append(f"{what} ({results['seconds_to_follow']:.1f} s after {end} end): {results['followed'][-1]}")
+    if args["backfill"]:
+        baseline = results["key_and_column_copy_s"]
+        out.append(
+            f"backfill (copy again of orders, {results['seconds_to_follow']:.1f} s after the ALTER's end) / a copy "
+            f"of its key and the new column by the same job ({baseline:.1f} s): "
+            f"{results['seconds_to_follow'] / baseline:.2f}; lag p95 during / before: "
+            f"{_ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95'])}"
+        )
     out.append(
         f"tables copied again: {results['copied_again']}; verify: {'equal' if results['verify']['ok'] else 'DIFFERS'}"
     )
     return "\n".join(out)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -182,15 +256,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"`stream.on_unfollowable: recopy` and pt-osc's --alter {NARROWING!r}: the table is copied again while "
         "the others stream (the lag is the job's, over every table)",
     )
+    parser.add_argument(
+        "--backfill",
+        action="store_true",
+        help=f"`ALTER TABLE orders {BACKFILL}` run directly, `stream.on_unfollowable: recopy`: the job reads orders "
+        f"again while the others stream; then, as the baseline, the same job copies {KEY_AND_COLUMN} (orders' key and "
+        "the column's values) again",
+    )
     args = parser.parse_args(argv)
     if args.recopy:
         args.alter = NARROWING
+    if args.backfill:
+        args.alter = BACKFILL
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if shutil.which("pt-online-schema-change") is None:
+    if shutil.which("pt-online-schema-change") is None and not args.backfill:
         raise BenchError("pt-online-schema-change is not installed (`make setup` installs percona-toolkit)")
     os.environ[PASSWORD_ENV] = "bench-" + secrets.token_hex(8)
     results: dict[str, Any] = {"benchmark": "osc", "host": host_info(), "args": vars(args).copy()}
@@ -207,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     print(render(results))
     print(f"results: {write_results(results, 'osc')}")
-    copies = 1 if args.recopy else 0
+    copies = 2 if args.backfill else 1 if args.recopy else 0
     return 0 if results["verify"]["ok"] and results["followed"] and results["copied_again"] == copies else 1
 
 
