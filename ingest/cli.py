@@ -107,12 +107,30 @@ def setup_logging(level: str) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    # py4j echoes every command sent to the JVM at DEBUG, secrets set on the session included: never below INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j echoes every command sent to the JVM at DEBUG, secrets set on the session included: never below INFO. It
+    # logs an error raised in a batch's callback with its trace, which the job reports itself in one line: that trace
+    # shows at DEBUG only.
+    logging.getLogger("py4j").setLevel(logging.WARNING if level == "DEBUG" else logging.CRITICAL)
     if level != "DEBUG":
         # Spark's Python side and the clients are chatty; the job's own messages are what a user follows.
         for noisy in ("pyspark", "urllib3", "botocore", "pyiceberg", "sqlalchemy", "pymysqlreplication"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _unexpected(error: Exception) -> int:
+    """An error the job did not raise on purpose, in one line: exit 4 when it is a lost connection (retrying may
+    succeed), 3 otherwise. Spark's errors carry the query's plan and a Java trace: only their first line is shown."""
+    from ingest.source.reconnect import lost_connection
+
+    log.debug("the error's traceback", exc_info=error)
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    transient = lost_connection(error)
+    print(
+        f"ingest: {'transient' if transient else 'unexpected'} error: {type(error).__name__}: {first[:500]} "
+        "(`--log-level DEBUG` logs its traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_TRANSIENT if transient else EXIT_TERMINAL
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ingest: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - one line on the terminal; the traceback goes to the log at DEBUG
+        return _unexpected(e)
     raise AssertionError(f"unhandled command {args.command}")
 
 

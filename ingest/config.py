@@ -232,6 +232,7 @@ class SourceConfig(_Settings):
     server_id: AtLeastOne = 5400
     tls: TlsConfig = TlsConfig()
     connect_timeout: AtLeastOne = 10
+    reconnect_seconds: Seconds = 300.0
 
 
 @dataclass(frozen=True, config=_SECTION)

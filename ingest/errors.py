@@ -48,6 +48,10 @@ class SinkError(TerminalError):
     """The Iceberg side refused something that retrying will not fix."""
 
 
+class SourceUnreachableError(TransientError):
+    """The source stayed unreachable for longer than the job reconnects (`source.reconnect_seconds`)."""
+
+
 class CommitConflictError(TransientError):
     """Another writer committed first; the batch is retried from fresh table state."""
 

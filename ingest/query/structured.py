@@ -431,6 +431,7 @@ def _progress_batch(query: Any) -> int:
 
 
 _ERROR = re.compile(r"\b(?:ingest\.errors\.)?([A-Z]\w*Error): (.+)")
+_LOST = re.compile(r"OperationalError: \((?:1053|1927|2003|2006|2013|2055), [^\n]*")
 
 
 def _as_ingest_error(failure: BaseException) -> BaseException:
@@ -441,4 +442,6 @@ def _as_ingest_error(failure: BaseException) -> BaseException:
         cls = getattr(errors, match.group(1), None)
         if isinstance(cls, type) and issubclass(cls, errors.IngestError):
             return cls(match.group(2).strip())
+    if lost := _LOST.search(text):  # a connection the source's process could not get back (not the binlog's)
+        return errors.TransientError(f"lost the connection to the source: {lost.group(0)}")
     return failure

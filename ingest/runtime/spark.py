@@ -39,7 +39,14 @@ def log_options(level: str) -> list[str]:
     from importlib import resources
 
     config = resources.files("ingest.runtime").joinpath("log4j2.properties")
-    return [f"-Dlog4j2.configurationFile=file:{config}", f"-Dingest.spark.log.level={level}"]
+    # A failed query is reported by the job in one line (ingest.cli); Spark's own report of it, a Python and a Java
+    # trace with the query's plan, shows at a level below ERROR only.
+    streaming = "OFF" if level == "ERROR" else level
+    return [
+        f"-Dlog4j2.configurationFile=file:{config}",
+        f"-Dingest.spark.log.level={level}",
+        f"-Dingest.spark.streaming.log.level={streaming}",
+    ]
 
 
 _RUNTIME_JAR = re.compile(r"iceberg-spark-runtime-(\d+\.\d+)_")

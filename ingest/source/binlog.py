@@ -69,6 +69,7 @@ from ingest.source.event_groups import (
 )
 from ingest.source.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
 from ingest.source.mysql import connect, connection_refused, require_tls, tls_context, tls_failure
+from ingest.source.reconnect import Reconnect, lost_connection, stall_timeout
 from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
@@ -126,9 +127,10 @@ def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPos
         )
 
 
-def stream_connection(source: SourceConfig) -> dict[str, Any]:
+def stream_connection(source: SourceConfig, read_timeout: float | None = None) -> dict[str, Any]:
     """How a replication stream connects (BinLogStreamReader options): as the CDC user, with TLS as its other
-    sessions, and refusing a server that does not take it."""
+    sessions, and refusing a server that does not take it. `read_timeout`: a read that waits longer fails as a lost
+    connection (a stalled stream, see ingest.source.reconnect)."""
 
     def connect_checked(**settings: Any) -> pymysql.connections.Connection[Any]:
         try:
@@ -148,6 +150,8 @@ def stream_connection(source: SourceConfig) -> dict[str, Any]:
         "connect_timeout": source.connect_timeout,
         "ssl": tls_context(source),
     }
+    if read_timeout is not None:
+        settings["read_timeout"] = read_timeout
     return {"connection_settings": settings, "pymysql_wrapper": connect_checked}
 
 
@@ -335,8 +339,9 @@ def open_stream(
     table_maps.install()
     compressed_events.install()
     row_events.install()
+    stalled = stall_timeout(heartbeat_seconds) if blocking and heartbeat_seconds else None
     return BinLogStreamReader(
-        **stream_connection(source),
+        **stream_connection(source, stalled),
         server_id=server_id,
         log_file=start.file,
         log_pos=start.pos,
@@ -406,12 +411,20 @@ class BinlogReader:
         self.idle_at_end = False
         """Whether the idle report being made comes at a heartbeat (the server sent all it had), not after another
         table's transaction."""
-        self._stream = open_stream(
-            source,
+        self.blocking = blocking
+        self._stream = self._open(start)
+        self._reconnect = Reconnect(source.reconnect_seconds, f"{source.host}:{source.port}")
+        self._tables = {(s.database, s.table) for s in schemas}
+        self._osc = OnlineSchemaChanges()
+        self._actions = self._load_actions()
+
+    def _open(self, start: BinlogPosition) -> BinLogStreamReader:
+        return open_stream(
+            self.source,
             start,
-            source.server_id,
-            blocking=blocking,
-            heartbeat_seconds=heartbeat_seconds,
+            self.source.server_id,
+            blocking=self.blocking,
+            heartbeat_seconds=self.heartbeat_seconds,
             # Every event that can carry a change is read, and what the reader does not apply stops it
             # (`refuse_event`): a filter on event classes would pass over the kinds it does not name.
             only_events=[
@@ -428,12 +441,14 @@ class BinlogReader:
                 PartialUpdateRowsEvent,
             ],
         )
-        self._tables = {(s.database, s.table) for s in schemas}
-        self._osc = OnlineSchemaChanges()
-        self._actions = self._load_actions()
 
     def close(self) -> None:
         self._stream.close()
+
+    @property
+    def reconnecting(self) -> Reconnect:
+        """The reader's reconnects: since when the current streak of failures runs, its attempts, its last error."""
+        return self._reconnect
 
     @property
     def chained(self) -> dict[str, list[ForeignKey]]:
@@ -481,6 +496,39 @@ class BinlogReader:
     def transactions(
         self, idle: Callable[[float], bool] | None = None
     ) -> Iterator[Transaction | DdlStatement | TablesNamed]:
+        """`_read`'s items; a lost connection (a restarted server, a killed or stalled stream) is opened again at
+        the last transaction boundary, with backoff, for at most `source.reconnect_seconds` (ingest.source.reconnect):
+        the part of a transaction read before the loss is read again whole, nothing is handed over twice."""
+        while True:
+            try:
+                yield from self._read(idle)
+                return
+            except Exception as e:
+                if not lost_connection(e):
+                    raise
+                wait = self._reconnect.next_wait(e, self.position)
+                log.warning(
+                    "lost the binlog connection to %s (%s); reading again from %s in %.1f s (attempt %d)",
+                    self._reconnect.where,
+                    self._reconnect.last_error,
+                    self.position,
+                    wait,
+                    self._reconnect.attempts,
+                )
+                time.sleep(wait)
+                self._reopen()
+
+    def _reopen(self) -> None:
+        """A new stream at the last transaction boundary; what was read of the group after it is forgotten."""
+        try:
+            self._stream.close()
+        except Exception:  # noqa: BLE001 - the old connection is dead already
+            pass
+        self._in_group = self._xa_group = False
+        self._group_gtid = None
+        self._stream = self._open(self.position)
+
+    def _read(self, idle: Callable[[float], bool] | None) -> Iterator[Transaction | DdlStatement | TablesNamed]:
         """Complete transactions; `idle(at)` is told when the captured tables have nothing new up to `position`.
 
         It is called at server heartbeats (the binlog is idle: `at` is now) and, while only other tables
@@ -496,6 +544,15 @@ class BinlogReader:
         current: Transaction | None = None
         try:
             for event in self._stream:
+                if self._reconnect.since is not None:
+                    # A warning, as the loss was: the source's process logs nothing below that (Spark's worker).
+                    log.warning(
+                        "the binlog connection to %s is back after %d attempt(s); reading from %s",
+                        self._reconnect.where,
+                        self._reconnect.attempts,
+                        self.position,
+                    )
+                    self._reconnect.recovered()
                 file = self._stream.log_file
                 end = BinlogPosition(file, event.packet.log_pos) if event.packet.log_pos else self.position
                 if isinstance(event, HeartbeatLogEvent):

@@ -84,8 +84,10 @@ def _body(from_packet: Any, size: int) -> bytes | None:
 
 def _not_advice_to_log_names(record: logging.LogRecord) -> bool:
     """The library warns at every stream of a server not at binlog_row_metadata FULL; the job reads such a server
-    by position (`by_position`), so the advice is noise in its log."""
-    return "BINLOG_ROW_METADATA = FULL" not in record.getMessage()
+    by position (`by_position`), so the advice is noise in its log. So is its line at a lost connection: the
+    binlog reader's own says which server, what error and from where it reads again (ingest.source.reconnect)."""
+    message = record.getMessage()
+    return "BINLOG_ROW_METADATA = FULL" not in message and "Re-request the connection" not in message
 
 
 _CODECS = {"ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be"}

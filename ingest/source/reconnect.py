@@ -1,0 +1,82 @@
+"""Reconnecting to the source after a lost connection: which errors are a lost connection, and how long to wait.
+
+A streaming job runs for weeks; a restarted server, a failover, a proxy closing an idle connection or a killed
+replication thread are routine there (issue 53). The binlog reader reopens its stream at its last transaction
+boundary (`binlog.BinlogReader.transactions`), so what it hands over stays whole and in order, with backoff, for
+at most `source.reconnect_seconds`; then it gives up with `SourceUnreachableError` (exit 4). Pure: no sockets.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pymysql
+
+from ingest.errors import SourceUnreachableError
+
+LOST_CONNECTION_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2055})
+"""Server shutdown in progress, connection killed, cannot connect, server gone away, connection lost (also a read
+that timed out: a stalled stream), lost at a system call."""
+
+FIRST_WAIT_SECONDS = 0.5
+MAX_WAIT_SECONDS = 10.0
+
+
+def lost_connection(error: BaseException) -> bool:
+    """The error says the connection to the server was lost or could not be made: retrying may succeed."""
+    if isinstance(error, pymysql.err.OperationalError | pymysql.err.InterfaceError):
+        code = error.args[0] if error.args else None
+        return isinstance(error, pymysql.err.InterfaceError) or code in LOST_CONNECTION_CODES
+    return isinstance(error, ConnectionError | TimeoutError | EOFError)
+
+
+def stall_timeout(heartbeat_seconds: float) -> float:
+    """The read timeout that notices a stalled stream: the server sends a heartbeat every `heartbeat_seconds` when
+    it has nothing else to send, so three missed heartbeats (at least 5 s) mean the connection is dead."""
+    return max(3 * heartbeat_seconds, 5.0)
+
+
+@dataclass
+class Reconnect:
+    """The reconnects of one reader: a streak of failures begins at the first and ends when data flows again."""
+
+    budget_seconds: float
+    where: str
+    """The server, as `host:port`."""
+    clock: Callable[[], float] = time.monotonic
+    since: float | None = None
+    attempts: int = 0
+    last_error: str = ""
+    _jitter: random.Random = field(default_factory=random.Random)
+
+    def recovered(self) -> None:
+        """Data flowed again: a later failure starts a new streak with the whole budget."""
+        self.since, self.attempts = None, 0
+
+    def next_wait(self, error: BaseException, position: object) -> float:
+        """The seconds to wait before the next attempt after `error`; SourceUnreachableError once the budget is
+        spent. Doubling from FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS, with jitter, never past the budget."""
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        self.attempts += 1
+        self.last_error = _one_line(error)
+        spent = now - self.since
+        if spent >= self.budget_seconds:
+            raise SourceUnreachableError(
+                f"lost the binlog connection to the source at {self.where} and could not read it again for "
+                f"{spent:.0f} s ({self.attempts - 1} reconnect attempts, `source.reconnect_seconds` is "
+                f"{self.budget_seconds:g}): {self.last_error}. Everything before binlog position {position} that "
+                "the job committed stays; `ingest run` resumes there once the server is back"
+            )
+        wait = min(MAX_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2.0 ** min(self.attempts - 1, 16))
+        wait *= 0.8 + 0.4 * self._jitter.random()
+        return min(wait, self.budget_seconds - spent)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}"[:300]

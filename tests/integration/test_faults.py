@@ -1,0 +1,171 @@
+"""Faults production brings to a streaming job (issue 53): the source restarted under it, its binlog dump connection
+killed on the server. The job reads the binlog again from its last transaction boundary and streams on; a SIGTERM
+afterwards stops it with exit 0; what it wrote equals MariaDB row for row. A source that stays away longer than
+`source.reconnect_seconds` ends the job with exit 4 and one line, no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ingest.commands.verify import verify
+from ingest.config import PipelineConfig, parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.faults import ENV as CRASH_ENV
+from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
+from tests.integration.test_adhoc import _Log, _stop
+from tests.integration.test_recopy import _streaming, _wait
+from tests.integration.test_streaming import background_writes
+
+pytestmark = pytest.mark.integration
+
+KEYS = 200
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def source(cdc_password: str, tmp_path: Path) -> Iterator[MariaDBServer]:
+    """A MariaDB of the test's own, which it may stop and start again on the same port and data."""
+    server = MariaDBServer(server_id=1, base_dir=tmp_path / "mariadb")
+    server.start()
+    try:
+        server.create_cdc_user(CDC_USER, cdc_password)
+        yield server
+    finally:
+        server.stop()
+
+
+def _setup(server: MariaDBServer, db: str) -> None:
+    server.execute(
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_{KEYS}",
+    )
+
+
+def _start(
+    server: MariaDBServer, db: str, tmp_path: Path, **source: Any
+) -> tuple[PipelineConfig, subprocess.Popen[str]]:
+    """`ingest run` of `db.t` as a process of its own (to be signalled); `source`: more keys of its source."""
+    document = {
+        "name": db,
+        "source": {**source_section(server), **source},
+        "tables": {"include": [rf"{db}\.t"]},
+        "sink": {**embedded_sink(tmp_path), "catalog_name": f"{db}_lake"},
+        "snapshot": {"chunk_size": 100},
+        "stream": {"batch_interval_seconds": 1},
+    }
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(document))
+    job = subprocess.Popen(
+        [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != CRASH_ENV},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return parse_config(document, tmp_path), job
+
+
+def _bump(cur: Any, n: int) -> None:
+    try:
+        cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (1 + n * 7 % KEYS,))
+    except Exception:  # noqa: BLE001 - the server is away for a while: the writer goes on once it is back
+        time.sleep(0.2)
+        try:
+            cur.connection.ping(reconnect=True)
+        except Exception:  # noqa: BLE001 - still away
+            pass
+
+
+def _applied(log: _Log) -> int:
+    return log.count("binlog: committed")
+
+
+def test_a_restarted_source_and_a_killed_dump_connection_are_read_again_and_the_job_streams_on(
+    source: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "faults"
+    _setup(source, db)
+    config, job = _start(source, db, tmp_path)
+    log = _Log(job)
+    try:
+        with background_writes(source, db, _bump):
+            _wait("the job is streaming", lambda: _streaming(config), job, log)
+            before = _applied(log)
+            source.stop()  # the server goes away for 5 s and comes back on the same port
+            time.sleep(5)
+            source.start()
+            _wait("a reconnect", lambda: log.count("lost the binlog connection") > 0, job, log)
+            _wait("batches after the restart", lambda: _applied(log) > before + 3, job, log)
+            with source.admin() as conn, conn.cursor() as cur:
+                cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+                dumps = [row[0] for row in cur.fetchall()]
+                assert dumps, "the job's binlog dump connection"
+                for dump in dumps:
+                    cur.execute(f"KILL {int(dump)}")
+            killed = _applied(log)
+            _wait("batches after the kill", lambda: _applied(log) > killed + 3, job, log)
+        err = _stop(job, log)  # exit 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert "the binlog connection to" in err and "is back" in err, err[-3000:]
+    assert "Re-request the connection" not in err, err[-3000:]  # the library's own line: the job's says more
+    assert "Traceback" not in err, err[-3000:]
+    assert verify(config)
+
+
+def test_a_source_away_longer_than_the_reconnect_budget_ends_the_job_with_exit_4_and_one_line(
+    source: MariaDBServer, tmp_path: Path
+) -> None:
+    db = "faults_gone"
+    _setup(source, db)
+    config, job = _start(source, db, tmp_path, reconnect_seconds=8)
+    log = _Log(job)
+    try:
+        with background_writes(source, db, _bump):
+            _wait("the job is streaming", lambda: _streaming(config), job, log)
+            source.stop()
+            job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGKILL)
+    err = log.text()
+    assert job.returncode == 4, err[-3000:]
+    last = [line for line in err.splitlines() if line.startswith("ingest: ")]
+    assert len(last) == 1 and "could not read it again for" in last[0] and f"{source.port}" in last[0], err[-3000:]
+    assert "Traceback" not in err and "== Physical Plan ==" not in err and "+- " not in err, err[-3000:]
+
+
+def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBServer, tmp_path: Path) -> None:
+    db = "faults_term"
+    _setup(source, db)
+    config, job = _start(source, db, tmp_path)
+    log = _Log(job)
+    try:
+        with background_writes(source, db, _bump):
+            _wait("the job is streaming", lambda: _streaming(config), job, log)
+            source.stop()
+            _wait("a reconnect attempt", lambda: log.count("lost the binlog connection") > 0, job, log)
+            err = _stop(job, log)  # exit 0: what was read is committed, nothing after it
+    finally:
+        if job.poll() is None:
+            job.kill()
+        source.start()
+    assert "asked to stop" in err and "Traceback" not in err, err[-3000:]
+    # The next run brings what was written after the loss.
+    caught_up = run_ingest("run", "--config", str(tmp_path / "pipeline.yaml"), "--until-caught-up")
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    assert verify(config)

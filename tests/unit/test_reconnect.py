@@ -1,0 +1,71 @@
+"""The reconnect policy of the binlog reader (ingest/source/reconnect.py): which errors are a lost connection, the
+backoff, and the one line it gives up with."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+
+from ingest.errors import SourceUnreachableError, TransientError
+from ingest.source.reconnect import MAX_WAIT_SECONDS, Reconnect, lost_connection, stall_timeout
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (pymysql.err.OperationalError(2003, "Can't connect to MySQL server on '127.0.0.1'"), True),
+        (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"), True),
+        (pymysql.err.OperationalError(2006, "MySQL server has gone away"), True),
+        (pymysql.err.OperationalError(1927, "Connection was killed"), True),
+        (pymysql.err.OperationalError(1053, "Server shutdown in progress"), True),
+        (pymysql.err.InterfaceError(0, ""), True),
+        (ConnectionResetError(104, "Connection reset by peer"), True),
+        (TimeoutError(), True),
+        (pymysql.err.OperationalError(1236, "Could not find first log file name in binary log index file"), False),
+        (pymysql.err.OperationalError(1045, "Access denied for user 'cdc'"), False),
+        (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_only_a_lost_connection_is_retried(error: BaseException, lost: bool) -> None:
+    assert lost_connection(error) is lost
+
+
+def test_the_wait_doubles_up_to_its_cap_and_a_recovery_starts_a_new_streak() -> None:
+    now = [0.0]
+    reconnect = Reconnect(300, "db:3306", clock=lambda: now[0])
+    error = pymysql.err.OperationalError(2003, "Can't connect")
+    waits = []
+    for _ in range(8):
+        waits.append(reconnect.next_wait(error, "mysql-bin.000001:4"))
+        now[0] += waits[-1]
+    assert 0.4 <= waits[0] <= 0.6 and all(w <= MAX_WAIT_SECONDS * 1.2 for w in waits)
+    assert waits[4] > 2 * waits[1]
+    assert reconnect.attempts == 8 and reconnect.since == 0.0 and "2003" in reconnect.last_error
+    reconnect.recovered()
+    assert reconnect.since is None and reconnect.attempts == 0
+    assert reconnect.next_wait(error, "x") <= 0.6
+
+
+def test_past_its_budget_it_gives_up_with_one_line_naming_the_server_the_time_and_the_position() -> None:
+    now = [100.0]
+    reconnect = Reconnect(30, "db.example:3306", clock=lambda: now[0])
+    error = pymysql.err.OperationalError(2003, "Can't connect to MySQL server on 'db.example' ([Errno 111])")
+    wait = reconnect.next_wait(error, "mysql-bin.000007:1234")
+    while True:
+        now[0] += wait
+        try:
+            wait = reconnect.next_wait(error, "mysql-bin.000007:1234")
+        except SourceUnreachableError as e:
+            given_up: TransientError = e
+            break
+        assert now[0] - 100.0 + wait <= 30  # never waits past the budget
+    message = str(given_up)
+    assert "\n" not in message
+    assert "db.example:3306" in message and "for 30 s" in message and "mysql-bin.000007:1234" in message
+    assert "OperationalError: (2003" in message and "source.reconnect_seconds" in message
+
+
+def test_a_stall_is_three_missed_heartbeats_at_least_five_seconds() -> None:
+    assert stall_timeout(1.0) == 5.0
+    assert stall_timeout(10.0) == 30.0
