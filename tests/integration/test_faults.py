@@ -25,6 +25,7 @@ from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
 from tests.integration.test_adhoc import _Log, _stop
 from tests.integration.test_recopy import _streaming, _wait
 from tests.integration.test_streaming import background_writes
+from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -168,4 +169,34 @@ def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBSe
     # The next run brings what was written after the loss.
     caught_up = run_ingest("run", "--config", str(tmp_path / "pipeline.yaml"), "--until-caught-up")
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    assert verify(config)
+
+
+@pytest.mark.parametrize("fault", ["stall", "reset"])
+def test_a_stalled_or_reset_connection_is_noticed_and_read_again(
+    source: MariaDBServer, tmp_path: Path, fault: str
+) -> None:
+    """Through a TCP proxy on loopback: every connection the job has open is held (no byte passes, nothing closes:
+    a dead network path or a hung proxy) or reset. The binlog stream notices a stall by its read timeout (three
+    missed heartbeats, at least 5 s) and reads again; the job commits on, and ends equal to MariaDB."""
+    db = f"faults_{fault}"
+    _setup(source, db)
+    with TcpProxy(source.port) as proxy:
+        config, job = _start(source, db, tmp_path, port=proxy.port)
+        log = _Log(job)
+        try:
+            with background_writes(source, db, _bump):
+                _wait("the job is streaming", lambda: _streaming(config), job, log)
+                before = _applied(log)
+                held = proxy.stall() if fault == "stall" else proxy.reset()
+                assert held >= 1
+                faulted = time.monotonic()
+                _wait("batches after the fault", lambda: _applied(log) > before + 3, job, log, seconds=120)
+                recovered = time.monotonic() - faulted
+            err = _stop(job, log)
+        finally:
+            if job.poll() is None:
+                job.kill()
+    assert "Traceback" not in err, err[-3000:]
+    assert recovered < 60, recovered
     assert verify(config)
