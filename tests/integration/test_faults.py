@@ -197,6 +197,7 @@ def test_a_stalled_or_reset_connection_is_noticed_and_read_again(
         finally:
             if job.poll() is None:
                 job.kill()
+        assert verify(config)  # through the proxy, which the config names
     assert "Traceback" not in err, err[-3000:]
+    print(f"{fault}: committing again {recovered:.1f} s after the fault")
     assert recovered < 60, recovered
-    assert verify(config)
