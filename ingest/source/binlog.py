@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
@@ -414,6 +415,7 @@ class BinlogReader:
         self.blocking = blocking
         self._stream = self._open(start)
         self._reconnect = Reconnect(source.reconnect_seconds, f"{source.host}:{source.port}")
+        self._interrupted = threading.Event()
         self._tables = {(s.database, s.table) for s in schemas}
         self._osc = OnlineSchemaChanges()
         self._actions = self._load_actions()
@@ -444,6 +446,11 @@ class BinlogReader:
 
     def close(self) -> None:
         self._stream.close()
+
+    def interrupt(self) -> None:
+        """End a wait between reconnects at once (the consumer stops): `transactions` returns instead of reading
+        again. Called from another thread."""
+        self._interrupted.set()
 
     @property
     def reconnecting(self) -> Reconnect:
@@ -515,7 +522,8 @@ class BinlogReader:
                     wait,
                     self._reconnect.attempts,
                 )
-                time.sleep(wait)
+                if self._interrupted.wait(wait):
+                    return  # the consumer is gone (a stop): no more reading
                 self._reopen()
 
     def _reopen(self) -> None:

@@ -122,6 +122,9 @@ class Prefetch:
     def close(self) -> None:
         self._stop.set()
         self._resume.set()
+        interrupt = getattr(self._reader, "interrupt", None)
+        if interrupt is not None:  # a reader waiting to reconnect stops waiting
+            interrupt()
         with self._room:
             self._room.notify_all()
         self._thread.join(timeout=30)

@@ -463,12 +463,13 @@ def test_a_job_killed_at_a_ddl_it_copies_again_copies_it_on_the_next_run(
     assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
 
 
-def test_a_generated_column_read_again_under_kills_at_each_step_ends_equal_each_chunk_once(
+def test_a_generated_column_read_again_under_kills_at_its_steps_ends_equal_each_chunk_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """Issue 49, exactly once: SIGKILL before the DDL's offset (the request to copy again recorded), between two chunk
-    commits of the copy, and before its swap; readers of main keep every old row throughout, and the run after the
-    kills ends equal to MariaDB, the new column holding the server's values, each chunk recorded once."""
+    """Issue 49, exactly once: SIGKILL before the DDL's offset (the request to copy again recorded) and before the
+    copy's swap (the added column already in the schema; kills between chunk commits are the test above's); readers
+    of main keep every old row throughout, and the run after the kills ends equal to MariaDB, the new column holding
+    the server's values, each chunk recorded once."""
     db = "recopy_gen_kill"
     config, config_file = _setup(mariadb, db, tmp_path, on_unfollowable="recopy")
     _first_copy(spark, config)
@@ -481,8 +482,6 @@ def test_a_generated_column_read_again_under_kills_at_each_step_ends_equal_each_
     assert f"{db}.t" in StateTable.open(config).requests().snapshot
     old = _rows(_target(config, db))  # what came before the DDL, committed
     assert old[1] == -1 and old[10] == -10 and old[20] == 20
-    _killed_at(config, config_file, "snapshot.after_commit:3")
-    _branch_kept(config, db, old)
     mariadb.execute(f"DELETE FROM {db}.t WHERE id = 5", f"UPDATE {db}.t SET v = 7 WHERE id = 6")
     _killed_at(config, config_file, "recopy.before_swap")
     _branch_kept(config, db, old)
