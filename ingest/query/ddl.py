@@ -32,6 +32,7 @@ from ingest.sink.evolution import (
     backfill,
     computed_per_row,
     default_kind,
+    iceberg_columns,
     implicit_default,
     plan_schema_change,
     schema_from_json,
@@ -238,7 +239,7 @@ def _refuse_numbered(spark: Any, table: TableStream, ddl: DdlStatement, columns:
     """Columns made AUTO_INCREMENT: the server numbered the old rows holding 0 or NULL in them and logged nothing.
     The target holds the rows as they were right before the statement, so it says whether there were any."""
     target = table_of(table.target)
-    existing = set(_target_columns(spark, target))
+    existing = iceberg_columns(spark, target)
     for name in columns:
         if name not in existing:
             continue
@@ -251,11 +252,6 @@ def _refuse_numbered(spark: Any, table: TableStream, ddl: DdlStatement, columns:
                 [f"column {name!r} is made AUTO_INCREMENT and {found} old row(s) held 0 or NULL in it, which the "
                  "server numbered"],
             )  # fmt: skip
-
-
-def _target_columns(spark: Any, target: str) -> list[str]:
-    spark.sql(f"REFRESH TABLE {target}")
-    return [f.name for f in spark.table(target).schema.fields]
 
 
 def _refuse_partition_source_change(table: TableStream, plan: SchemaPlan, ddl: DdlStatement) -> None:

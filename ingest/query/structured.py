@@ -50,6 +50,7 @@ from ingest.query.stop import StopPoint, StopSignal
 from ingest.runtime.spark import callback_connection, close_callback_connection
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
+from ingest.source.reconnect import LOST_CONNECTION_CODES
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
@@ -431,7 +432,7 @@ def _progress_batch(query: Any) -> int:
 
 
 _ERROR = re.compile(r"\b(?:ingest\.errors\.)?([A-Z]\w*Error): (.+)")
-_LOST = re.compile(r"OperationalError: \((?:1053|1927|2003|2006|2013|2055), [^\n]*")
+_LOST = re.compile(rf"OperationalError: \((?:{'|'.join(map(str, sorted(LOST_CONNECTION_CODES)))}), [^\n]*")
 
 
 def _as_ingest_error(failure: BaseException) -> BaseException:

@@ -342,7 +342,8 @@ def spark_string(text: str) -> str:
 # --- applying a plan with Spark (idempotent: every step looks at the table first) ----------------------
 
 
-def _iceberg_columns(spark: Any, target: str) -> dict[str, Any]:
+def iceberg_columns(spark: Any, target: str) -> dict[str, Any]:
+    """The target's Iceberg columns by name (Spark's fields), read afresh."""
     spark.sql(f"REFRESH TABLE {target}")
     return {f.name: f for f in spark.table(target).schema.fields}
 
@@ -354,13 +355,13 @@ def _same_type(field: Any, spark_type: str) -> bool:
 def apply_plan(spark: Any, target: str, table_id: str, plan: SchemaPlan) -> list[str]:
     """Evolve the Iceberg schema; steps already done (a re-run after a crash) are skipped. Returns the DDL run."""
     done: list[str] = []
-    existing = _iceberg_columns(spark, target)
+    existing = iceberg_columns(spark, target)
 
     def run(statement: str) -> None:
         nonlocal existing
         done.append(statement)
         spark.sql(statement)
-        existing = _iceberg_columns(spark, target)
+        existing = iceberg_columns(spark, target)
 
     for before, after in plan.renamed:
         if before in existing and after not in existing:

@@ -526,6 +526,16 @@ class BinlogReader:
                     return  # the consumer is gone (a stop): no more reading
                 self._reopen()
 
+    def _recovered(self) -> None:
+        # A warning, as the loss was: the source's process logs nothing below that (Spark's worker).
+        log.warning(
+            "the binlog connection to %s is back after %d attempt(s); reading from %s",
+            self._reconnect.where,
+            self._reconnect.attempts,
+            self.position,
+        )
+        self._reconnect.recovered()
+
     def _reopen(self) -> None:
         """A new stream at the last transaction boundary; what was read of the group after it is forgotten."""
         try:
@@ -553,14 +563,7 @@ class BinlogReader:
         try:
             for event in self._stream:
                 if self._reconnect.since is not None:
-                    # A warning, as the loss was: the source's process logs nothing below that (Spark's worker).
-                    log.warning(
-                        "the binlog connection to %s is back after %d attempt(s); reading from %s",
-                        self._reconnect.where,
-                        self._reconnect.attempts,
-                        self.position,
-                    )
-                    self._reconnect.recovered()
+                    self._recovered()
                 file = self._stream.log_file
                 end = BinlogPosition(file, event.packet.log_pos) if event.packet.log_pos else self.position
                 if isinstance(event, HeartbeatLogEvent):
