@@ -28,6 +28,15 @@ class SourceError(TerminalError):
     """MySQL/MariaDB is set up in a way the job cannot work with (settings, grants, schema)."""
 
 
+class SourceConnectError(SourceError):
+    """A session to the source could not be opened. `lost`: the server could not be reached (it may be restarting),
+    as opposed to refused for a reason a person must fix (password, grant, TLS); a chunk read retries the former."""
+
+    def __init__(self, message: str, lost: bool = False) -> None:
+        super().__init__(message)
+        self.lost = lost
+
+
 class SchemaChangeError(SourceError):
     """A captured table's schema changed in the binlog in a way the job must not (or was told not to) follow."""
 

@@ -513,7 +513,11 @@ class BinlogReader:
             except Exception as e:
                 if not lost_connection(e):
                     raise
-                wait = self._reconnect.next_wait(e, self.position)
+                wait = self._reconnect.next_wait(
+                    e,
+                    f"Everything before binlog position {self.position} that the job committed stays; `ingest run` "
+                    "resumes there once the server is back",
+                )
                 log.warning(
                     "lost the binlog connection to %s (%s); reading again from %s in %.1f s (attempt %d)",
                     self._reconnect.where,

@@ -36,6 +36,7 @@ from ingest.source.ddl import ddl_tables, statement_tables
 from ingest.source.event_groups import XaId, control_statement, group_flags, one_phase, xa_statement_id
 from ingest.source.foreign_keys import Actions, load_actions, update_changed
 from ingest.source.mysql import connect
+from ingest.source.reconnect import Reconnect, lost_connection
 from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
 
@@ -105,11 +106,18 @@ class ChunkConnections:
             self._select = open_select(self.source, self.driver)
         return self._select
 
-    def close(self) -> None:
-        for closable in (self._select, self._conn):
-            if closable is not None:
-                closable.close()
-        self._select = self._conn = None
+    def close(self, quietly: bool = False) -> None:
+        """Close both sessions; `quietly`: one that is dead already (a lost connection) fails its close unheard."""
+        try:
+            for closable in (self._select, self._conn):
+                if closable is not None:
+                    try:
+                        closable.close()
+                    except Exception:
+                        if not quietly:
+                            raise
+        finally:
+            self._select = self._conn = None
 
     def __enter__(self) -> ChunkConnections:
         return self
@@ -119,28 +127,66 @@ class ChunkConnections:
 
 
 def read_chunk(task: ChunkTask, connections: ChunkConnections | None = None) -> ChunkResult:
-    """Read one chunk; with `connections`, on sessions the caller keeps open for its next chunks."""
+    """Read one chunk; with `connections`, on sessions the caller keeps open for its next chunks.
+
+    A chunk whose connection is lost (a restarted server, a killed session, a reset) is read again whole on new
+    sessions, with backoff, for at most `source.reconnect_seconds` (ingest.source.reconnect); a read from a new
+    low watermark is as good as the first, and the chunks read before it are kept."""
     if connections is None:
         with ChunkConnections(task.source, task.driver) as own:
             return read_chunk(task, own)
-    for attempt in range(1, READ_ATTEMPTS + 1):
+    chunk, source = task.chunk, task.source
+    reconnect = Reconnect(
+        source.reconnect_seconds,
+        f"{source.host}:{source.port}",
+        f"the connection of {chunk.table_id} chunk {chunk.index}",
+    )
+    redefined = 0
+    while True:
         try:
-            return _read_chunk_once(task, connections)
+            result = _read_chunk_once(task, connections)
         except Exception as e:
+            connections.close(quietly=True)
+            if lost_connection(e):
+                _wait_to_read_again(task, reconnect, e)
             # ER_TABLE_DEF_CHANGED: the table was replaced after the read view began (an online schema change's
             # RENAME swap). Read the chunk again from a new low watermark; what changed is the binlog phase's to judge.
-            if _error_code(e) != 1412 or attempt == READ_ATTEMPTS:
+            elif _error_code(e) == 1412 and redefined < READ_ATTEMPTS - 1:
+                redefined += 1
+                log.info(
+                    "%s chunk %d: the table was redefined during the read; reading it again",
+                    chunk.table_id,
+                    chunk.index,
+                )
+            else:
                 raise
-            log.info(
-                "%s chunk %d: the table was redefined during the read; reading it again",
-                task.chunk.table_id,
-                task.chunk.index,
+            continue
+        if reconnect.attempts:
+            log.warning(
+                "%s chunk %d read after %d reconnect attempt(s)", chunk.table_id, chunk.index, reconnect.attempts
             )
-            connections.close()
-    raise AssertionError("unreachable")
+        return result
 
 
 READ_ATTEMPTS = 3
+
+
+def _wait_to_read_again(task: ChunkTask, reconnect: Reconnect, error: BaseException) -> None:
+    chunk = task.chunk
+    wait = reconnect.next_wait(
+        error,
+        f"The chunks of {chunk.table_id} committed before stay; `ingest run` reads the others once the server is back",
+    )
+    log.warning(
+        "%s chunk %d: lost the connection to %s (%s); reading the chunk again in %.1f s (attempt %d)",
+        chunk.table_id,
+        chunk.index,
+        reconnect.where,
+        reconnect.last_error,
+        wait,
+        reconnect.attempts,
+    )
+    time.sleep(wait)
 
 
 def _error_code(error: BaseException) -> object:

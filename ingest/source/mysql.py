@@ -15,10 +15,11 @@ import pymysql
 import pymysql.cursors
 
 from ingest.config import SourceConfig, TableOptions, TableSelection
-from ingest.errors import MissingPrivilegeError, SourceError, UnsupportedTableError
+from ingest.errors import MissingPrivilegeError, SourceConnectError, SourceError, UnsupportedTableError
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote
 from ingest.source.ddl import osc_helper
+from ingest.source.reconnect import LOST_CONNECTION_CODES
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,10 @@ def connection_refused(source: SourceConfig, error: Exception) -> SourceError:
     drivers' messages never contain the password), and for a TLS failure what `tls.mode` checks."""
     failure = tls_failure(error)
     if failure is None:
-        return SourceError(f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {error.args[-1]}")
+        return SourceConnectError(
+            f"cannot connect to MySQL at {source.host}:{source.port} as {source.user}: {error.args[-1]}",
+            lost=bool(error.args) and error.args[0] in LOST_CONNECTION_CODES,
+        )
     ca = f" (tls.ca_file {source.tls.ca_file})" if source.tls.ca_file else ""
     need = {
         "verify_ca": "the server's certificate must be signed by a CA in tls.ca_file",

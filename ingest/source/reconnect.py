@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from ingest.errors import SourceUnreachableError
+from ingest.errors import SourceConnectError, SourceUnreachableError
 
 LOST_CONNECTION_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2055})
 """Server shutdown in progress, connection killed, cannot connect, server gone away, connection lost (also a read
@@ -26,10 +26,14 @@ MAX_WAIT_SECONDS = 10.0
 
 
 def lost_connection(error: BaseException) -> bool:
-    """The error says the connection to the server was lost or could not be made: retrying may succeed."""
-    if isinstance(error, pymysql.err.OperationalError | pymysql.err.InterfaceError):
-        code = error.args[0] if error.args else None
-        return isinstance(error, pymysql.err.InterfaceError) or code in LOST_CONNECTION_CODES
+    """The error says the connection to the server was lost or could not be made: retrying may succeed. PyMySQL's
+    errors and mysqlclient's (the snapshot's fast driver) are told by their class name and the client's code."""
+    if isinstance(error, SourceConnectError):
+        return error.lost
+    if isinstance(error, pymysql.err.InterfaceError):
+        return True  # a closed connection used again
+    if type(error).__name__ == "OperationalError":
+        return bool(error.args) and error.args[0] in LOST_CONNECTION_CODES
     return isinstance(error, ConnectionError | TimeoutError | EOFError)
 
 
@@ -46,6 +50,8 @@ class Reconnect:
     budget_seconds: float
     where: str
     """The server, as `host:port`."""
+    lost: str = "the binlog connection"
+    """What was lost, for the message that gives up."""
     clock: Callable[[], float] = time.monotonic
     since: float | None = None
     attempts: int = 0
@@ -56,9 +62,10 @@ class Reconnect:
         """Data flowed again: a later failure starts a new streak with the whole budget."""
         self.since, self.attempts = None, 0
 
-    def next_wait(self, error: BaseException, position: object) -> float:
+    def next_wait(self, error: BaseException, kept: str) -> float:
         """The seconds to wait before the next attempt after `error`; SourceUnreachableError once the budget is
-        spent. Doubling from FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS, with jitter, never past the budget."""
+        spent, its message ending with `kept` (what stays, and where the next run resumes). Doubling from
+        FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS, with jitter, never past the budget."""
         now = self.clock()
         if self.since is None:
             self.since = now
@@ -67,10 +74,9 @@ class Reconnect:
         spent = now - self.since
         if spent >= self.budget_seconds:
             raise SourceUnreachableError(
-                f"lost the binlog connection to the source at {self.where} and could not read it again for "
+                f"lost {self.lost} to the source at {self.where} and could not read it again for "
                 f"{spent:.0f} s ({self.attempts - 1} reconnect attempts, `source.reconnect_seconds` is "
-                f"{self.budget_seconds:g}): {self.last_error}. Everything before binlog position {position} that "
-                "the job committed stays; `ingest run` resumes there once the server is back"
+                f"{self.budget_seconds:g}): {self.last_error}. {kept}"
             )
         wait = min(MAX_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2.0 ** min(self.attempts - 1, 16))
         wait *= 0.8 + 0.4 * self._jitter.random()

@@ -21,7 +21,7 @@ from ingest.sink.targets import source_targets
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, range_predicate, split_table
 from ingest.source.mysql import connect, load_schema
-from tests.conftest import embedded_sink, source_section
+from tests.conftest import CDC_USER, embedded_sink, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
 pytestmark = pytest.mark.integration
@@ -637,3 +637,47 @@ def test_a_column_renamed_inside_a_chunks_window_stops_the_copy_naming_the_table
         _read_all(config, schema, 4, hook)
     message = str(refused.value)
     assert message.startswith(f"{DB}.{table}: ") and f"ingest resnapshot --config ... --table {DB}.{table}" in message
+
+
+@pytest.mark.parametrize(
+    ("point", "again"), [("after_low_watermark", 1), ("before_high_watermark", 1), ("after_high_watermark", 2)]
+)
+def test_a_chunk_whose_sessions_are_killed_is_read_again_on_new_ones_and_the_others_are_kept(
+    mariadb: MariaDBServer, config: PipelineConfig, point: HookPoint, again: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 53: the server kills every session of the CDC user during chunk 1's read (as an operator's KILL, a
+    proxy's reset or a restart does): before its SELECT or after it, the chunk is read again whole on new sessions,
+    with a change made meanwhile. Killed after its high watermark (between two chunks), chunk 1 is done and the
+    next chunk finds its sessions dead and is read on new ones. The other chunks are read once; every row once."""
+    table = f"killed_{point}"
+    _table(mariadb, f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))", [(i, f"v{i}") for i in range(30)])
+    schema = _schema(config, table)
+    selects: Counter[int] = Counter()
+    killed: list[int] = []
+
+    def hook(at: HookPoint, chunk: Chunk) -> None:
+        if at == "before_high_watermark":
+            selects[chunk.index] += 1
+        if at == point and chunk.index == 1 and not killed:
+            with mariadb.admin() as conn, conn.cursor() as cur:
+                cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s", (CDC_USER,))
+                sessions = [int(row[0]) for row in cur.fetchall()]
+                assert sessions, "the chunk reader's sessions"
+                killed.extend(sessions)
+                for session in sessions:
+                    cur.execute(f"KILL CONNECTION {session}")
+                cur.execute(f"UPDATE {DB}.{table} SET v = 'after the kill' WHERE id = %s", (10 * again + 2,))
+                conn.commit()
+
+    opened = _server_connections(mariadb)
+    with caplog.at_level("WARNING", logger="ingest.source.chunk_reader"):
+        chunks, results = _read_all(config, schema, 10, hook)
+    # A chunk killed before its SELECT ends selects once; after it, twice; the chunk after a kill between two, once.
+    assert len(chunks) == 3 and selects == {0: 1, 1: 2 if point == "before_high_watermark" else 1, 2: 1}, selects
+    _assert_exact_copy(mariadb, schema, results)
+    assert any(row[1] == "after the kill" for row in results[again].rows)
+    assert f"{DB}.{table} chunk {again}: lost the connection to 127.0.0.1:" in caplog.text, caplog.text
+    assert f"{DB}.{table} chunk {again} read after 1 reconnect attempt(s)" in caplog.text, caplog.text
+    assert caplog.text.count("reading the chunk again") == 1, caplog.text
+    # One split session, the first pair, the pair after the kill, and the window's binlog streams: no more.
+    assert _server_connections(mariadb) - opened <= 8

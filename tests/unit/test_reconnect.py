@@ -6,7 +6,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from ingest.errors import SourceUnreachableError, TransientError
+from ingest.errors import SourceConnectError, SourceUnreachableError, TransientError
 from ingest.source.reconnect import MAX_WAIT_SECONDS, Reconnect, lost_connection, stall_timeout
 
 
@@ -25,6 +25,12 @@ from ingest.source.reconnect import MAX_WAIT_SECONDS, Reconnect, lost_connection
         (pymysql.err.OperationalError(1045, "Access denied for user 'cdc'"), False),
         (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
         (ValueError("a bug"), False),
+        # mysqlclient's errors (the snapshot's fast driver) by their class name and code
+        (type("OperationalError", (Exception,), {})(2013, "Lost connection to server during query"), True),
+        (type("OperationalError", (Exception,), {})(1146, "Table 'db.t' doesn't exist"), False),
+        # a session the job could not open: a server away is retried, a refused password is not
+        (SourceConnectError("cannot connect to MySQL at db:3306 as cdc: Connection refused", lost=True), True),
+        (SourceConnectError("cannot connect to MySQL at db:3306 as cdc: Access denied", lost=False), False),
     ],
 )
 def test_only_a_lost_connection_is_retried(error: BaseException, lost: bool) -> None:
@@ -69,3 +75,14 @@ def test_past_its_budget_it_gives_up_with_one_line_naming_the_server_the_time_an
 def test_a_stall_is_three_missed_heartbeats_at_least_five_seconds() -> None:
     assert stall_timeout(1.0) == 5.0
     assert stall_timeout(10.0) == 30.0
+
+
+def test_a_chunk_reader_gives_up_naming_what_it_lost_and_what_stays() -> None:
+    now = [0.0]
+    reconnect = Reconnect(5, "db:3306", "the connection of shop.t chunk 7", clock=lambda: now[0])
+    error = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    with pytest.raises(SourceUnreachableError) as gave_up:
+        while True:
+            now[0] += reconnect.next_wait(error, "The chunks of shop.t committed before stay")
+    assert str(gave_up.value).startswith("lost the connection of shop.t chunk 7 to the source at db:3306")
+    assert str(gave_up.value).endswith("The chunks of shop.t committed before stay")
