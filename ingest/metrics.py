@@ -96,7 +96,12 @@ class Progress:
     """Seconds since the last binlog batch was committed."""
     paused: bool
     """The snapshot waits for a busy source (`snapshot.max_source_load`)."""
+    reconnecting: Reconnecting | None = None
+    """The binlog reader is reconnecting to the source: for how many seconds, attempts, last error."""
 
+
+Reconnecting = tuple[float, int, str]
+"""A reader reconnecting to the source: since when (seconds since the epoch), attempts so far, the last error."""
 
 BytesBehindProbe = Callable[["BinlogPosition"], "int | None"]
 """Binlog bytes from a committed position to the server's current end (None when they cannot be counted)."""
@@ -132,6 +137,10 @@ class JobMetrics:
         """Set by the job: asked at scrape time (at most once per PROBE_CACHE_SECONDS) for the bytes behind."""
         self._probed: tuple[float, BinlogPosition, int | None] | None = None
         self._probe_error: str | None = None
+        self.reconnecting_probe: Callable[[], Reconnecting | None] | None = None
+        """Set by the job: whether the binlog reader (in another process) is reconnecting to the source."""
+        self.reconnect_file: str | None = None
+        """Set by the job: where the binlog reader says it is reconnecting (what `reconnecting_probe` reads)."""
 
     # -- what the job reports
 
@@ -198,7 +207,18 @@ class JobMetrics:
                 lag=None if self._source_time is None else max(0.0, self._clock() - self._source_time),
                 last_commit_age=None if self._last_batch_at is None else max(0.0, self._clock() - self._last_batch_at),
                 paused=self._paused > 0,
+                reconnecting=self._reconnecting_for(),
             )
+
+    def _reconnecting_for(self) -> Reconnecting | None:
+        """`reconnecting()` with the seconds it has lasted in place of when it began."""
+        status = self.reconnecting()
+        return None if status is None else (max(0.0, self._clock() - status[0]), status[1], status[2])
+
+    def reconnecting(self) -> Reconnecting | None:
+        """Whether the binlog reader is reconnecting to the source now (asks no server: a file on this host)."""
+        probe = self.reconnecting_probe
+        return None if probe is None else probe()
 
     def bytes_behind(self) -> int | None:
         """Binlog bytes from the committed offset to the server's end, asked of the source (cached briefly)."""
@@ -224,101 +244,130 @@ class JobMetrics:
 
     def families(self) -> list[MetricFamily]:
         behind = self.bytes_behind()  # outside the lock: it may wait on the source
-        now = self._clock()
+        reconnecting = self.reconnecting()
         with self._lock:
-            lag: float | None = None
-            if behind == 0:
-                lag = 0.0  # the source is where the job committed: nothing is missing (as `ingest status` says)
-            elif self._source_time is not None:
-                lag = max(0.0, round(now - self._source_time, 3))
+            info = MetricFamily(
+                "ingest_pipeline_info",
+                "gauge",
+                "The pipeline this job runs (always 1).",
+                [("", {"pipeline": self.pipeline}, 1)],
+            )
+            return [info, *self._snapshot_families(), *self._binlog_families(behind), *_source_families(reconnecting)]
 
-            throttled = self._throttled_seconds
-            if self._paused_since is not None:  # the pause in progress counts up to now
-                throttled += self._monotonic() - self._paused_since
+    def _snapshot_families(self) -> list[MetricFamily]:
+        throttled = self._throttled_seconds
+        if self._paused_since is not None:  # the pause in progress counts up to now
+            throttled += self._monotonic() - self._paused_since
+        return [
+            MetricFamily(
+                "ingest_snapshot_rows_total",
+                "counter",
+                "Rows the snapshot copied into the target, per source table, since the job started.",
+                _per("table", self._snapshot_rows),
+            ),
+            MetricFamily(
+                "ingest_snapshot_chunks_done",
+                "gauge",
+                "Chunks of the table's snapshot copied, by this run and earlier ones.",
+                _per("table", {t: d for t, (d, _) in self._chunks.items()}),
+            ),
+            MetricFamily(
+                "ingest_snapshot_chunks_planned",
+                "gauge",
+                "Chunks the table's snapshot is split into.",
+                _per("table", {t: p for t, (_, p) in self._chunks.items()}),
+            ),
+            MetricFamily(
+                "ingest_snapshot_paused",
+                "gauge",
+                "1 while the snapshot waits for a busy source (snapshot.max_source_load), else 0.",
+                [("", {}, 1 if self._paused else 0)],
+            ),
+            MetricFamily(
+                "ingest_snapshot_throttled_seconds_total",
+                "counter",
+                "Seconds the snapshot waited for a busy source (snapshot.max_source_load) since the job started.",
+                [("", {}, round(throttled, 3))],
+            ),
+        ]
 
-            def per(table_name: str, values: Mapping[str, float]) -> list[tuple[str, Mapping[str, str], float]]:
-                return [("", {table_name: k}, v) for k, v in sorted(values.items())]
-
-            families = [
-                MetricFamily(
-                    "ingest_pipeline_info",
-                    "gauge",
-                    "The pipeline this job runs (always 1).",
-                    [("", {"pipeline": self.pipeline}, 1)],
-                ),
-                MetricFamily(
-                    "ingest_snapshot_rows_total",
-                    "counter",
-                    "Rows the snapshot copied into the target, per source table, since the job started.",
-                    per("table", self._snapshot_rows),
-                ),
-                MetricFamily(
-                    "ingest_snapshot_chunks_done",
-                    "gauge",
-                    "Chunks of the table's snapshot copied, by this run and earlier ones.",
-                    per("table", {t: d for t, (d, _) in self._chunks.items()}),
-                ),
-                MetricFamily(
-                    "ingest_snapshot_chunks_planned",
-                    "gauge",
-                    "Chunks the table's snapshot is split into.",
-                    per("table", {t: p for t, (_, p) in self._chunks.items()}),
-                ),
-                MetricFamily(
-                    "ingest_snapshot_paused",
-                    "gauge",
-                    "1 while the snapshot waits for a busy source (snapshot.max_source_load), else 0.",
-                    [("", {}, 1 if self._paused else 0)],
-                ),
-                MetricFamily(
-                    "ingest_snapshot_throttled_seconds_total",
-                    "counter",
-                    "Seconds the snapshot waited for a busy source (snapshot.max_source_load) since the job started.",
-                    [("", {}, round(throttled, 3))],
-                ),
-                MetricFamily(
-                    "ingest_binlog_changes_applied_total",
-                    "counter",
-                    "Binlog row changes applied to the target (MERGE or append), per source table, since the job "
-                    "started.",
-                    per("table", self._changes),
-                ),
-                MetricFamily(
-                    "ingest_commit_retries_total",
-                    "counter",
-                    "Iceberg commits tried again after a conflict with another writer, per Iceberg table.",
-                    per("target", self._retries),
-                ),
-                MetricFamily(
-                    "ingest_batch_duration_seconds",
-                    "summary",
-                    "Time to commit a binlog batch: every table's MERGE and the state table's offset.",
-                    [("_sum", {}, self._batch_seconds), ("_count", {}, self._batches)],
-                ),
-                MetricFamily(
-                    "ingest_last_batch_duration_seconds",
-                    "gauge",
-                    "Time the last binlog batch took to commit.",
-                    [] if self._last_batch_seconds is None else [("", {}, self._last_batch_seconds)],
-                ),
-                MetricFamily(
-                    "ingest_lag_seconds",
-                    "gauge",
-                    "0 when the committed offset is the source's binlog end, else seconds since the source was last "
-                    "known to be at it (the commit time of the last committed transaction, or an idle heartbeat's).",
-                    [] if lag is None else [("", {}, lag)],
-                ),
-                MetricFamily(
-                    "ingest_binlog_bytes_behind",
-                    "gauge",
-                    "Binlog bytes from the committed offset to the source's binlog end (SHOW BINARY LOGS sizes).",
-                    [] if behind is None else [("", {}, behind)],
-                ),
-            ]
-        return families
+    def _binlog_families(self, behind: int | None) -> list[MetricFamily]:
+        lag: float | None = None
+        if behind == 0:
+            lag = 0.0  # the source is where the job committed: nothing is missing (as `ingest status` says)
+        elif self._source_time is not None:
+            lag = max(0.0, round(self._clock() - self._source_time, 3))
+        return [
+            MetricFamily(
+                "ingest_binlog_changes_applied_total",
+                "counter",
+                "Binlog row changes applied to the target (MERGE or append), per source table, since the job started.",
+                _per("table", self._changes),
+            ),
+            MetricFamily(
+                "ingest_commit_retries_total",
+                "counter",
+                "Iceberg commits tried again after a conflict with another writer, per Iceberg table.",
+                _per("target", self._retries),
+            ),
+            MetricFamily(
+                "ingest_batch_duration_seconds",
+                "summary",
+                "Time to commit a binlog batch: every table's MERGE and the state table's offset.",
+                [("_sum", {}, self._batch_seconds), ("_count", {}, self._batches)],
+            ),
+            MetricFamily(
+                "ingest_last_batch_duration_seconds",
+                "gauge",
+                "Time the last binlog batch took to commit.",
+                [] if self._last_batch_seconds is None else [("", {}, self._last_batch_seconds)],
+            ),
+            MetricFamily(
+                "ingest_lag_seconds",
+                "gauge",
+                "0 when the committed offset is the source's binlog end, else seconds since the source was last "
+                "known to be at it (the commit time of the last committed transaction, or an idle heartbeat's).",
+                [] if lag is None else [("", {}, lag)],
+            ),
+            MetricFamily(
+                "ingest_binlog_bytes_behind",
+                "gauge",
+                "Binlog bytes from the committed offset to the source's binlog end (SHOW BINARY LOGS sizes).",
+                [] if behind is None else [("", {}, behind)],
+            ),
+        ]
 
     def exposition(self) -> str:
         return render(self.families())
+
+
+def _per(label: str, values: Mapping[str, float]) -> list[tuple[str, Mapping[str, str], float]]:
+    return [("", {label: k}, v) for k, v in sorted(values.items())]
+
+
+def _source_families(reconnecting: Reconnecting | None) -> list[MetricFamily]:
+    since, attempts, error = reconnecting or (None, 0, "")
+    return [
+        MetricFamily(
+            "ingest_source_reconnecting",
+            "gauge",
+            "1 while the binlog reader reconnects to the source (a restarted server, a killed, reset or stalled "
+            "connection), labelled with the last error; else 0.",
+            [("", {"error": error} if reconnecting else {}, 1 if reconnecting else 0)],
+        ),
+        MetricFamily(
+            "ingest_source_reconnect_attempts",
+            "gauge",
+            "Attempts of the reconnect under way (0 when none is).",
+            [("", {}, attempts)],
+        ),
+        MetricFamily(
+            "ingest_source_reconnecting_since_seconds",
+            "gauge",
+            "When the reconnect under way began, in seconds since the epoch (absent when none is).",
+            [] if since is None else [("", {}, since)],
+        ),
+    ]
 
 
 _outside_runs = JobMetrics()

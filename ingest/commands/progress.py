@@ -88,6 +88,9 @@ class ProgressView:
         if now.last_commit_age is not None:
             parts.append(f"last commit {now.last_commit_age:.0f} s ago")
         parts.append(f"at {now.committed}")
+        if now.reconnecting is not None:
+            seconds, attempts, error = now.reconnecting
+            parts.append(f"reconnecting to the source for {_duration(seconds)} (attempt {attempts}: {error})")
         return ", ".join(parts)
 
 

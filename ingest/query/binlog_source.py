@@ -44,6 +44,7 @@ import pickle
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ingest.config import PipelineConfig, SourceConfig, TableSelection
@@ -56,6 +57,7 @@ from ingest.source.binlog import FOLLOWED, BinlogReader, dump_server_id
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.prefetch import End, Idle, Prefetch
+from ingest.source.reconnect import publish
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,9 @@ class BinlogSourceSpec:
     a batch of its own (`SourceBatch.named`): the job ends the phase there and copies the table."""
     read_chunks: bool = False
     """Whether the sink reads chunk batches: the source then hands over the chunks of `tables` not read yet."""
+    reconnect_file: str | None = None
+    """A file on the driver's host where the reader says it is reconnecting to the source, for the job's metrics
+    (ingest.source.reconnect.publish)."""
 
 
 @dataclass(frozen=True)
@@ -410,6 +415,9 @@ class BinlogStreamReader:
             recopy=stream.on_unfollowable == "recopy",
         )
         self._chained = reader.chained
+        if self.spec.reconnect_file is not None:
+            file = Path(self.spec.reconnect_file)
+            reader.on_reconnect = lambda reconnect: publish(file, reconnect)
         return reader
 
     def _open(self, begin: Watermark) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from ingest.config import BINLOG_START_MODES, PipelineConfig
@@ -29,6 +31,7 @@ from ingest.source.chunk_reader import ChunkHook
 from ingest.source.chunks import Chunk
 from ingest.source.discovery import SourceInfo, discover
 from ingest.source.mysql import connect
+from ingest.source.reconnect import read_published
 from ingest.source.startup import resolve_start
 from ingest.source.throttle import check_load_probe
 from ingest.source.watermark import bytes_behind_now
@@ -60,8 +63,22 @@ def run(
             check_load_probe(conn, config.snapshot.max_source_load, info.flavor)
     job_metrics = JobMetrics(config.name)
     job_metrics.bytes_behind_probe = lambda committed: bytes_behind_now(config, info.flavor, committed)
-    with recording(job_metrics), _metrics_server(config, job_metrics):
-        _run(config, info, snapshot_only, until_caught_up, hook, spark)
+    with tempfile.TemporaryDirectory(prefix="ingest-") as scratch, recording(job_metrics):
+        _watch_reconnects(job_metrics, Path(scratch) / "reconnecting.json")
+        with _metrics_server(config, job_metrics):
+            _run(config, info, snapshot_only, until_caught_up, hook, spark)
+
+
+def _watch_reconnects(job_metrics: JobMetrics, file: Path) -> None:
+    """The binlog reader (in Spark's Python process on this host) says in `file` when it is reconnecting; the
+    metrics and the progress line read it there."""
+
+    def reconnecting() -> tuple[float, int, str] | None:
+        status = read_published(file)
+        return None if status is None else (status.since, status.attempts, status.last_error)
+
+    job_metrics.reconnect_file = str(file)
+    job_metrics.reconnecting_probe = reconnecting
 
 
 @contextmanager

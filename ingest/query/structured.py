@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest import errors
+from ingest import errors, metrics
 from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.model.changes import TablesNamed
@@ -231,6 +231,7 @@ def stream_structured(
             begin.goal,
             config.tables if hooks.on_tables_named is not None else None,
             hooks.read_chunks is not None,
+            reconnect_file=metrics.current().reconnect_file,
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))

@@ -415,6 +415,8 @@ class BinlogReader:
         self.blocking = blocking
         self._stream = self._open(start)
         self._reconnect = Reconnect(source.reconnect_seconds, f"{source.host}:{source.port}")
+        self.on_reconnect: Callable[[Reconnect], None] | None = None
+        """Told of each reconnect attempt, and of the recovery (ingest.source.reconnect.publish)."""
         self._interrupted = threading.Event()
         self._tables = {(s.database, s.table) for s in schemas}
         self._osc = OnlineSchemaChanges()
@@ -526,6 +528,8 @@ class BinlogReader:
                     wait,
                     self._reconnect.attempts,
                 )
+                if self.on_reconnect is not None:
+                    self.on_reconnect(self._reconnect)
                 if self._interrupted.wait(wait):
                     return  # the consumer is gone (a stop): no more reading
                 self._reopen()
@@ -539,6 +543,8 @@ class BinlogReader:
             self.position,
         )
         self._reconnect.recovered()
+        if self.on_reconnect is not None:
+            self.on_reconnect(self._reconnect)
 
     def _reopen(self) -> None:
         """A new stream at the last transaction boundary; what was read of the group after it is forgotten."""

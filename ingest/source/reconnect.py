@@ -8,10 +8,13 @@ at most `source.reconnect_seconds`; then it gives up with `SourceUnreachableErro
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pymysql
 
@@ -54,13 +57,15 @@ class Reconnect:
     """What was lost, for the message that gives up."""
     clock: Callable[[], float] = time.monotonic
     since: float | None = None
+    since_wall: float | None = None
+    """When the streak began, in seconds since the epoch (for other processes: `publish`)."""
     attempts: int = 0
     last_error: str = ""
     _jitter: random.Random = field(default_factory=random.Random)
 
     def recovered(self) -> None:
         """Data flowed again: a later failure starts a new streak with the whole budget."""
-        self.since, self.attempts = None, 0
+        self.since, self.since_wall, self.attempts = None, None, 0
 
     def next_wait(self, error: BaseException, kept: str) -> float:
         """The seconds to wait before the next attempt after `error`; SourceUnreachableError once the budget is
@@ -68,7 +73,7 @@ class Reconnect:
         FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS, with jitter, never past the budget."""
         now = self.clock()
         if self.since is None:
-            self.since = now
+            self.since, self.since_wall = now, time.time()
         self.attempts += 1
         self.last_error = _one_line(error)
         spent = now - self.since
@@ -86,3 +91,35 @@ class Reconnect:
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}"[:300]
+
+
+@dataclass(frozen=True)
+class Reconnecting:
+    """What a reader that is reconnecting says of it, to the job's metrics and progress line."""
+
+    since: float
+    """Seconds since the epoch."""
+    attempts: int
+    last_error: str
+
+
+def publish(path: Path, reconnect: Reconnect) -> None:
+    """Write `reconnect`'s streak to `path` for the job's other process (the binlog source runs in a Python process
+    of Spark's own, on the driver's host); remove it once the streak is over. Replaced whole: a reader never sees
+    half a file."""
+    if reconnect.since_wall is None:
+        path.unlink(missing_ok=True)
+        return
+    part = path.with_name(path.name + ".part")
+    status = {"since": reconnect.since_wall, "attempts": reconnect.attempts, "last_error": reconnect.last_error}
+    part.write_text(json.dumps(status))
+    os.replace(part, path)
+
+
+def read_published(path: Path) -> Reconnecting | None:
+    """The streak `publish` wrote at `path`, or None when none is under way."""
+    try:
+        status = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return Reconnecting(float(status["since"]), int(status["attempts"]), str(status["last_error"]))

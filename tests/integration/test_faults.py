@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,14 @@ import yaml
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.devservers.process import free_port
 from ingest.faults import ENV as CRASH_ENV
 from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
 from tests.integration.test_adhoc import _Log, _stop
 from tests.integration.test_recopy import _streaming, _wait
 from tests.integration.test_streaming import background_writes
 from tests.tcp_proxy import TcpProxy
+from tests.unit.test_metrics import samples
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +57,10 @@ def _setup(server: MariaDBServer, db: str) -> None:
 
 
 def _start(
-    server: MariaDBServer, db: str, tmp_path: Path, **source: Any
+    server: MariaDBServer, db: str, tmp_path: Path, metrics_port: int | None = None, **source: Any
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
     """`ingest run` of `db.t` as a process of its own (to be signalled); `source`: more keys of its source."""
-    document = {
+    document: dict[str, Any] = {
         "name": db,
         "source": {**source_section(server), **source},
         "tables": {"include": [rf"{db}\.t"]},
@@ -65,6 +68,8 @@ def _start(
         "snapshot": {"chunk_size": 100},
         "stream": {"batch_interval_seconds": 1},
     }
+    if metrics_port is not None:
+        document["metrics"] = {"port": metrics_port}
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(document))
     job = subprocess.Popen(
@@ -150,22 +155,47 @@ def test_a_source_away_longer_than_the_reconnect_budget_ends_the_job_with_exit_4
     assert "Traceback" not in err and "== Physical Plan ==" not in err and "+- " not in err, err[-3000:]
 
 
+def _scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return samples(answer.read().decode())
+
+
+def _two_scrapes_without_a_commit_between(port: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Two scrapes 2 s apart with no batch committed between them (what was read before the loss may still land)."""
+    for _ in range(10):
+        first = _scrape(port)
+        time.sleep(2)
+        later = _scrape(port)
+        if later["ingest_batch_duration_seconds_count"] == first["ingest_batch_duration_seconds_count"]:
+            return first, later
+    raise AssertionError("batches kept committing while the source was away")
+
+
 def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBServer, tmp_path: Path) -> None:
+    """While it reconnects, the metrics say so (since when, attempts, last error) and the lag keeps counting."""
     db = "faults_term"
     _setup(source, db)
-    config, job = _start(source, db, tmp_path)
+    port = free_port()
+    config, job = _start(source, db, tmp_path, metrics_port=port)
     log = _Log(job)
     try:
         with background_writes(source, db, _bump):
             _wait("the job is streaming", lambda: _streaming(config), job, log)
+            assert _scrape(port)["ingest_source_reconnecting"] == 0
             source.stop()
             _wait("a reconnect attempt", lambda: log.count("lost the binlog connection") > 0, job, log)
+            _wait("two attempts", lambda: _scrape(port).get("ingest_source_reconnect_attempts", 0) >= 2, job, log)
+            first, later = _two_scrapes_without_a_commit_between(port)
             err = _stop(job, log)  # exit 0: what was read is committed, nothing after it
     finally:
         if job.poll() is None:
             job.kill()
         source.start()
     assert "asked to stop" in err and "Traceback" not in err, err[-3000:]
+    reconnecting = {k: v for k, v in first.items() if k.startswith("ingest_source_reconnecting{error=")}
+    assert list(reconnecting.values()) == [1] and "Connection refused" in next(iter(reconnecting)), first
+    assert time.time() - 120 < first["ingest_source_reconnecting_since_seconds"] < time.time()
+    assert later["ingest_lag_seconds"] >= first["ingest_lag_seconds"] + 1.5  # no batch, and the lag counts on
     # The next run brings what was written after the loss.
     caught_up = run_ingest("run", "--config", str(tmp_path / "pipeline.yaml"), "--until-caught-up")
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]

@@ -7,6 +7,7 @@ import io
 import socket
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from ingest.errors import ConfigError
 from ingest.metrics import CONTENT_TYPE, JobMetrics, MetricFamily, MetricsServer, recording, render
 from ingest.model.position import BinlogPosition
 from ingest.sink import merge
+from ingest.source.reconnect import Reconnect, publish, read_published
 
 POS = BinlogPosition("b.000003", 900)
 CONFIG = {
@@ -89,6 +91,8 @@ def test_bookkeeping_adds_up_per_table() -> None:
         "ingest_batch_duration_seconds_count": 2,
         "ingest_last_batch_duration_seconds": 1.5,
         "ingest_lag_seconds": 10.0,  # no probe: now minus the source time of the committed offset
+        "ingest_source_reconnecting": 0,
+        "ingest_source_reconnect_attempts": 0,
     }
 
 
@@ -101,7 +105,37 @@ def test_nothing_known_yet_gives_families_without_samples() -> None:
         "ingest_snapshot_throttled_seconds_total": 0,
         "ingest_batch_duration_seconds_sum": 0,
         "ingest_batch_duration_seconds_count": 0,
+        "ingest_source_reconnecting": 0,
+        "ingest_source_reconnect_attempts": 0,
     }
+
+
+def test_a_reconnecting_reader_shows_since_when_its_attempts_and_last_error_and_the_lag_keeps_counting(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    job = JobMetrics("p", clock=lambda: now[0])
+    file = tmp_path / "reconnecting.json"
+    job.reconnecting_probe = lambda: (
+        None if (r := read_published(file)) is None else (r.since, r.attempts, r.last_error)
+    )
+    job.offset_committed(POS, 990)
+    reconnect = Reconnect(300, "db:3306", clock=lambda: now[0])
+    reconnect.next_wait(OSError("Connection refused"), "")
+    reconnect.next_wait(OSError("Connection refused"), "")
+    reconnect.since_wall = 995.0
+    publish(file, reconnect)
+    got = samples(job.exposition())
+    assert got['ingest_source_reconnecting{error="OSError: Connection refused"}'] == 1
+    assert got["ingest_source_reconnect_attempts"] == 2 and got["ingest_source_reconnecting_since_seconds"] == 995.0
+    assert got["ingest_lag_seconds"] == 10.0
+    now[0] = 1030.0
+    assert samples(job.exposition())["ingest_lag_seconds"] == 40.0  # no batch while it reconnects: the lag grows
+    assert job.progress().reconnecting == (35.0, 2, "OSError: Connection refused")
+    reconnect.recovered()
+    publish(file, reconnect)
+    assert not file.exists() and job.progress().reconnecting is None
+    assert samples(job.exposition())["ingest_source_reconnecting"] == 0
 
 
 def test_bytes_behind_comes_from_the_probe_and_zero_means_no_lag() -> None:

@@ -57,6 +57,12 @@ def test_the_binlog_line_shows_lag_changes_per_second_over_a_window_and_the_last
     view.lines(reading(30.0, committed="mysql-bin.000001:1800", changes={"shop.a": 1500, "shop.b": 500}))
     idle = view.lines(reading(41.0, committed="mysql-bin.000001:1800", changes={"shop.a": 1500, "shop.b": 500}))
     assert idle[-1].startswith("binlog   lag unknown, 0 changes/s")
+    away = view.lines(
+        reading(42.0, committed="mysql-bin.000001:1800", lag=14.0, reconnecting=(12.4, 3, "OperationalError: (2003")),
+    )
+    assert away[-1].endswith(
+        "at mysql-bin.000001:1800, reconnecting to the source for 0:00:12 (attempt 3: OperationalError: (2003)"
+    )
 
 
 def test_job_metrics_give_what_the_display_reads() -> None:
