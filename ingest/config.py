@@ -410,6 +410,9 @@ class SinkConfig(_Settings):
     changelog: Flag = False
     """Default for `table_options.<table>.changelog`: keep a changelog table next to each target."""
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    reconnect_seconds: Seconds = 300.0
+    """How long a binlog batch's commit waits for a catalog or object store that cannot be reached
+    (ingest.sink.outage)."""
 
 
 # The changelog table of a target is `<target name><CHANGELOG_SUFFIX>` in the target's namespace.

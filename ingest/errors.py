@@ -61,6 +61,10 @@ class SourceUnreachableError(TransientError):
     """The source stayed unreachable for longer than the job reconnects (`source.reconnect_seconds`)."""
 
 
+class SinkUnreachableError(TransientError):
+    """The catalog or the object store stayed unreachable for longer than the job waits (`sink.reconnect_seconds`)."""
+
+
 class CommitConflictError(TransientError):
     """Another writer committed first; the batch is retried from fresh table state."""
 

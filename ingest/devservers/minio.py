@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +35,7 @@ class MinioServer:
 
     def start(self) -> MinioServer:
         minio = find_program("minio", tools_dir() / "bin")
-        (self.base_dir / "data").mkdir()
+        (self.base_dir / "data").mkdir(exist_ok=True)
         self._process = ServerProcess(
             "minio",
             [
@@ -88,6 +89,14 @@ class MinioServer:
                 client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
         client.delete_bucket(Bucket=name)
         self.buckets.remove(name)
+
+    def restart(self, pause_seconds: float) -> None:
+        """Stop the server, wait, and start it again on the same port with the same data (for fault tests)."""
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+        time.sleep(pause_seconds)
+        self.start()
 
     def stop(self) -> None:
         if self._process is not None:

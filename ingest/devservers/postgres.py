@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -41,6 +43,32 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         data = self.base_dir / "data"
+        if not data.exists():
+            self._init(data)
+        self._process = ServerProcess(
+            "postgres",
+            [
+                _pg_bin("postgres"),
+                "-D",
+                str(data),
+                "-p",
+                str(self.port),
+                "-h",
+                self.host,
+                "-k",
+                str(self.base_dir),
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ],
+            self.base_dir / "postgres.log",
+            user=self._run_as,
+        )
+        self._process.wait_until(self._create_catalog_db, timeout=60)
+        return self
+
+    def _init(self, data: Path) -> None:
         pwfile = self.base_dir / "pw"
         pwfile.write_text(self.password)
         if self._run_as:
@@ -69,28 +97,16 @@ class PostgresServer:
         )
         if init.returncode != 0:
             raise ServiceStartError(f"initdb failed:\n{init.stdout[-2000:]}{init.stderr[-2000:]}")
-        self._process = ServerProcess(
-            "postgres",
-            [
-                _pg_bin("postgres"),
-                "-D",
-                str(data),
-                "-p",
-                str(self.port),
-                "-h",
-                self.host,
-                "-k",
-                str(self.base_dir),
-                "-c",
-                "fsync=off",
-                "-c",
-                "max_connections=200",
-            ],
-            self.base_dir / "postgres.log",
-            user=self._run_as,
-        )
-        self._process.wait_until(self._create_catalog_db, timeout=60)
-        return self
+
+    def restart(self, pause_seconds: float) -> None:
+        """Stop the server, wait, and start it again on the same port with the same data (for fault tests)."""
+        if self._process is not None:
+            # SIGINT: PostgreSQL's fast shutdown (pg_ctl's default), which ends the sessions still open; SIGTERM's
+            # smart shutdown would wait for every client to leave.
+            self._process.stop(how=signal.SIGINT)
+            self._process = None
+        time.sleep(pause_seconds)
+        self.start()
 
     def _create_catalog_db(self) -> bool:
         import psycopg2
@@ -119,7 +135,9 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.stop()
+            # SIGINT: PostgreSQL's fast shutdown (pg_ctl's default), which ends the sessions still open; SIGTERM's
+            # smart shutdown would wait for every client to leave.
+            self._process.stop(how=signal.SIGINT)
             self._process = None
         shutil.rmtree(self.base_dir, ignore_errors=True)
 

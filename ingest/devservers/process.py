@@ -75,10 +75,11 @@ class ServerProcess:
         self.stop()
         raise ServiceStartError(f"{self.name} was not ready after {timeout:.0f}s; log tail:\n" + self.log_tail())
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = 20.0, how: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the server with the signal `how` (then SIGKILL after `timeout` seconds)."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, how)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -40,10 +40,15 @@ def commit_prepared(
     end: Watermark,
     source_time: int | None = None,
     started: float | None = None,
+    settle: bool = False,
 ) -> None:
     """Commit a batch made ready by `prepare_batch`: per table its rejected values, its target, its changelog
-    (each skipped when it holds the batch already), all tagged with `end`; then `end` as the job's offset."""
+    (each skipped when it holds the batch already), all tagged with `end`; then `end` as the job's offset.
+    `settle`: a commit of this batch was cut off before (the sink away): what each table holds is looked at first,
+    as at a run's start, so that a commit that landed unknown to the job is not applied twice."""
     started = time.monotonic() if started is None else started
+    if settle:
+        _look_at_tables(config, tables, prepared, end)
 
     def apply(part: TableBatch) -> bool:
         table = tables[part.table_id]
@@ -111,6 +116,17 @@ def commit_prepared(
         end.position,
     )
     _maintain_due(spark, config, [tables[p.table_id] for p in prepared], end)
+
+
+def _look_at_tables(
+    config: PipelineConfig, tables: dict[str, TableStream], prepared: Sequence[TableBatch], end: Watermark
+) -> None:
+    for part in prepared:
+        table = tables[part.table_id]
+        names = config.target_for(table.schema.database, table.schema.table)
+        table.committed = committed_in(config, names, end, table.committed)
+        if table.changelog is not None:
+            table.changelog_committed = committed_in(config, table.changelog, end, table.changelog_committed)
 
 
 def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream], end: Watermark) -> None:

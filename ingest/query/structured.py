@@ -48,6 +48,7 @@ from ingest.query.ddl import follow_ddl
 from ingest.query.start import StreamStart, prepare
 from ingest.query.stop import StopPoint, StopSignal
 from ingest.runtime.spark import callback_connection, close_callback_connection
+from ingest.sink.outage import OutageWaitStopped, SinkOutage
 from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.reconnect import LOST_CONNECTION_CODES
@@ -94,8 +95,11 @@ class _Sink:
         flavor: str,
         begin: StreamStart,
         hooks: PhaseHooks,
+        stopping: Callable[[], bool],
     ) -> None:
         self.spark, self.config, self.state, self.conn, self.flavor = spark, config, state, conn, flavor
+        self.outage = SinkOutage(config.sink.reconnect_seconds, stopping)
+        """Waits out a catalog or object store that cannot be reached while a batch commits."""
         self.begin, self.hooks = begin, hooks
         self.committed = begin.start
         self.source_time = state.offset_source_time()
@@ -149,7 +153,17 @@ class _Sink:
                 raise _Closing(f"batch after the DDL at {batch.ddl.end}, which ends the phase to copy tables again")
         if end.position > self.committed or batch.tables:
             self.source_time = batch_source_time(self.source_time, batch.end.last_commit, batch.end.at)
-            commit_prepared(self.spark, self.config, self.state, begin.by_id, batch.tables, end, self.source_time)
+            source_time = self.source_time
+
+            def commit(again: bool) -> None:
+                commit_prepared(
+                    self.spark, self.config, self.state, begin.by_id, batch.tables, end, source_time, settle=again
+                )
+
+            try:
+                self.outage.run(f"committing the batch up to {end.position}", commit)
+            except OutageWaitStopped as e:
+                raise _Closing(str(e)) from None  # nothing of the batch is known committed: the next run replays it
             self.committed = end.position
         if batch.named is not None:
             assert self.hooks.on_tables_named is not None  # the source reports them only then
@@ -235,7 +249,7 @@ def stream_structured(
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
-        sink = _Sink(spark, config, state, conn, flavor, begin, hooks)
+        sink = _Sink(spark, config, state, conn, flavor, begin, hooks, stop.event.is_set if stop else lambda: False)
         kept = config.stream.checkpoint_location
         scratch: Path | None = None
         if kept:

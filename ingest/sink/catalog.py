@@ -74,6 +74,8 @@ def pyiceberg_properties(sink: SinkConfig) -> dict[str, str]:
         props["uri"] = _jdbc_to_sqlalchemy(props.get("uri", ""), sink.catalog)
         props.pop("jdbc.user", None)
         props["schema_version"] = props.pop(SCHEMA_VERSION, "V1").lower()
+        # A pooled connection the database dropped (a restart, a failover) is replaced before use, not failed on.
+        props.setdefault("pool_pre_ping", "true")
     return props
 
 

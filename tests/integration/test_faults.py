@@ -21,9 +21,11 @@ import yaml
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.devservers.minio import MinioServer
+from ingest.devservers.postgres import PostgresServer
 from ingest.devservers.process import free_port
 from ingest.faults import ENV as CRASH_ENV
-from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
+from tests.conftest import CDC_USER, embedded_sink, minio_sink, run_ingest, source_section
 from tests.integration.test_adhoc import _Log, _stop
 from tests.integration.test_recopy import _streaming, _wait
 from tests.integration.test_streaming import background_writes
@@ -57,16 +59,22 @@ def _setup(server: MariaDBServer, db: str) -> None:
 
 
 def _start(
-    server: MariaDBServer, db: str, tmp_path: Path, metrics_port: int | None = None, **source: Any
+    server: MariaDBServer,
+    db: str,
+    tmp_path: Path,
+    metrics_port: int | None = None,
+    sink: dict[str, Any] | None = None,
+    stream: dict[str, Any] | None = None,
+    **source: Any,
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
     """`ingest run` of `db.t` as a process of its own (to be signalled); `source`: more keys of its source."""
     document: dict[str, Any] = {
         "name": db,
         "source": {**source_section(server), **source},
         "tables": {"include": [rf"{db}\.t"]},
-        "sink": {**embedded_sink(tmp_path), "catalog_name": f"{db}_lake"},
+        "sink": sink or {**embedded_sink(tmp_path), "catalog_name": f"{db}_lake"},
         "snapshot": {"chunk_size": 100},
-        "stream": {"batch_interval_seconds": 1},
+        "stream": {"batch_interval_seconds": 1, **(stream or {})},
     }
     if metrics_port is not None:
         document["metrics"] = {"port": metrics_port}
@@ -114,7 +122,7 @@ def test_a_restarted_source_and_a_killed_dump_connection_are_read_again_and_the_
             time.sleep(5)
             source.start()
             _wait("a reconnect", lambda: log.count("lost the binlog connection") > 0, job, log)
-            _wait("batches after the restart", lambda: _applied(log) > before + 3, job, log)
+            _wait("batches after the restart", lambda b=before: _applied(log) > b + 3, job, log)
             with source.admin() as conn, conn.cursor() as cur:
                 cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
                 dumps = [row[0] for row in cur.fetchall()]
@@ -221,7 +229,7 @@ def test_a_stalled_or_reset_connection_is_noticed_and_read_again(
                 held = proxy.stall() if fault == "stall" else proxy.reset()
                 assert held >= 1
                 faulted = time.monotonic()
-                _wait("batches after the fault", lambda: _applied(log) > before + 3, job, log, seconds=120)
+                _wait("batches after the fault", lambda b=before: _applied(log) > b + 3, job, log, seconds=120)
                 recovered = time.monotonic() - faulted
             err = _stop(job, log)
         finally:
@@ -231,3 +239,40 @@ def test_a_stalled_or_reset_connection_is_noticed_and_read_again(
     assert "Traceback" not in err, err[-3000:]
     print(f"{fault}: committing again {recovered:.1f} s after the fault")
     assert recovered < 60, recovered
+
+
+def test_s3_and_the_catalog_database_restarted_under_a_streaming_job_are_waited_for_and_nothing_lands_twice(
+    source: MariaDBServer, tmp_path: Path
+) -> None:
+    """The S3 profile (MinIO, the JDBC catalog on PostgreSQL), each restarted under a streaming job for 5 s: the
+    batch being committed waits for it and lands once; the job streams on, stops with exit 0, and ends equal."""
+    db = "faults_sink"
+    _setup(source, db)
+    with MinioServer() as minio, PostgresServer() as postgres:
+        # Every batch through Spark's MERGE (Iceberg's Java S3FileIO and JdbcCatalog), the state table through
+        # pyiceberg (pyarrow's S3, SQLAlchemy): both clients meet each outage.
+        sink = minio_sink(minio, postgres, minio.bucket("faults"))
+        config, job = _start(source, db, tmp_path, sink=sink, stream={"driver_apply_max_rows": 0})
+        log = _Log(job)
+        try:
+            with background_writes(source, db, _bump):
+                _wait("the job is streaming", lambda: _streaming(config), job, log)
+                for server in (minio, postgres):
+                    before = _applied(log)
+                    server.restart(5)
+                    _wait(
+                        f"batches after {type(server).__name__}'s restart",
+                        lambda b=before: _applied(log) > b + 3,
+                        job,
+                        log,
+                    )
+            err = _stop(job, log)
+        finally:
+            if job.poll() is None:
+                job.kill()
+        assert "Traceback" not in err, err[-3000:]
+        assert err.count("the sink cannot be reached") >= 2 and "the sink is back after" in err, err[-3000:]
+        # The stop commits what the source wrote before it for at most 10 s; the rest comes with the next run.
+        caught_up = run_ingest("run", "--config", str(tmp_path / "pipeline.yaml"), "--until-caught-up")
+        assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+        assert verify(config)

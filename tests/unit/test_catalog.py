@@ -93,7 +93,13 @@ def test_sqlite_jdbc_becomes_sql_catalog(pgpassword: str) -> None:
             }
         )
     )
-    assert props == {"type": "sql", "uri": "sqlite:////x/c.db", "warehouse": "file:///x/wh", "schema_version": "v1"}
+    assert props == {
+        "type": "sql",
+        "uri": "sqlite:////x/c.db",
+        "warehouse": "file:///x/wh",
+        "schema_version": "v1",
+        "pool_pre_ping": "true",
+    }
     assert os.environ["PGPASSWORD"] == pgpassword
 
 
@@ -102,6 +108,7 @@ def test_sqlite_jdbc_with_file_prefix() -> None:
         "type": "sql",
         "uri": "sqlite:////x/c.db",
         "schema_version": "v1",
+        "pool_pre_ping": "true",
     }
 
 
@@ -122,6 +129,7 @@ def test_postgresql_jdbc_keeps_the_password_out_of_every_property(pgpassword: st
         "uri": "postgresql+psycopg2://u@h:5432/db",
         "warehouse": "s3://bucket/wh",
         "schema_version": "v1",
+        "pool_pre_ping": "true",
     }
     assert all(PG_PW not in value for value in props.values())
     assert all(PG_PW not in key for key in props)
@@ -142,7 +150,12 @@ def test_the_postgresql_password_is_given_to_the_driver_alone() -> None:
 
 def test_postgresql_jdbc_without_user_or_password(pgpassword: str) -> None:
     props = pyiceberg_properties(sink({"type": "jdbc", "uri": "jdbc:postgresql://h/db"}))
-    assert props == {"type": "sql", "uri": "postgresql+psycopg2://h/db", "schema_version": "v1"}
+    assert props == {
+        "type": "sql",
+        "uri": "postgresql+psycopg2://h/db",
+        "schema_version": "v1",
+        "pool_pre_ping": "true",
+    }
     assert os.environ["PGPASSWORD"] == pgpassword
 
 
@@ -162,6 +175,7 @@ def test_other_secrets_are_revealed_to_pyiceberg(pgpassword: str) -> None:
         "uri": "postgresql+psycopg2://h:5432/db",
         "s3.secret-access-key": S3_PW,
         "schema_version": "v1",
+        "pool_pre_ping": "true",
     }
 
 
