@@ -119,6 +119,7 @@ def _run(
     stop = StopSignal()
     stop.install()
     warm_up = None
+    own_session = spark is None
     try:
         spark = spark_session(config) if spark is None else attach_catalog(spark, config)
         # Before the state table is open, to overlap that too; a binlog-only restart wastes one empty job
@@ -156,8 +157,10 @@ def _run(
                 paused = state.requests().paused
     finally:
         stop.uninstall()
-        if warm_up is not None:
-            warm_up.join(timeout=60)  # not left running into a caller's spark.stop()
+        if warm_up is not None and not own_session:
+            # Not left running into a caller's spark.stop(). A session of the job's own ends with its process,
+            # warm-up and all: a run with little to do (a restart that finds nothing new) need not wait for it.
+            warm_up.join(timeout=60)
 
 
 def _snapshot(
