@@ -31,7 +31,7 @@ test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQ
 soak:  ## the job for 60 minutes at 500 changes/s: memory, Iceberg files and lag over time (bench/README.md)
 	$(PY) -m bench.soak
 
-chaos:  ## the chaos test at full length: 50 SIGKILLs at each binlog row metadata setting (make test runs 8, at NO_LOG)
+chaos:  ## the chaos test at full length: 50 SIGKILLs at each binlog row metadata setting (make test runs 6, at NO_LOG)
 	CHAOS_KILLS=50 scripts/pytest-all.sh tests/integration/test_chaos.py -s
 
 lint:  ## ruff and mypy --strict
