@@ -118,13 +118,15 @@ def setup_logging(level: str) -> None:
 
 
 def _unexpected(error: Exception) -> int:
-    """An error the job did not raise on purpose, in one line: exit 4 when it is a lost connection (retrying may
-    succeed), 3 otherwise. Spark's errors carry the query's plan and a Java trace: only their first line is shown."""
+    """An error the job did not raise on purpose, in one line: exit 4 when it says a server could not be reached (a
+    lost connection to the source, a catalog or object store away: retrying may succeed), 3 otherwise. Spark's
+    errors carry the query's plan and a Java trace: only their first line is shown."""
+    from ingest.sink.outage import sink_unreachable
     from ingest.source.reconnect import lost_connection
 
     log.debug("the error's traceback", exc_info=error)
     first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-    transient = lost_connection(error)
+    transient = lost_connection(error) or sink_unreachable(error)
     print(
         f"ingest: {'transient' if transient else 'unexpected'} error: {type(error).__name__}: {first[:500]} "
         "(`--log-level DEBUG` logs its traceback)",
