@@ -37,7 +37,9 @@ ROW_KEEPING_ENGINES = frozenset(
      "mroonga", "s3", "ndb", "ndbcluster"}
 )  # fmt: skip
 
-_NAME = r'(?:`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)'
+NAME = r'(?:`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)'
+"""An identifier as SQL writes it: backquoted, double-quoted (ANSI_QUOTES) or bare (ingest.source.ddl uses it too)."""
+_NAME = NAME
 _STRINGS = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"", re.DOTALL)
 
 
@@ -234,7 +236,8 @@ _AUTO_INCREMENT = re.compile(r"\bAUTO_INCREMENT\b", re.I)
 _VERSIONED = re.compile(r"\bWITH\s+SYSTEM\s+VERSIONING\b", re.I)
 
 
-def _unquoted(name: str) -> str:
+def unquote(name: str) -> str:
+    """An identifier `NAME` matched, without its quotes."""
     if name[:1] in '`"':
         return name[1:-1].replace(name[0] * 2, name[0])
     return name
@@ -247,7 +250,7 @@ def column_rule(clause: str) -> tuple[str | None, str | None]:
     if m is None or _ADD_SEVERAL.match(clause.strip()):
         return None, None
     definition = _STRINGS.sub("''", m["definition"])
-    name = _unquoted(m["added"] or m["changed"] or m["modified"])
+    name = unquote(m["added"] or m["changed"] or m["modified"])
     if _GENERATED.search(definition):
         return f"column {name!r} is generated: the server computed its value for every old row", None
     if _VERSIONED.search(definition):

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ingest.model.changes import AlterColumns, TableName
-from ingest.source.alter_rule import read_alter
+from ingest.source.alter_rule import NAME, read_alter, unquote
 
 """(database, table)"""
 
 # A double-quoted name is a name under sql_mode ANSI_QUOTES, and a string nowhere a name can stand otherwise.
-_NAME = r'(?:`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)'
+_NAME = NAME
 _TABLE = rf"(?P<a>{_NAME})(?:\s*\.\s*(?P<b>{_NAME}))?"
 _IDENTIFIER = re.compile(r'`((?:[^`]|``)+)`|"((?:[^"]|"")+)"|([\w$]+)')
 _COMMENTS = r"(?:\s|/\*.*?\*/)*"
@@ -76,14 +76,6 @@ def _plain(query: str) -> str:
     if "/*" not in query and "--" not in query and "#" not in query:
         return query
     return _PIECE.sub(lambda m: m["quoted"] or (f" {m['live']} " if m["live"] is not None else " "), query)
-
-
-def unquote(name: str) -> str:
-    if name.startswith("`"):
-        return name[1:-1].replace("``", "`")
-    if name.startswith('"'):
-        return name[1:-1].replace('""', '"')
-    return name
 
 
 def _table(a: str, b: str | None, default_db: str) -> TableName:
@@ -185,7 +177,6 @@ def dropped_column(clause: str) -> str | None:
     return None if m is None or m["a"].upper() in _NOT_A_COLUMN else unquote(m["a"])
 
 
-NAME = _NAME
 """A MySQL identifier as written: backquoted, double-quoted (ANSI_QUOTES) or bare."""
 NOT_A_COLUMN = _NOT_A_COLUMN
 """Words that, after ADD or DROP, begin a clause of something other than a column."""

@@ -17,7 +17,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ingest.source.ddl import NAME, alter_clauses, split_top_level, unquote
+from ingest.source.alter_rule import NAME, unquote
+from ingest.source.ddl import alter_clauses, split_top_level
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema
-from ingest.source.ddl import NAME, NOT_A_COLUMN, alter_clauses, dropped_column, unquote
+from ingest.source.alter_rule import NAME, unquote
+from ingest.source.ddl import NOT_A_COLUMN, alter_clauses, dropped_column
 from ingest.source.partitions import changes_partitions_only
 
 _POSITION = re.compile(rf"\s+(?:FIRST|AFTER\s+(?P<after>{NAME}))\s*$", re.I)
