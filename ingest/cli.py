@@ -10,10 +10,14 @@ import argparse
 import io
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ingest.errors import ConfigError, IngestError, TransientError
 from ingest.faults import mark_job_process_group
+
+if TYPE_CHECKING:
+    from ingest.config import PipelineConfig
 
 log = logging.getLogger("ingest")
 
@@ -32,8 +36,23 @@ def _parser() -> argparse.ArgumentParser:
         help="log level of the job's own messages (default INFO)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _run_arguments(sub.add_parser("run", help="snapshot the selected tables, then stream the binlog"))
+    _status_arguments(
+        sub.add_parser("status", help="per-table phase, chunk progress, last commit and offsets; binlog lag")
+    )
+    verify = sub.add_parser("verify", help="compare MySQL and Iceberg: row counts and checksums per key range")
+    verify.add_argument("--config", required=True, help="the pipeline YAML file")
+    verify.add_argument(
+        "--table", action="append", default=[], metavar="DB.TABLE", help="verify only this table (repeatable)"
+    )
+    verify.add_argument("--ranges", type=int, default=16, help="key ranges per table (default 16)")
+    _snapshot_arguments(sub)
+    demo = sub.add_parser("demo", help="ingest a sample MariaDB database into a local Iceberg warehouse")
+    demo.add_argument("--dir", default=".demo", help="where the demo keeps its warehouse (default .demo)")
+    return parser
 
-    run = sub.add_parser("run", help="snapshot the selected tables, then stream the binlog")
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--config", required=True, help="the pipeline YAML file (see docs/config.md)")
     run.add_argument(
         "--snapshot-only", action="store_true", help="stop after the snapshot (same as startup_mode: snapshot_only)"
@@ -51,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         "plain as log lines every 30 s; auto: live when stderr is a terminal (default)",
     )
 
-    status = sub.add_parser("status", help="per-table phase, chunk progress, last commit and offsets; binlog lag")
+
+def _status_arguments(status: argparse.ArgumentParser) -> None:
     status.add_argument("--config", required=True, help="the pipeline YAML file")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument("--watch", action="store_true", help="print it again every --interval seconds until Ctrl-C")
@@ -59,13 +79,9 @@ def _parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=5.0, metavar="S", help="seconds between two --watch refreshes (default 5)"
     )
 
-    verify = sub.add_parser("verify", help="compare MySQL and Iceberg: row counts and checksums per key range")
-    verify.add_argument("--config", required=True, help="the pipeline YAML file")
-    verify.add_argument(
-        "--table", action="append", default=[], metavar="DB.TABLE", help="verify only this table (repeatable)"
-    )
-    verify.add_argument("--ranges", type=int, default=16, help="key ranges per table (default 16)")
 
+def _snapshot_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`snapshot` (asks the job to copy tables) and `resnapshot` (forgets their snapshot state)."""
     snap = sub.add_parser(
         "snapshot",
         help="ask the running job (or the next run) to copy tables now while the binlog keeps flowing: tables "
@@ -83,7 +99,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     what.add_argument("--pause", action="store_true", help="read no more chunks of the tables until --resume")
     what.add_argument("--resume", action="store_true", help="read their chunks again")
-
     again = sub.add_parser(
         "resnapshot",
         help="forget the snapshot state of some tables: the next run copies them again (into a branch of the "
@@ -94,10 +109,6 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument(
         "--table", action="append", default=[], metavar="DB.TABLE", help="a table to snapshot again (repeatable)"
     )
-
-    demo = sub.add_parser("demo", help="ingest a sample MariaDB database into a local Iceberg warehouse")
-    demo.add_argument("--dir", default=".demo", help="where the demo keeps its warehouse (default .demo)")
-    return parser
 
 
 def setup_logging(level: str) -> None:
@@ -135,77 +146,100 @@ def _unexpected(error: Exception) -> int:
     return EXIT_TRANSIENT if transient else EXIT_TERMINAL
 
 
+def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.commands.progress import showing_progress
+    from ingest.query.pipeline import run
+
+    with showing_progress(args.progress, sys.stderr):
+        run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.commands.status import print_status, watch_status
+
+    if not args.watch:
+        print_status(config, as_json=args.json)
+        return EXIT_OK
+    if args.interval <= 0:
+        raise ConfigError(f"--interval must be more than 0 seconds, got {args.interval:g}")
+
+    def render() -> str:
+        text = io.StringIO()
+        print_status(config, as_json=args.json, out=text)
+        return text.getvalue()
+
+    watch_status(render, args.interval, sys.stdout, clear=sys.stdout.isatty(), header=not args.json)
+    return EXIT_OK
+
+
+def _verify(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.commands.verify import verify
+
+    return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
+
+
+def _snapshot(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.query.adhoc import Action, ask_snapshot
+
+    action: Action = "again" if args.again else "pause" if args.pause else "resume" if args.resume else "snapshot"
+    done = ask_snapshot(config, args.table, action)
+    for table_id, progress in done.copying.items():
+        print(
+            f"{table_id}: pipeline {config.name!r} is copying it already ({progress}); nothing to ask "
+            "(`ingest status` follows the copy; --again drops what it holds and copies it anew)"
+        )
+    if done.tables:
+        asked = {"snapshot": "snapshot", "again": "snapshot again", "pause": "pause", "resume": "resume"}[action]
+        print(
+            f"asked pipeline {config.name!r} to {asked} {', '.join(done.tables)}: a running job takes it "
+            f"within {config.stream.signal_poll_seconds:g} s (`stream.signal_poll_seconds`), else the next "
+            "run does"
+        )
+    return EXIT_OK
+
+
+def _resnapshot(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.commands.resnapshot import resnapshot
+
+    over = resnapshot(config, args.table)
+    branched = f"copied again into a branch (readers keep the old rows meanwhile): {', '.join(over.branched)}; "
+    print(
+        f"{branched if over.branched else ''}dropped: {', '.join(over.dropped) or 'nothing'}; the next "
+        f"`ingest run` snapshots {', '.join(args.table)} again"
+    )
+    return EXIT_OK
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, PipelineConfig], int]] = {
+    "run": _run,
+    "status": _status,
+    "verify": _verify,
+    "snapshot": _snapshot,
+    "resnapshot": _resnapshot,
+}
+"""The commands that act on a pipeline file (`demo` makes its own)."""
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        from ingest.demo import run_demo
+
+        return run_demo(args.dir)
+    from ingest.config import load_config
+
+    command = _COMMANDS.get(args.command)
+    if command is None:
+        raise AssertionError(f"unhandled command {args.command}")
+    return command(args, load_config(args.config))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging(args.log_level)
     mark_job_process_group()
     try:
-        if args.command == "demo":
-            from ingest.demo import run_demo
-
-            return run_demo(args.dir)
-        from ingest.config import load_config
-
-        config = load_config(args.config)
-        if args.command == "run":
-            from ingest.commands.progress import showing_progress
-            from ingest.query.pipeline import run
-
-            with showing_progress(args.progress, sys.stderr):
-                run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
-            return EXIT_OK
-        if args.command == "status":
-            from ingest.commands.status import print_status, watch_status
-
-            if not args.watch:
-                print_status(config, as_json=args.json)
-                return EXIT_OK
-            if args.interval <= 0:
-                raise ConfigError(f"--interval must be more than 0 seconds, got {args.interval:g}")
-
-            def render() -> str:
-                text = io.StringIO()
-                print_status(config, as_json=args.json, out=text)
-                return text.getvalue()
-
-            watch_status(render, args.interval, sys.stdout, clear=sys.stdout.isatty(), header=not args.json)
-            return EXIT_OK
-        if args.command == "verify":
-            from ingest.commands.verify import verify
-
-            return EXIT_OK if verify(config, tables=args.table, ranges=args.ranges) else EXIT_DIFFERENT
-        if args.command == "snapshot":
-            from ingest.query.adhoc import Action, ask_snapshot
-
-            action: Action = (
-                "again" if args.again else "pause" if args.pause else "resume" if args.resume else "snapshot"
-            )
-            done = ask_snapshot(config, args.table, action)
-            for table_id, progress in done.copying.items():
-                print(
-                    f"{table_id}: pipeline {config.name!r} is copying it already ({progress}); nothing to ask "
-                    "(`ingest status` follows the copy; --again drops what it holds and copies it anew)"
-                )
-            if done.tables:
-                asked = {"snapshot": "snapshot", "again": "snapshot again", "pause": "pause", "resume": "resume"}[
-                    action
-                ]
-                print(
-                    f"asked pipeline {config.name!r} to {asked} {', '.join(done.tables)}: a running job takes it "
-                    f"within {config.stream.signal_poll_seconds:g} s (`stream.signal_poll_seconds`), else the next "
-                    "run does"
-                )
-            return EXIT_OK
-        if args.command == "resnapshot":
-            from ingest.commands.resnapshot import resnapshot
-
-            over = resnapshot(config, args.table)
-            branched = f"copied again into a branch (readers keep the old rows meanwhile): {', '.join(over.branched)}; "
-            print(
-                f"{branched if over.branched else ''}dropped: {', '.join(over.dropped) or 'nothing'}; the next "
-                f"`ingest run` snapshots {', '.join(args.table)} again"
-            )
-            return EXIT_OK
+        return _command(args)
     except ConfigError as e:
         print(f"ingest: config error: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -220,7 +254,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 - one line on the terminal; the traceback goes to the log at DEBUG
         return _unexpected(e)
-    raise AssertionError(f"unhandled command {args.command}")
 
 
 if __name__ == "__main__":
