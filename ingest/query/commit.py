@@ -50,46 +50,6 @@ def commit_prepared(
     if settle:
         _look_at_tables(config, tables, prepared, end)
 
-    def apply(part: TableBatch) -> bool:
-        table = tables[part.table_id]
-        merged = False
-        if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
-            name = ensure_rejected(spark, config, table.schema.database, table.schema.table)
-            assert name is not None
-            merge_rejected(spark, name, part.rejected)
-            crash_point("stream.after_rejected_commit")
-        rows, where, changelog = part.rows, part.where, part.changelog
-        if (
-            part.actions
-            and not part.target_acted
-            and not (table.committed is not None and table.committed >= end.position)
-        ):
-            # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
-            # of it), acted on; and what each action did to them, for the changelog.
-            assert rows is not None
-            read_at = table.read_at() if table.chunks_by_value else None  # else no action straddles chunk reads
-            rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions, read_at)
-            if table.changelog is not None and acted:
-                changelog = with_acted_rows(table.schema, changelog, acted, part.action_origins)
-        # With foreign key actions the changelog commits first: what they did to rows the batch does not change is
-        # read from the target, which holds the rows as they were before the batch only until its own commit.
-        log_first = bool(part.actions)
-
-        def commit_changelog() -> None:
-            if changelog is not None:
-                crash_point("stream.before_changelog_commit")
-                _append_changelog(spark, config, table, changelog, end)
-                crash_point("stream.after_changelog_commit")
-
-        if log_first:
-            commit_changelog()
-        if rows is not None:
-            merged = _merge_table(spark, config, table, rows, where, part.append, end)
-            crash_point("stream.after_table_commit")
-        if not log_first:
-            commit_changelog()
-        return merged
-
     # Foreign key actions that act in turn are worked out from the rows they reached, read before any commit.
     chained = any(p.pending is not None for p in prepared)
     prepared = settle_chains(spark, config, tables, prepared, end.position)
@@ -98,10 +58,12 @@ def commit_prepared(
         # Tables actions reached in turn commit in order (ingest.query.chains), one after the other.
         workers = 1 if chained else min(len(prepared), config.stream.concurrent_merges)
         if workers <= 1:
-            results = [apply(part) for part in prepared]
+            results = [_commit_part(spark, config, tables[p.table_id], p, end) for p in prepared]
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
-                futures = [pool.submit(apply, part) for part in prepared]
+                futures = [
+                    pool.submit(_commit_part, spark, config, tables[part.table_id], part, end) for part in prepared
+                ]
                 wait(futures)
                 results = [f.result() for f in futures]  # the first failure is raised; the state is not written
     crash_point("stream.before_state")
@@ -116,6 +78,44 @@ def commit_prepared(
         end.position,
     )
     _maintain_due(spark, config, [tables[p.table_id] for p in prepared], end)
+
+
+def _commit_part(spark: Any, config: PipelineConfig, table: TableStream, part: TableBatch, end: Watermark) -> bool:
+    """One table's part of a batch: its rejected values, its target, its changelog (each skipped when it holds the
+    batch already). True when the target was committed now."""
+    merged = False
+    if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
+        name = ensure_rejected(spark, config, table.schema.database, table.schema.table)
+        assert name is not None
+        merge_rejected(spark, name, part.rejected)
+        crash_point("stream.after_rejected_commit")
+    rows, where, changelog = part.rows, part.where, part.changelog
+    if part.actions and not part.target_acted and not (table.committed is not None and table.committed >= end.position):
+        # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
+        # of it), acted on; and what each action did to them, for the changelog.
+        assert rows is not None
+        read_at = table.read_at() if table.chunks_by_value else None  # else no action straddles chunk reads
+        rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions, read_at)
+        if table.changelog is not None and acted:
+            changelog = with_acted_rows(table.schema, changelog, acted, part.action_origins)
+    # With foreign key actions the changelog commits first: what they did to rows the batch does not change is
+    # read from the target, which holds the rows as they were before the batch only until its own commit.
+    log_first = bool(part.actions)
+
+    def commit_changelog() -> None:
+        if changelog is not None:
+            crash_point("stream.before_changelog_commit")
+            _append_changelog(spark, config, table, changelog, end)
+            crash_point("stream.after_changelog_commit")
+
+    if log_first:
+        commit_changelog()
+    if rows is not None:
+        merged = _merge_table(spark, config, table, rows, where, part.append, end)
+        crash_point("stream.after_table_commit")
+    if not log_first:
+        commit_changelog()
+    return merged
 
 
 def _look_at_tables(
