@@ -199,6 +199,24 @@ def watch_status(
         return
 
 
+def _stream_line(binlog: dict[str, Any]) -> str:
+    """The binlog phase in a few words: where it committed, where the server is, how far behind."""
+    if binlog["committed_offset"] is None:
+        return "binlog phase not started"
+    lag = binlog["lag_seconds"]
+    behind = [
+        f"{binlog[key]} {unit}"
+        for key, unit in (("bytes_behind", "bytes"), ("files_behind", "files"), ("transactions_behind", "transactions"))
+        if binlog[key] is not None
+    ]
+    return (
+        f"binlog committed up to {binlog['committed_offset']} at {binlog['last_commit']}; server at "
+        f"{binlog['server_position'] or 'unknown'}"
+        + (f", {' / '.join(behind)} behind" if behind else "")
+        + ("" if lag is None else f", lag {lag:.0f} s")
+    )
+
+
 def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | None = None) -> None:
     out = sys.stdout if out is None else out
     state = StateTable.open(config)
@@ -216,26 +234,7 @@ def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | No
             file=out,
         )
         return
-    if binlog["committed_offset"] is None:
-        stream = "binlog phase not started"
-    else:
-        lag = binlog["lag_seconds"]
-        behind = [
-            f"{binlog[key]} {unit}"
-            for key, unit in (
-                ("bytes_behind", "bytes"),
-                ("files_behind", "files"),
-                ("transactions_behind", "transactions"),
-            )
-            if binlog[key] is not None
-        ]
-        stream = (
-            f"binlog committed up to {binlog['committed_offset']} at {binlog['last_commit']}; server at "
-            f"{binlog['server_position'] or 'unknown'}"
-            + (f", {' / '.join(behind)} behind" if behind else "")
-            + ("" if lag is None else f", lag {lag:.0f} s")
-        )
-    print(f"pipeline {config.name}: {len(rows)} tables; {stream}", file=out)
+    print(f"pipeline {config.name}: {len(rows)} tables; {_stream_line(binlog)}", file=out)
     if asked:
         tables = ", ".join(f"{a['table']}{' (again)' if a['again'] else ''}" for a in asked)
         print(f"snapshots asked, not taken by a job yet: {tables}", file=out)
