@@ -156,6 +156,20 @@ def gone_tables(config: PipelineConfig, state: StateTable, found: Sequence[Table
     return gone
 
 
+def _refuse_during_snapshot(table: TableStream, ddl: DdlStatement) -> None:
+    """A chunk whose high watermark is past the statement may have been read after it, with the columns the snapshot
+    started with: the binlog drops that chunk's later changes as contained in it, so the new columns' values of its
+    rows would be lost (or a widened value fail the write). Refused, never guessed."""
+    last_read = table.last_read
+    if last_read is not None and last_read > ddl.start:
+        raise SchemaChangeError(
+            f"{table.schema.table_id}: its schema changed during its snapshot, at binlog position {ddl.end} "
+            f"({ddl.query[:200]!r}), before the high watermark {last_read} of its last chunk: chunks read after "
+            f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
+            f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
+        )
+
+
 def evolve_table(
     spark: Any,
     config: PipelineConfig,
@@ -185,17 +199,8 @@ def evolve_table(
     renamed, dropped = (None, ()) if said is None else (said.renamed, said.dropped)
     plan = plan_schema_change(old, live, ddl.query, str(ddl.end), renamed, dropped, said is not None and said.strict)
     _refuse_partition_source_change(table, plan, ddl)
-    last_read = table.last_read
-    if not plan.empty and last_read is not None and last_read > ddl.start:
-        # A chunk whose high watermark is past the statement may have been read after it, with the columns the
-        # snapshot started with: the binlog drops that chunk's later changes as contained in it, so the new
-        # columns' values of its rows would be lost (or a widened value fail the write). Refused, never guessed.
-        raise SchemaChangeError(
-            f"{old.table_id}: its schema changed during its snapshot, at binlog position {ddl.end} "
-            f"({ddl.query[:200]!r}), before the high watermark {last_read} of its last chunk: chunks read after "
-            f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
-            f"`ingest resnapshot --config ... --table {old.table_id}`, then `ingest run`"
-        )
+    if not plan.empty:
+        _refuse_during_snapshot(table, ddl)
     if said is not None and said.numbered:
         _refuse_numbered(spark, table, ddl, [renamed_back(said.renamed, n) for n in said.numbered])
     values = _old_row_values(conn, flavor, live, plan, ddl)

@@ -250,19 +250,7 @@ def stream_structured(
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
         sink = _Sink(spark, config, state, conn, flavor, begin, hooks, stop.event.is_set if stop else lambda: False)
-        kept = config.stream.checkpoint_location
-        scratch: Path | None = None
-        if kept:
-            checkpoint = kept
-        else:
-            scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
-            # Without a scheme, the path would be on the cluster's default file system (HDFS on EMR).
-            checkpoint = scratch.as_uri()
-        # A scratch checkpoint's logs are read too: the query stops after Spark has written its last commit log entry.
-        logs = _CheckpointLogs(spark, checkpoint)
-        if kept:
-            _refuse_checkpoint_ahead(logs, kept, begin)
-        try:
+        with _checkpoint(spark, config, begin) as (checkpoint, logs):
             with _without_adaptive_execution(spark):
                 query = (
                     _observed(spark.readStream.format(name).load())
@@ -275,10 +263,30 @@ def stream_structured(
                     .start()
                 )
             _run_until_done(query, sink, stop, lambda: _source_position(config, flavor), logs)
-        finally:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
         return sink.committed
+
+
+@contextmanager
+def _checkpoint(spark: Any, config: PipelineConfig, begin: StreamStart) -> Iterator[tuple[str, _CheckpointLogs]]:
+    """The query's checkpoint location and its logs: `stream.checkpoint_location` (refused when it is ahead of the
+    Iceberg tables), else a scratch directory removed afterwards."""
+    kept = config.stream.checkpoint_location
+    scratch: Path | None = None
+    if kept:
+        checkpoint = kept
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="ingest-checkpoint-"))
+        # Without a scheme, the path would be on the cluster's default file system (HDFS on EMR).
+        checkpoint = scratch.as_uri()
+    # A scratch checkpoint's logs are read too: the query stops after Spark has written its last commit log entry.
+    logs = _CheckpointLogs(spark, checkpoint)
+    if kept:
+        _refuse_checkpoint_ahead(logs, kept, begin)
+    try:
+        yield checkpoint, logs
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _observed(frame: Any) -> Any:
