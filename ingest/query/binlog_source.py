@@ -482,32 +482,40 @@ class BinlogStreamReader:
                 if time.monotonic() >= deadline:
                     return None
                 continue
-            if isinstance(item, Idle):
-                position = item.position
-                if item.at_end and read_end is not None and position < read_end:
-                    # Everything the server had written is read, so the binlog's end read before the query began is
-                    # reached: what lies between holds no transaction (a binlog that ends in a MariaDB binlog
-                    # checkpoint, say). Not so a chunk's high watermark read since: the heartbeat may be older.
-                    position = read_end
-                batch.end, batch.at = Watermark(position, item.gtid, here), item.at
-                continue
-            if isinstance(item, End):
-                return batch  # only when the reader was closed
-            if isinstance(item, TablesNamed):
-                # It ends a batch of its own: the job ends the phase after committing it.
-                if batch.moved:
-                    self._next = item
-                else:
-                    batch.named, batch.end = item, Watermark(item.end, item.gtid_after, here)
+            if self._place(batch, item, here, read_end):
                 return batch
-            if isinstance(item, DdlStatement):
-                if batch.moved:
-                    self._next = item
-                    return batch
-                self._follow(self._reader, item)
-                self._prefetch.resume()
-            batch.add(item, Watermark(item.end, item.gtid_after, here))
         return batch
+
+    def _place(self, batch: _Batch, item: Any, here: int | None, read_end: BinlogPosition | None) -> bool:
+        """Put an item the prefetch handed over into `batch`; True when the batch ends with it or before it (then
+        it is kept for the next batch)."""
+        assert self._prefetch is not None and self._reader is not None
+        if isinstance(item, Idle):
+            position = item.position
+            if item.at_end and read_end is not None and position < read_end:
+                # Everything the server had written is read, so the binlog's end read before the query began is
+                # reached: what lies between holds no transaction (a binlog that ends in a MariaDB binlog
+                # checkpoint, say). Not so a chunk's high watermark read since: the heartbeat may be older.
+                position = read_end
+            batch.end, batch.at = Watermark(position, item.gtid, here), item.at
+            return False
+        if isinstance(item, End):
+            return True  # only when the reader was closed
+        if isinstance(item, TablesNamed):
+            # It ends a batch of its own: the job ends the phase after committing it.
+            if batch.moved:
+                self._next = item
+            else:
+                batch.named, batch.end = item, Watermark(item.end, item.gtid_after, here)
+            return True
+        if isinstance(item, DdlStatement):
+            if batch.moved:
+                self._next = item
+                return True
+            self._follow(self._reader, item)
+            self._prefetch.resume()
+        batch.add(item, Watermark(item.end, item.gtid_after, here))
+        return False
 
     def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
         """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets). A table
