@@ -147,30 +147,34 @@ def _apply(slots: list[_Slot], statement: str, k: int, key_changes: list[int]) -
     return ""
 
 
-def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> str:
-    def find(written: str) -> _Slot | None:
-        name = unquote(written).lower()
-        return next((s for s in slots if s.name.lower() == name), None)
+def _find(slots: list[_Slot], written: str) -> _Slot | None:
+    name = unquote(written).lower()
+    return next((s for s in slots if s.name.lower() == name), None)
 
-    def redefine(slot: _Slot) -> None:
-        slot.defined_at = k
-        if k > 0:
-            slot.redefined_later = True
 
-    def move(slot: _Slot) -> str:
-        where = _POSITION.search(clause)
-        if where is None:
-            return ""
-        slots.remove(slot)
-        if where["after"] is None:
-            slots.insert(0, slot)
-            return ""
-        after = find(where["after"])
-        if after is None:
-            return f"AFTER {where['after']}: no such column"
-        slots.insert(slots.index(after) + 1, slot)
+def _redefine(slot: _Slot, k: int) -> None:
+    slot.defined_at = k
+    if k > 0:
+        slot.redefined_later = True
+
+
+def _move(slots: list[_Slot], slot: _Slot, clause: str) -> str:
+    """Place `slot` where the clause's FIRST or AFTER says; why not, if it cannot."""
+    where = _POSITION.search(clause)
+    if where is None:
         return ""
+    slots.remove(slot)
+    if where["after"] is None:
+        slots.insert(0, slot)
+        return ""
+    after = _find(slots, where["after"])
+    if after is None:
+        return f"AFTER {where['after']}: no such column"
+    slots.insert(slots.index(after) + 1, slot)
+    return ""
 
+
+def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> str:
     if _KEYS.match(clause):
         if _KEY_CHANGE.match(clause):
             key_changes.append(k)
@@ -182,30 +186,30 @@ def _clause(slots: list[_Slot], clause: str, k: int, key_changes: list[int]) -> 
         and unquote(m["a"]).upper() not in NOT_A_COLUMN
         and not re.match(r"ADD\s+PARTITION\b", clause, re.I)
     ):
-        if find(m["a"]) is not None:
+        if _find(slots, m["a"]) is not None:
             return "" if m["if"] else f"ADD of {unquote(m['a'])!r}, which exists"
         slot = _Slot(unquote(m["a"]), None, k)
         slots.append(slot)
-        return move(slot)
+        return _move(slots, slot, clause)
     if m := _CHANGE.match(clause) or _MODIFY.match(clause):
-        redefined = find(m["a"])
+        redefined = _find(slots, m["a"])
         if redefined is None:
             return f"{clause.split()[0].upper()} of {unquote(m['a'])!r}: no such column"
         if "b" in m.groupdict():  # CHANGE names it anew
             redefined.name = unquote(m["b"])
-        redefine(redefined)
-        return move(redefined)
+        _redefine(redefined, k)
+        return _move(slots, redefined, clause)
     if m := _RENAME.match(clause):
-        renamed = find(m["a"])
+        renamed = _find(slots, m["a"])
         if renamed is None:
             return f"RENAME of {unquote(m['a'])!r}: no such column"
         renamed.name = unquote(m["b"])
         return ""
     if m := _ALTER.match(clause):
-        altered = find(m["a"])
+        altered = _find(slots, m["a"])
         if altered is None:
             return f"ALTER of {unquote(m['a'])!r}: no such column"
-        redefine(altered)
+        _redefine(altered, k)
         return ""
     if (name := dropped_column(clause)) is not None:
         dropped = next((s for s in slots if s.name.lower() == name.lower()), None)
