@@ -100,6 +100,13 @@ def _metrics_server(config: PipelineConfig, job_metrics: JobMetrics) -> Iterator
         yield
 
 
+def _first_start(config: PipelineConfig, info: SourceInfo) -> Watermark | None:
+    """The first run of a mode that copies nothing: its start point, found and checked before any write."""
+    if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config):
+        return resolve_start(config, info.flavor, [(s.database, s.table) for s in info.schemas])
+    return None
+
+
 def _run(
     config: PipelineConfig,
     info: SourceInfo,
@@ -108,14 +115,14 @@ def _run(
     hook: ChunkHook | None,
     spark: Any,
 ) -> None:
+    """The run on `spark`, or on a session of its own. The warm-up read (a head start for Spark's Python processes)
+    is joined before returning into a caller's session; a session of the job's own ends with its process, warm-up
+    and all, so a run with little to do (a restart that finds nothing new) does not wait for it."""
     from ingest.runtime.spark import attach_catalog, spark_session
 
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)
-    start: Watermark | None = None
-    if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config):
-        # The first run of a mode that copies nothing: its start point is found and checked before any write.
-        start = resolve_start(config, info.flavor, [(s.database, s.table) for s in info.schemas])
+    start = _first_start(config, info)
     stop = StopSignal()
     stop.install()
     warm_up = None
@@ -158,9 +165,7 @@ def _run(
     finally:
         stop.uninstall()
         if warm_up is not None and not own_session:
-            # Not left running into a caller's spark.stop(). A session of the job's own ends with its process,
-            # warm-up and all: a run with little to do (a restart that finds nothing new) need not wait for it.
-            warm_up.join(timeout=60)
+            warm_up.join(timeout=60)  # not left running into a caller's spark.stop() (see _run's docstring)
 
 
 def _snapshot(
