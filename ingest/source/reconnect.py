@@ -9,6 +9,7 @@ at most `source.reconnect_seconds`; then it gives up with `SourceUnreachableErro
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 import pymysql
 
 from ingest.errors import SourceConnectError, SourceUnreachableError
+
+log = logging.getLogger(__name__)
 
 LOST_CONNECTION_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2055})
 """Server shutdown in progress, connection killed, cannot connect, server gone away, connection lost (also a read
@@ -107,13 +110,16 @@ def publish(path: Path, reconnect: Reconnect) -> None:
     """Write `reconnect`'s streak to `path` for the job's other process (the binlog source runs in a Python process
     of Spark's own, on the driver's host); remove it once the streak is over. Replaced whole: a reader never sees
     half a file."""
-    if reconnect.since_wall is None:
-        path.unlink(missing_ok=True)
-        return
-    part = path.with_name(path.name + ".part")
     status = {"since": reconnect.since_wall, "attempts": reconnect.attempts, "last_error": reconnect.last_error}
-    part.write_text(json.dumps(status))
-    os.replace(part, path)
+    part = path.with_name(path.name + ".part")
+    try:
+        if reconnect.since_wall is None:
+            path.unlink(missing_ok=True)
+            return
+        part.write_text(json.dumps(status))
+        os.replace(part, path)
+    except OSError as e:  # the run's scratch directory is gone (the job is ending): only the metrics miss it
+        log.debug("cannot say the reader is reconnecting in %s: %s", path, e)
 
 
 def read_published(path: Path) -> Reconnecting | None:

@@ -3,11 +3,20 @@ backoff, and the one line it gives up with."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pymysql
 import pytest
 
 from ingest.errors import SourceConnectError, SourceUnreachableError, TransientError
-from ingest.source.reconnect import MAX_WAIT_SECONDS, Reconnect, lost_connection, stall_timeout
+from ingest.source.reconnect import (
+    MAX_WAIT_SECONDS,
+    Reconnect,
+    lost_connection,
+    publish,
+    read_published,
+    stall_timeout,
+)
 
 
 @pytest.mark.parametrize(
@@ -86,3 +95,12 @@ def test_a_chunk_reader_gives_up_naming_what_it_lost_and_what_stays() -> None:
             now[0] += reconnect.next_wait(error, "The chunks of shop.t committed before stay")
     assert str(gave_up.value).startswith("lost the connection of shop.t chunk 7 to the source at db:3306")
     assert str(gave_up.value).endswith("The chunks of shop.t committed before stay")
+
+
+def test_a_streak_said_after_the_runs_scratch_directory_is_gone_is_not_an_error(tmp_path: Path) -> None:
+    reconnect = Reconnect(300, "db:3306")
+    reconnect.next_wait(pymysql.err.OperationalError(2003, "Can't connect"), "")
+    publish(tmp_path / "gone" / "reconnecting.json", reconnect)  # the job is ending: only the metrics miss it
+    reconnect.recovered()
+    publish(tmp_path / "gone" / "reconnecting.json", reconnect)
+    assert read_published(tmp_path / "gone" / "reconnecting.json") is None
