@@ -351,39 +351,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     )
 
 
-SLOWEST_FIRST = (
-    "test_streaming",
-    "test_schema_evolution",
-    "test_recopy",
-    "test_structured",
-    "test_chaos",
-    "test_standalone_cluster",
-    "test_binlog_groups",
-    "test_adhoc",
-    "test_online_schema_change",
-    "test_edge_tables",
-    "test_binlog_edges",
-    "test_faults",
-    "test_failover",
-)
-"""The longest integration modules, longest first (their time in `make test`, 2026-11-28). With `--dist loadfile`
-a module is one unit of work, handed out in collection order: the longest go first, so that none is left to run
-alone on one worker at the end while the others are idle."""
-
-
-def _slowest_first(item: pytest.Item) -> int:
-    name = item.path.stem if item.path.parent.name == "integration" else ""
-    return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Integration modules in SLOWEST_FIRST order, then the rest as collected.
-
-    A `spark_compat` test run at both row-metadata settings runs at NO_LOG (the harder case: columns matched by
-    position) in the main suite, on Spark 4.1, and at FULL in the compatibility subset (`-m spark_compat`, on
-    Spark 4.0: scripts/test-spark-compat.sh): the setting changes only the Python side, so each Spark runs it
-    once."""
-    items.sort(key=_slowest_first)  # stable: the tests of a module keep their order
+    """A `spark_compat` test run at both row-metadata settings runs at NO_LOG (the harder case: columns matched by
+    position) in the main suite, on Spark 4.1, and at FULL in the compatibility subset (`-m spark_compat`, on Spark
+    4.0: scripts/test-spark-compat.sh): the setting changes only the Python side, so each Spark runs it once."""
     if "spark_compat" in (config.getoption("markexpr") or ""):
         return
     kept, other_spark = [], []
