@@ -72,13 +72,8 @@ def run(
 def _watch_reconnects(job_metrics: JobMetrics, file: Path) -> None:
     """The binlog reader (in Spark's Python process on this host) says in `file` when it is reconnecting; the
     metrics and the progress line read it there."""
-
-    def reconnecting() -> tuple[float, int, str] | None:
-        status = read_published(file)
-        return None if status is None else (status.since, status.attempts, status.last_error)
-
     job_metrics.reconnect_file = str(file)
-    job_metrics.reconnecting_probe = reconnecting
+    job_metrics.reconnecting_probe = lambda: read_published(file)
 
 
 @contextmanager

@@ -18,14 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ingest.backoff import next_wait
 from ingest.errors import IngestError, SinkUnreachableError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-FIRST_WAIT_SECONDS = 0.5
-MAX_WAIT_SECONDS = 10.0
 
 _UNREACHABLE = re.compile(
     "|".join(
@@ -104,8 +102,7 @@ class SinkOutage:
                 f"`sink.reconnect_seconds` is {self.budget_seconds:g}): {error_text}. Everything committed before "
                 "stays; `ingest run` resumes there once the catalog and the storage are back"
             )
-        wait = min(MAX_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2.0 ** min(attempts - 1, 16))
-        wait = min(wait * (0.8 + 0.4 * self._jitter.random()), self.budget_seconds - spent)
+        wait = next_wait(attempts, self.budget_seconds - spent, self._jitter)
         log.warning(
             "%s: the sink cannot be reached (%s); trying again in %.1f s (attempt %d)", what, error_text, wait, attempts
         )

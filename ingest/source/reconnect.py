@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pymysql
 
+from ingest.backoff import next_wait
 from ingest.errors import SourceConnectError, SourceUnreachableError
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,6 @@ log = logging.getLogger(__name__)
 LOST_CONNECTION_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2055})
 """Server shutdown in progress, connection killed, cannot connect, server gone away, connection lost (also a read
 that timed out: a stalled stream), lost at a system call."""
-
-FIRST_WAIT_SECONDS = 0.5
-MAX_WAIT_SECONDS = 10.0
 
 
 def lost_connection(error: BaseException) -> bool:
@@ -72,8 +70,7 @@ class Reconnect:
 
     def next_wait(self, error: BaseException, kept: str) -> float:
         """The seconds to wait before the next attempt after `error`; SourceUnreachableError once the budget is
-        spent, its message ending with `kept` (what stays, and where the next run resumes). Doubling from
-        FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS, with jitter, never past the budget."""
+        spent, its message ending with `kept` (what stays, and where the next run resumes). See ingest.backoff."""
         now = self.clock()
         if self.since is None:
             self.since, self.since_wall = now, time.time()
@@ -86,24 +83,12 @@ class Reconnect:
                 f"{spent:.0f} s ({self.attempts - 1} reconnect attempts, `source.reconnect_seconds` is "
                 f"{self.budget_seconds:g}): {self.last_error}. {kept}"
             )
-        wait = min(MAX_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2.0 ** min(self.attempts - 1, 16))
-        wait *= 0.8 + 0.4 * self._jitter.random()
-        return min(wait, self.budget_seconds - spent)
+        return next_wait(self.attempts, self.budget_seconds - spent, self._jitter)
 
 
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}"[:300]
-
-
-@dataclass(frozen=True)
-class Reconnecting:
-    """What a reader that is reconnecting says of it, to the job's metrics and progress line."""
-
-    since: float
-    """Seconds since the epoch."""
-    attempts: int
-    last_error: str
 
 
 def publish(path: Path, reconnect: Reconnect) -> None:
@@ -122,10 +107,11 @@ def publish(path: Path, reconnect: Reconnect) -> None:
         log.debug("cannot say the reader is reconnecting in %s: %s", path, e)
 
 
-def read_published(path: Path) -> Reconnecting | None:
-    """The streak `publish` wrote at `path`, or None when none is under way."""
+def read_published(path: Path) -> tuple[float, int, str] | None:
+    """The streak `publish` wrote at `path` (since when, in seconds since the epoch; attempts; the last error), as
+    ingest.metrics reads it, or None when none is under way."""
     try:
         status = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
-    return Reconnecting(float(status["since"]), int(status["attempts"]), str(status["last_error"]))
+    return float(status["since"]), int(status["attempts"]), str(status["last_error"])

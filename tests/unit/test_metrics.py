@@ -116,9 +116,7 @@ def test_a_reconnecting_reader_shows_since_when_its_attempts_and_last_error_and_
     now = [1000.0]
     job = JobMetrics("p", clock=lambda: now[0])
     file = tmp_path / "reconnecting.json"
-    job.reconnecting_probe = lambda: (
-        None if (r := read_published(file)) is None else (r.since, r.attempts, r.last_error)
-    )
+    job.reconnecting_probe = lambda: read_published(file)
     job.offset_committed(POS, 990)
     reconnect = Reconnect(300, "db:3306", clock=lambda: now[0])
     reconnect.next_wait(OSError("Connection refused"), "")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from ingest.backoff import MAX_WAIT_SECONDS
 from ingest.errors import SourceConnectError, SourceUnreachableError, TransientError
 from ingest.source.reconnect import (
-    MAX_WAIT_SECONDS,
     Reconnect,
     lost_connection,
     publish,
