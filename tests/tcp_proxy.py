@@ -1,6 +1,7 @@
-"""A TCP proxy on loopback for fault tests (issue 53): the job connects to the source through it, and a test stalls
-the connections open at a moment (no byte passes either way, nothing is closed) or resets them. New connections
-pass as before."""
+"""A TCP proxy on loopback for fault tests (issue 53): the job connects to a server through it, and a test stalls
+the connections open at a moment (no byte passes either way, nothing is closed) or resets them; new connections
+pass as before. In front of an HTTP server (MinIO), it can also answer every new request with 503, as an object
+store's front end does when it sheds load, until told to pass again."""
 
 from __future__ import annotations
 
@@ -45,6 +46,46 @@ class _Pair:
                 pass
 
 
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>'
+    b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+def _answer_unavailable(client: socket.socket) -> None:
+    """Reads one HTTP request's head (and a body sent with it) and answers it with S3's 503 Slow Down, then closes."""
+    try:
+        client.settimeout(5)
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            chunk = client.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        fields = dict(
+            (name.strip().lower(), value.strip())
+            for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+        )
+        if fields.get(b"expect", b"").lower() != b"100-continue":  # else the client waits for our answer first
+            left = int(fields.get(b"content-length", b"0") or 0) - len(body)
+            client.settimeout(1)
+            while left > 0:
+                chunk = client.recv(min(left, 65536))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        client.sendall(
+            b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+            + f"Content-Length: {len(_SLOW_DOWN)}\r\n\r\n".encode()
+            + _SLOW_DOWN
+        )
+    except OSError:
+        pass
+    finally:
+        client.close()
+
+
 class TcpProxy:
     """127.0.0.1:`port` forwards to 127.0.0.1:`target_port`."""
 
@@ -57,6 +98,7 @@ class TcpProxy:
         self.port: int = self._listener.getsockname()[1]
         self._pairs: list[_Pair] = []
         self._lock = threading.Lock()
+        self._unavailable = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True, name="tcp-proxy")
         self._thread.start()
 
@@ -66,6 +108,9 @@ class TcpProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self._unavailable.is_set():
+                threading.Thread(target=_answer_unavailable, args=(client,), daemon=True, name="tcp-proxy-503").start()
+                continue
             try:
                 server = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
                 server.settimeout(None)
@@ -97,6 +142,16 @@ class TcpProxy:
         for pair in pairs:
             pair.close(reset=True)
         return len(pairs)
+
+    def unavailable(self) -> int:
+        """From now on every new HTTP request is answered 503 Slow Down, and every connection open now is reset (a
+        client's pooled connections come back as new ones). Returns how many were reset."""
+        self._unavailable.set()
+        return self.reset()
+
+    def available(self) -> None:
+        """New connections pass again."""
+        self._unavailable.clear()
 
     def close(self) -> None:
         self._listener.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -87,8 +88,18 @@ class RestCatalogServer(LocalService):
         self._process.wait_until(self._ready, timeout=120)
         return self
 
-    def stop(self) -> None:
+    def restart(self, pause_seconds: float) -> None:
+        """Stop the server, wait, and start it again on the same port (for fault tests): its catalog is in
+        PostgreSQL, so it comes back with every table."""
+        self._stop_process()
+        time.sleep(pause_seconds)
+        self.start()
+
+    def _stop_process(self) -> None:
         if self._process is not None:
             self._process.stop()
             self._process = None
+
+    def stop(self) -> None:
+        self._stop_process()
         shutil.rmtree(self.base_dir, ignore_errors=True)

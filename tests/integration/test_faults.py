@@ -1,9 +1,10 @@
 """Faults production brings to a streaming job (issue 53), one after another under one job: the source restarted,
-its binlog dump connection killed on the server, MinIO and the catalog's PostgreSQL restarted; a connection stalled
-and reset through a loopback proxy. The job reads the binlog again from its last transaction boundary, a batch's
-commit waits for the sink, and it streams on; a SIGTERM afterwards stops it with exit 0; what it wrote equals
-MariaDB row for row. A source that stays away longer than `source.reconnect_seconds` ends the job with exit 4 and one
-line, no traceback; while it reconnects the metrics say so."""
+its binlog dump connection killed on the server, MinIO and the catalog's PostgreSQL restarted. Under a second job, on
+the REST profile: a source connection stalled and reset through a loopback proxy, MinIO answering 503 through
+another, the REST catalog server restarted. The job reads the binlog again from its last transaction boundary, a
+batch's commit waits for the sink, and it streams on; a SIGTERM afterwards stops it with exit 0; what it wrote
+equals MariaDB row for row. A source that stays away longer than `source.reconnect_seconds` ends the job with exit 4
+and one line, no traceback; while it reconnects the metrics say so."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.devservers.process import free_port
+from ingest.devservers.rest_catalog import RestCatalogServer
 from ingest.faults import ENV as CRASH_ENV
-from tests.conftest import CDC_USER, embedded_sink, minio_sink, run_ingest, source_section
+from tests.conftest import CDC_USER, embedded_sink, minio_sink, rest_sink, run_ingest, source_section
 from tests.integration.test_adhoc import _Log, _stop
 from tests.integration.test_recopy import _streaming, _wait
 from tests.integration.test_streaming import background_writes
@@ -229,31 +231,59 @@ def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBSe
     assert verify(config)
 
 
-def test_a_stalled_then_a_reset_connection_are_noticed_and_read_again(source: MariaDBServer, tmp_path: Path) -> None:
-    """Through a TCP proxy on loopback, one after the other: every connection the job has open is held (no byte
-    passes, nothing closes: a dead network path or a hung proxy), then reset. The binlog stream notices a stall by its
-    read timeout (three missed heartbeats, at least 5 s) and reads again; the job commits on, and ends equal."""
+def _for_a_while(proxy: TcpProxy) -> None:
+    proxy.unavailable()
+    time.sleep(5)
+    proxy.available()
+
+
+def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_restarted_rest_catalog_are_waited_out(
+    source: MariaDBServer, tmp_path: Path
+) -> None:
+    """One job on the REST profile (Iceberg's REST catalog server on PostgreSQL; every batch through Spark's MERGE),
+    the source and MinIO each behind a TCP proxy on loopback. One after the other: every source connection held (no
+    byte passes, nothing closes: a dead network path or a hung proxy), then reset; every request to MinIO answered
+    503 Slow Down for 5 s; the REST catalog server restarted (away 5 s and its start). The binlog stream notices a
+    stall by its read timeout (three missed heartbeats, at least 5 s) and reads again; a batch's commit waits for
+    the sink and lands once; the job commits on, stops with exit 0, and ends equal."""
     db = "faults_proxy"
     _setup(source, db)
     recovered = {}
-    with TcpProxy(source.port) as proxy:
-        config, job = _start(source, db, tmp_path, port=proxy.port)
+    with (
+        TcpProxy(source.port) as source_proxy,
+        MinioServer() as minio,
+        PostgresServer() as postgres,
+        TcpProxy(minio.port) as s3_proxy,
+        RestCatalogServer(minio, postgres, warehouse=f"s3://{minio.bucket('faults')}/warehouse") as rest,
+    ):
+        sink = rest_sink(minio, rest)
+        sink["catalog"]["s3.endpoint"] = f"http://127.0.0.1:{s3_proxy.port}"
+        stream = {"driver_apply_max_rows": 0}
+        config, job = _start(source, db, tmp_path, port=source_proxy.port, sink=sink, stream=stream)
         log = _Log(job)
+        faults: dict[str, Callable[[], object]] = {
+            "stall": source_proxy.stall,
+            "reset": source_proxy.reset,
+            "S3 503": lambda: _for_a_while(s3_proxy),
+            "REST restart": lambda: rest.restart(5),
+        }
         try:
             with background_writes(source, db, _bump):
                 _wait("the job is streaming", lambda: _streaming(config), job, log)
-                for fault in ("stall", "reset"):
-                    before = _applied(log)
-                    held = proxy.stall() if fault == "stall" else proxy.reset()
-                    assert held >= 1
+                for fault, act in faults.items():
+                    before, waits = _applied(log), log.count("the sink cannot be reached")
                     faulted = time.monotonic()
+                    act()
                     _wait(f"batches after the {fault}", lambda b=before: _applied(log) > b + 3, job, log, seconds=120)
                     recovered[fault] = time.monotonic() - faulted
+                    if fault in ("S3 503", "REST restart"):
+                        assert log.count("the sink cannot be reached") > waits, f"no wait for the sink at the {fault}"
             err = _stop(job, log)
         finally:
             if job.poll() is None:
                 job.kill()
-        assert verify(config)  # through the proxy, which the config names
+        assert verify(config)  # through the proxies, which the config names
     assert "Traceback" not in err, err[-3000:]
+    assert "503" in err or "Slow Down" in err or "SlowDown" in err, err[-3000:]
     print(f"committing again after the fault: {recovered}")
     assert all(seconds < 60 for seconds in recovered.values()), recovered
