@@ -26,6 +26,7 @@ from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.runtime.warm_up import start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
+from ingest.sink.outage import OutageWaitStopped
 from ingest.sink.targets import ensure_target_created
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.chunks import Chunk
@@ -127,7 +128,7 @@ def _run(
         # Before the state table is open, to overlap that too; a binlog-only restart wastes one empty job
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
-        state = StateTable.open(config)
+        state = StateTable.open(config, stopping=stop.event.is_set)
         schemas = list(info.schemas)
         gone = gone_tables(config, state, schemas)  # read in the binlog phase only, up to their DROP or RENAME
         if start is not None:
@@ -157,6 +158,8 @@ def _run(
                 log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", e)
                 schemas = copy_all_again(spark, config, state, discover(config).schemas)
                 paused = state.requests().paused
+    except OutageWaitStopped as e:  # what was committed before stays; the rest comes with the next run
+        log.info("%s; stopping", e)
     finally:
         stop.uninstall()
         if warm_up is not None and not own_session:

@@ -222,18 +222,16 @@ def copy_chunks(
     hook: ChunkHook | None = None,
 ) -> list[ChunkRecord]:
     """Read `chunks` on the executors, append them to the target in one commit, then record them (`done`: the
-    table's chunks committed before)."""
+    table's chunks committed before). While the sink cannot be reached the commit waits (`state.outage`), and a
+    commit cut off is looked for in the target before the chunks are read and committed again."""
     policy = config.options_for(schema.database, schema.table).on_unrepresentable
     tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
-    table = _arrow_writable(config, schema, tasks[0])
-    if table is not None and len(tasks) == 1:
-        records = [_commit_in_driver(config, table, target, tasks[0], set(done))]
-    elif table is not None:
-        records = _commit_files(spark, config, table, target, tasks, set(done))
-    else:
-        with connect(config.source) as conn:
-            floor = read_watermark(conn, flavor)
-        records = _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
+
+    def commit(again: bool) -> list[ChunkRecord]:
+        landed = _landed(config, state, schema, chunks) if again else []
+        return landed or _commit_chunks(spark, config, flavor, schema, target, tasks, done)
+
+    records = state.outage.run(f"committing {schema.table_id}'s {counted(len(chunks), 'chunk')}", commit)
     crash_point("snapshot.after_commit")  # data committed, state table not yet written
     state.record_chunks(records)
     crash_point("snapshot.after_state")
@@ -277,24 +275,7 @@ def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) ->
     missing = committed - recorded
     if missing:
         plan = {c.index: c for c in state.plan(table_id) or []}
-        batches = _batch_records_in_target(table, config.name)
-        records = []
-        for index in sorted(missing):
-            record = batches.get(index)
-            if record is None:
-                # The snapshot holding this batch's watermarks was expired: the plan-time watermark is
-                # earlier than the chunk's real one, which only makes the binlog phase replay more.
-                record = ChunkRecord(plan[index], state.planned_at(table_id))
-            records.append(
-                ChunkRecord(
-                    plan[index],
-                    record.high_watermark,
-                    record.low_watermark,
-                    record.row_count,
-                    record.window_events,
-                    record.target_snapshot_id,
-                )
-            )
+        records = _records_in_target(table, config.name, {i: plan[i] for i in missing}, state.planned_at(table_id))
         log.info(
             "%s: recording %d chunks committed by an earlier run that stopped before recording them",
             table_id,
@@ -302,6 +283,29 @@ def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) ->
         )
         state.record_chunks(records)
     return recorded | committed
+
+
+def _records_in_target(
+    table: Any, pipeline: str, chunks: dict[int, Chunk], planned_at: Watermark | None
+) -> list[ChunkRecord]:
+    """The records of `chunks`, committed to `table`, from its snapshot summaries."""
+    batches = _batch_records_in_target(table, pipeline)
+    records = []
+    for index in sorted(chunks):
+        # Without its batch's snapshot (expired), the plan-time watermark: earlier than the chunk's real one, which
+        # only makes the binlog phase replay more.
+        record = batches.get(index) or ChunkRecord(chunks[index], planned_at)
+        records.append(
+            ChunkRecord(
+                chunks[index],
+                record.high_watermark,
+                record.low_watermark,
+                record.row_count,
+                record.window_events,
+                record.target_snapshot_id,
+            )
+        )
+    return records
 
 
 def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord]:
@@ -328,6 +332,36 @@ def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord
                 snapshot.snapshot_id,
             )
     return out
+
+
+def _commit_chunks(
+    spark: Any,
+    config: PipelineConfig,
+    flavor: str,
+    schema: TableSchema,
+    target: str,
+    tasks: list[ChunkTask],
+    done: set[int],
+) -> list[ChunkRecord]:
+    """The chunks of `tasks` read and appended to `target` in one commit, on the path their types allow."""
+    table = _arrow_writable(config, schema, tasks[0])
+    if table is not None and len(tasks) == 1:
+        return [_commit_in_driver(config, table, target, tasks[0], set(done))]
+    if table is not None:
+        return _commit_files(spark, config, table, target, tasks, set(done))
+    with connect(config.source) as conn:
+        floor = read_watermark(conn, flavor)
+    return _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
+
+
+def _landed(config: PipelineConfig, state: StateTable, schema: TableSchema, chunks: list[Chunk]) -> list[ChunkRecord]:
+    """The records of `chunks` if the target holds them (one commit has them all, or none): a commit whose outcome
+    the sink's outage hid."""
+    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    if not {c.index for c in chunks} & chunks_done_in_target(table, config.name):
+        return []
+    log.info("%s: the commit cut off by the sink landed; its chunks are not read again", schema.table_id)
+    return _records_in_target(table, config.name, {c.index: c for c in chunks}, state.planned_at(schema.table_id))
 
 
 def _commit_batch(

@@ -126,7 +126,10 @@ class _Sink:
                 rows = list(zip(*(table.column(name).to_pylist() for name in ("seq", "kind", "payload")), strict=True))
                 log.debug("batch %d: %d rows in %.3f s", batch_id, len(rows), time.monotonic() - started)
                 if rows or self.last_batch is not None:
-                    self._apply(rows)
+                    try:
+                        self._apply(rows)
+                    except OutageWaitStopped as e:  # nothing of the batch is known committed: the next run replays it
+                        raise _Closing(str(e)) from None
                 # else: Spark 4.0 runs a new query's first batch from the initial offset to the same offset, with
                 # the empty rows the reader returned for it (4.1 reads that range again and gets its end row).
                 # Nothing moved; any later batch without its end row is still refused by `decode_batch`.
@@ -160,10 +163,7 @@ class _Sink:
                     self.spark, self.config, self.state, begin.by_id, batch.tables, end, source_time, settle=again
                 )
 
-            try:
-                self.outage.run(f"committing the batch up to {end.position}", commit)
-            except OutageWaitStopped as e:
-                raise _Closing(str(e)) from None  # nothing of the batch is known committed: the next run replays it
+            self.outage.run(f"committing the batch up to {end.position}", commit)
             self.committed = end.position
         if batch.named is not None:
             assert self.hooks.on_tables_named is not None  # the source reports them only then

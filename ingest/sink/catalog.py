@@ -7,6 +7,7 @@ calls `sql` and addresses with a SQLAlchemy URL.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -125,7 +126,24 @@ def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
             f"{_without_secrets(_first_line(e), sink)}. Check that it is running and reachable, and "
             "`sink.catalog` in the pipeline file"
         ) from None
+    if props.get("type") == "rest":
+        _quiet_second_delete()
     return catalog
+
+
+class _ServerDeletedOldMetadata(logging.Filter):
+    """A REST catalog's server deletes a table's old metadata files itself when it commits (what the table's
+    `write.metadata.delete-after-commit.enabled` asks); pyiceberg, deleting them after, finds them gone and would
+    warn at every commit of the state table."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to delete metadata file")
+
+
+def _quiet_second_delete() -> None:
+    logger = logging.getLogger("pyiceberg.catalog")
+    if not any(isinstance(f, _ServerDeletedOldMetadata) for f in logger.filters):
+        logger.addFilter(_ServerDeletedOldMetadata())
 
 
 def catalog_address(props: Mapping[str, str]) -> str:

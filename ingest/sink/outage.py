@@ -36,6 +36,7 @@ _UNREACHABLE = re.compile(
             r"NETWORK_CONNECTION",  # the AWS SDK for C++ (pyarrow's S3)
             r"Unable to execute HTTP request",  # the AWS SDK for Java (S3FileIO)
             r"Service ?Unavailable|SERVICE_UNAVAILABLE|Slow ?Down|SLOW_DOWN|Status Code: 50[0234]\b",
+            r"HTTP status 50[0234]\b",  # pyarrow S3, a HEAD answered 503 (no body to name the code)
             r"server closed the connection unexpectedly",  # PostgreSQL, through psycopg2
             r"terminating connection due to administrator command",
             r"the database system is (?:shutting down|starting up|in recovery mode)",

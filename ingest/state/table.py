@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import logging
 import time
+import uuid
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -29,6 +30,7 @@ from ingest.errors import SinkError
 from ingest.faults import crash_point
 from ingest.model.position import Watermark
 from ingest.sink.catalog import cached_pyiceberg_catalog
+from ingest.sink.outage import SinkOutage
 from ingest.source.chunks import Chunk, decode_key, encode_key
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ MAINTENANCE_PROPERTIES = {
 MAX_SNAPSHOTS = 24
 KEEP_SNAPSHOTS = 4
 COMMIT_ATTEMPTS = 4
+SUMMARY_WRITE = "ingest.state.write"
+"""The snapshot summary key of a state-table append's own id (`StateTable._write`)."""
 
 STATE_ARROW_SCHEMA = pa.schema(
     [
@@ -108,10 +112,18 @@ class StateTable:
     """Plans and chunk records of one pipeline."""
 
     def __init__(
-        self, table: Any, pipeline: str, max_snapshots: int = MAX_SNAPSHOTS, keep_snapshots: int = KEEP_SNAPSHOTS
+        self,
+        table: Any,
+        pipeline: str,
+        max_snapshots: int = MAX_SNAPSHOTS,
+        keep_snapshots: int = KEEP_SNAPSHOTS,
+        outage: SinkOutage | None = None,
     ) -> None:
         self._table = table
         self.pipeline = pipeline
+        self.outage = outage or SinkOutage(0)
+        """Waits out a catalog or object store that cannot be reached while this table, or a snapshot chunk's
+        target, is written (the job's `sink.reconnect_seconds`; none by default)."""
         self.max_snapshots = max_snapshots
         self.keep_snapshots = keep_snapshots
         self._plans: dict[str, list[Chunk]] = {}
@@ -127,7 +139,15 @@ class StateTable:
         self._load()
 
     @classmethod
-    def open(cls, config: PipelineConfig) -> StateTable:
+    def open(cls, config: PipelineConfig, stopping: Callable[[], bool] = lambda: False) -> StateTable:
+        """The pipeline's state table, created if missing. Opening it, and each write and reload after, waits out
+        a sink that cannot be reached for `sink.reconnect_seconds`; `stopping` is polled meanwhile, and true ends
+        the wait (`OutageWaitStopped`)."""
+        outage = SinkOutage(config.sink.reconnect_seconds, stopping)
+        return outage.run("opening the state table", lambda _: cls._open(config, outage))
+
+    @classmethod
+    def _open(cls, config: PipelineConfig, outage: SinkOutage) -> StateTable:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
         catalog = cached_pyiceberg_catalog(config.sink)  # the one run() opened first, before Spark
@@ -151,7 +171,7 @@ class StateTable:
         missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if table.properties.get(k) != v}
         if missing:  # a state table created by an older version
             _retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
-        return cls(table, config.name)
+        return cls(table, config.name, outage=outage)
 
     @classmethod
     def is_new(cls, config: PipelineConfig) -> bool:
@@ -201,10 +221,14 @@ class StateTable:
 
     def reload(self) -> None:
         """Read the table's current snapshot again: what other writers recorded since it was opened or reloaded."""
-        self._planned_at.clear()
-        self._done.clear()
-        self._offset = self._offset_source_time = self._offset_recorded_at = None
-        self._load()
+
+        def load(_: bool) -> None:
+            self._planned_at.clear()
+            self._done.clear()
+            self._offset = self._offset_source_time = self._offset_recorded_at = None
+            self._load()
+
+        self.outage.run("reading the state table", load)
 
     def plan(self, table_id: str) -> list[Chunk] | None:
         return self._plans.get(table_id)
@@ -247,7 +271,8 @@ class StateTable:
         self._flush()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first offset
-            _retry_commit(self._table, lambda: self._table.overwrite(rows, overwrite_filter=ours))
+            # Run again whole if the sink was away: the offset row is replaced, so landing twice leaves one.
+            self._commit("recording the offset", lambda: self._table.overwrite(rows, overwrite_filter=ours))
         self._offset = offset
         self._offset_source_time = source_time
         self._offset_recorded_at = now
@@ -429,7 +454,7 @@ class StateTable:
         self._flush()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            _retry_commit(self._table, lambda: self._table.delete(rows))
+            self._commit("deleting from the state table", lambda: self._table.delete(rows))
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
         if self._pending is None:
@@ -442,8 +467,40 @@ class StateTable:
             self._flush()
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
+        """Append `rows` in one commit. A commit cut off by the sink is run again only if it did not land: each
+        carries its own id in its snapshot summary, looked for first (appended twice, a plan would hold its
+        chunks twice)."""
         data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)
-        _retry_commit(self._table, lambda: self._table.append(data))
+        write_id = uuid.uuid4().hex
+
+        def append() -> None:
+            if not self._holds(write_id):
+                self._table.append(data, snapshot_properties={SUMMARY_WRITE: write_id})
+
+        self._commit("writing the state table", append)
+
+    def _commit(self, what: str, commit: Callable[[], Any]) -> None:
+        """Run a commit; again from fresh metadata on a conflict (`_retry_commit`), and after the sink could not
+        be reached (`self.outage`, within `sink.reconnect_seconds`): `commit` must be safe to run again."""
+
+        def attempt(again: bool) -> None:
+            if again:
+                self._table.refresh()
+            _retry_commit(self._table, commit)
+
+        self.outage.run(what, attempt)
+
+    def _holds(self, write_id: str) -> bool:
+        """A snapshot of the table's history was committed by the write `write_id` (expiry keeps the newest
+        `KEEP_SNAPSHOTS` and only after an offset is recorded, so a write cut off just now is still there)."""
+        snapshot = self._table.current_snapshot()
+        while snapshot is not None:
+            summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+            if summary.get(SUMMARY_WRITE) == write_id:
+                return True
+            parent = snapshot.parent_snapshot_id
+            snapshot = None if parent is None else self._table.snapshot_by_id(parent)
+        return False
 
 
 def snapshots_to_expire(

@@ -54,11 +54,11 @@ def source(cdc_password: str, tmp_path: Path) -> Iterator[MariaDBServer]:
         server.stop()
 
 
-def _setup(server: MariaDBServer, db: str) -> None:
+def _setup(server: MariaDBServer, db: str, rows: int = KEYS) -> None:
     server.execute(
         f"CREATE DATABASE {db}",
         f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v INT)",
-        f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_{KEYS}",
+        f"INSERT INTO {db}.t SELECT seq, 0 FROM {db}.seq_1_to_{rows}",
     )
 
 
@@ -69,6 +69,7 @@ def _start(
     metrics_port: int | None = None,
     sink: dict[str, Any] | None = None,
     stream: dict[str, Any] | None = None,
+    snapshot: dict[str, Any] | None = None,
     **source: Any,
 ) -> tuple[PipelineConfig, subprocess.Popen[str]]:
     """`ingest run` of `db.t` as a process of its own (to be signalled); `source`: more keys of its source."""
@@ -77,7 +78,7 @@ def _start(
         "source": {**source_section(server), **source},
         "tables": {"include": [rf"{db}\.t"]},
         "sink": sink or {**embedded_sink(tmp_path), "catalog_name": f"{db}_lake"},
-        "snapshot": {"chunk_size": 100},
+        "snapshot": {"chunk_size": 100, **(snapshot or {})},
         "stream": {"batch_interval_seconds": 1, **(stream or {})},
     }
     if metrics_port is not None:
@@ -231,8 +232,8 @@ def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBSe
     assert verify(config)
 
 
-def _for_a_while(proxy: TcpProxy) -> None:
-    proxy.unavailable()
+def _for_a_while(proxy: TcpProxy, path_part: str = "/") -> None:
+    proxy.unavailable(path_part)
     time.sleep(5)
     proxy.available()
 
@@ -241,13 +242,15 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
     source: MariaDBServer, tmp_path: Path
 ) -> None:
     """One job on the REST profile (Iceberg's REST catalog server on PostgreSQL; every batch through Spark's MERGE),
-    the source and MinIO each behind a TCP proxy on loopback. One after the other: every source connection held (no
-    byte passes, nothing closes: a dead network path or a hung proxy), then reset; every request to MinIO answered
-    503 Slow Down for 5 s; the REST catalog server restarted (away 5 s and its start). The binlog stream notices a
-    stall by its read timeout (three missed heartbeats, at least 5 s) and reads again; a batch's commit waits for
-    the sink and lands once; the job commits on, stops with exit 0, and ends equal."""
+    the source and MinIO each behind a TCP proxy on loopback. One after the other: every request to MinIO answered
+    503 Slow Down for 5 s while the snapshot's chunks are read (their data files written by the executors, the
+    driver's commit, the state table's records); every source connection held (no byte passes, nothing closes: a
+    dead network path or a hung proxy), then reset; MinIO's 503 again, now under a binlog batch; the REST catalog
+    server restarted (away 5 s and its start). The binlog stream notices a stall by its read timeout (three missed
+    heartbeats, at least 5 s) and reads again; a commit waits for the sink and lands once; the job commits on, stops
+    with exit 0, and ends equal."""
     db = "faults_proxy"
-    _setup(source, db)
+    _setup(source, db, rows=1000)  # ten chunks, committed two by two
     recovered = {}
     with (
         TcpProxy(source.port) as source_proxy,
@@ -259,7 +262,8 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
         sink = rest_sink(minio, rest)
         sink["catalog"]["s3.endpoint"] = f"http://127.0.0.1:{s3_proxy.port}"
         stream = {"driver_apply_max_rows": 0}
-        config, job = _start(source, db, tmp_path, port=source_proxy.port, sink=sink, stream=stream)
+        snapshot = {"chunks_per_commit": 2}
+        config, job = _start(source, db, tmp_path, port=source_proxy.port, sink=sink, stream=stream, snapshot=snapshot)
         log = _Log(job)
         faults: dict[str, Callable[[], object]] = {
             "stall": source_proxy.stall,
@@ -268,6 +272,12 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
             "REST restart": lambda: rest.restart(5),
         }
         try:
+            # No writes yet: the only commits are the chunks'. The target's files only: the state table's pass.
+            _wait("two chunks read", lambda: log.count("chunks 2/10 read while streaming") > 0, job, log)
+            _for_a_while(s3_proxy, f"/warehouse/{db}/t/")
+            _wait("the chunks read", lambda: log.count("chunks 10/10 read while streaming") > 0, job, log)
+            chunk_waits = [line for line in log.lines if "the sink cannot be reached" in line]
+            assert chunk_waits and all(f"{db}.t's 2 chunks" in line for line in chunk_waits), chunk_waits
             with background_writes(source, db, _bump):
                 _wait("the job is streaming", lambda: _streaming(config), job, log)
                 for fault, act in faults.items():

@@ -30,6 +30,8 @@ class Py4JJavaError(Exception):
         ),
         (OSError("AWS Error SLOW_DOWN during PutObject operation: Please reduce your request rate."), True),
         (OSError("AWS Error SERVICE_UNAVAILABLE during PutObject operation"), True),
+        (OSError("AWS Error UNKNOWN (HTTP status 503) during HeadObject operation: No response body."), True),
+        (OSError("AWS Error UNKNOWN (HTTP status 403) during HeadObject operation: No response body."), False),
         (
             Exception(
                 '(psycopg2.OperationalError) connection to server at "127.0.0.1", port 5 failed: Connection refused'
