@@ -8,6 +8,8 @@ server, and only its GTIDs say how far behind the job is.
 Lag is given in binlog bytes and files (exact and cheap), in transactions on MariaDB (GTID sequence
 numbers; MySQL has no function that maps a binlog position to its GTID set) and in seconds (an upper
 bound, see `lag_seconds`). Row events are not counted: that would mean reading the binlog.
+What only the running job knows (is it reconnecting to the source?) comes from its metrics endpoint, when the
+pipeline file names one (`metrics.port`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -173,6 +177,56 @@ def binlog_status(config: PipelineConfig, state: StateTable, now: float | None =
     }
 
 
+_RECONNECTING = re.compile(r'^ingest_source_reconnecting\{error="((?:[^"\\]|\\.)*)"\} 1(?:\.0)?$', re.MULTILINE)
+_GAUGE = r"^{}(?:\{{[^}}]*\}})? (\S+)$"
+
+
+def job_from_metrics(text: str) -> dict[str, Any]:
+    """The running job's own view, from its metrics page: whether its binlog reader is reconnecting to the source,
+    since when, how many attempts, and the last error."""
+    reconnecting = _RECONNECTING.search(text)
+    if reconnecting is None:
+        return {"running": True, "reconnecting": None}
+    error = re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], reconnecting[1])
+    since = re.search(_GAUGE.format("ingest_source_reconnecting_since_seconds"), text, re.MULTILINE)
+    attempts = re.search(_GAUGE.format("ingest_source_reconnect_attempts"), text, re.MULTILINE)
+    return {
+        "running": True,
+        "reconnecting": {
+            "since": None if since is None else _iso(float(since[1])),
+            "attempts": 0 if attempts is None else int(float(attempts[1])),
+            "error": error,
+        },
+    }
+
+
+def job_status(config: PipelineConfig, timeout: float = 2.0) -> dict[str, Any] | None:
+    """What the running job says of itself at its metrics endpoint (`metrics.port`); None without one. An
+    endpoint that does not answer says only that: the job is down, or runs on another host."""
+    port = config.metrics.port
+    if port is None:
+        return None
+    host = "127.0.0.1" if config.metrics.host in ("0.0.0.0", "::", "") else config.metrics.host
+    url = f"http://{host}:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return {"metrics": url, **job_from_metrics(answer.read().decode())}
+    except OSError:
+        return {"metrics": url, "running": None, "reconnecting": None}
+
+
+def _job_line(job: dict[str, Any]) -> str:
+    if job["running"] is None:
+        return f"job: no answer at {job['metrics']} (not running, or not on this host)"
+    reconnecting = job["reconnecting"]
+    if reconnecting is None:
+        return "job: running"
+    return (
+        f"job: running, reconnecting to the source since {reconnecting['since']} "
+        f"(attempt {reconnecting['attempts']}: {reconnecting['error']})"
+    )
+
+
 def watch_status(
     render: Callable[[], str],
     interval: float,
@@ -222,6 +276,7 @@ def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | No
     state = StateTable.open(config)
     rows = table_status(config, state)
     binlog = binlog_status(config, state)
+    job = job_status(config)
     requests = state.requests()
     asked = [{"table": t, "again": again} for t, again in sorted(requests.snapshot.items())]
     for row in rows:
@@ -229,12 +284,15 @@ def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | No
     if as_json:
         print(
             json.dumps(
-                {"pipeline": config.name, "binlog": binlog, "tables": rows, "snapshot_requests": asked}, indent=2
+                {"pipeline": config.name, "job": job, "binlog": binlog, "tables": rows, "snapshot_requests": asked},
+                indent=2,
             ),
             file=out,
         )
         return
     print(f"pipeline {config.name}: {len(rows)} tables; {_stream_line(binlog)}", file=out)
+    if job is not None:
+        print(_job_line(job), file=out)
     if asked:
         tables = ", ".join(f"{a['table']}{' (again)' if a['again'] else ''}" for a in asked)
         print(f"snapshots asked, not taken by a job yet: {tables}", file=out)

@@ -202,7 +202,8 @@ def _two_scrapes_without_a_commit_between(port: int) -> tuple[dict[str, float], 
 
 
 def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBServer, tmp_path: Path) -> None:
-    """While it reconnects, the metrics say so (since when, attempts, last error) and the lag keeps counting."""
+    """While it reconnects, the metrics and `ingest status` say so (since when, attempts, last error) and the lag
+    keeps counting."""
     db = "faults_term"
     _setup(source, db)
     port = free_port()
@@ -216,6 +217,7 @@ def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBSe
             _wait("a reconnect attempt", lambda: log.count("lost the binlog connection") > 0, job, log)
             _wait("two attempts", lambda: _scrape(port).get("ingest_source_reconnect_attempts", 0) >= 2, job, log)
             first, later = _two_scrapes_without_a_commit_between(port)
+            status = run_ingest("status", "--config", str(tmp_path / "pipeline.yaml"))
             err = _stop(job, log)  # exit 0: what was read is committed, nothing after it
     finally:
         if job.poll() is None:
@@ -226,6 +228,10 @@ def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBSe
     assert list(reconnecting.values()) == [1] and "Connection refused" in next(iter(reconnecting)), first
     assert time.time() - 120 < first["ingest_source_reconnecting_since_seconds"] < time.time()
     assert later["ingest_lag_seconds"] >= first["ingest_lag_seconds"] + 1.5  # no batch, and the lag counts on
+    # `ingest status` asks the job's metrics endpoint, which the pipeline file names.
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "job: running, reconnecting to the source since " in status.stdout, status.stdout
+    assert "Connection refused" in status.stdout, status.stdout
     # The next run brings what was written after the loss.
     caught_up = run_ingest("run", "--config", str(tmp_path / "pipeline.yaml"), "--until-caught-up")
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ingest import metrics
-from ingest.commands.status import watch_status
+from ingest.commands.status import job_from_metrics, watch_status
 from ingest.config import MetricsConfig, parse_config
 from ingest.errors import ConfigError
 from ingest.metrics import CONTENT_TYPE, JobMetrics, MetricFamily, MetricsServer, recording, render
@@ -130,10 +130,21 @@ def test_a_reconnecting_reader_shows_since_when_its_attempts_and_last_error_and_
     now[0] = 1030.0
     assert samples(job.exposition())["ingest_lag_seconds"] == 40.0  # no batch while it reconnects: the lag grows
     assert job.progress().reconnecting == (35.0, 2, "OSError: Connection refused")
+    # `ingest status` reads the same page.
+    assert job_from_metrics(job.exposition()) == {
+        "running": True,
+        "reconnecting": {"since": "1970-01-01T00:16:35+00:00", "attempts": 2, "error": "OSError: Connection refused"},
+    }
     reconnect.recovered()
     publish(file, reconnect)
     assert not file.exists() and job.progress().reconnecting is None
     assert samples(job.exposition())["ingest_source_reconnecting"] == 0
+    assert job_from_metrics(job.exposition()) == {"running": True, "reconnecting": None}
+
+
+def test_status_reads_an_error_label_with_quotes_and_line_breaks_back() -> None:
+    family = MetricFamily("ingest_source_reconnecting", "gauge", "h", [("", {"error": 'a "b"\\c\nd'}, 1)])
+    assert job_from_metrics(render([family]))["reconnecting"]["error"] == 'a "b"\\c\nd'
 
 
 def test_bytes_behind_comes_from_the_probe_and_zero_means_no_lag() -> None:
