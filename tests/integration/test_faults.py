@@ -252,9 +252,9 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
     503 Slow Down for 5 s while the snapshot's chunks are read (their data files written by the executors, the
     driver's commit, the state table's records); every source connection held (no byte passes, nothing closes: a
     dead network path or a hung proxy), then reset; MinIO's 503 again, now under a binlog batch; the REST catalog
-    server restarted (away 5 s and its start). The binlog stream notices a stall by its read timeout (three missed
-    heartbeats, at least 5 s) and reads again; a commit waits for the sink and lands once; the job commits on, stops
-    with exit 0, and ends equal."""
+    server restarted (away 5 s and its start); last, a SIGTERM while a commit waits for MinIO. The binlog stream
+    notices a stall by its read timeout (three missed heartbeats, at least 5 s) and reads again; a commit waits for
+    the sink and lands once; the job commits on, stops with exit 0, and after a catch-up ends equal."""
     db = "faults_proxy"
     _setup(source, db, rows=1000)  # ten chunks, committed two by two
     recovered = {}
@@ -294,10 +294,19 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
                     recovered[fault] = time.monotonic() - faulted
                     if fault in ("S3 503", "REST restart"):
                         assert log.count("the sink cannot be reached") > waits, f"no wait for the sink at the {fault}"
-            err = _stop(job, log)
+                # Last, a SIGTERM while a commit waits for the object store: exit 0 at once, the batch left.
+                waits = log.count("the sink cannot be reached")
+                s3_proxy.unavailable()
+                _wait("a commit waiting for S3", lambda: log.count("the sink cannot be reached") > waits, job, log)
+                err = _stop(job, log)
+                s3_proxy.available()
         finally:
             if job.poll() is None:
                 job.kill()
+        # S3 was still away when the job ended: the waiting commit was left, not made.
+        assert "stopping after the current commit, as asked" in err, err[-3000:]
+        caught_up = run_ingest("run", "--config", str(tmp_path / "pipeline.yaml"), "--until-caught-up")
+        assert caught_up.returncode == 0, caught_up.stderr[-3000:]
         assert verify(config)  # through the proxies, which the config names
     assert "Traceback" not in err, err[-3000:]
     assert "503" in err or "Slow Down" in err or "SlowDown" in err, err[-3000:]
