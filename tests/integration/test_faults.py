@@ -250,11 +250,12 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
     """One job on the REST profile (Iceberg's REST catalog server on PostgreSQL; every batch through Spark's MERGE),
     the source and MinIO each behind a TCP proxy on loopback. One after the other: every request to MinIO answered
     503 Slow Down for 5 s while the snapshot's chunks are read (their data files written by the executors, the
-    driver's commit, the state table's records); every source connection held (no byte passes, nothing closes: a
-    dead network path or a hung proxy), then reset; MinIO's 503 again, now under a binlog batch; the REST catalog
-    server restarted (away 5 s and its start); last, a SIGTERM while a commit waits for MinIO. The binlog stream
-    notices a stall by its read timeout (three missed heartbeats, at least 5 s) and reads again; a commit waits for
-    the sink and lands once; the job commits on, stops with exit 0, and after a catch-up ends equal."""
+    driver's commit, the state table's records), and a SIGTERM mid-snapshot, after which a new job reads on; every
+    source connection held (no byte passes, nothing closes: a dead network path or a hung proxy), then reset;
+    MinIO's 503 again, now under a binlog batch; the REST catalog server restarted (away 5 s and its start); last, a
+    SIGTERM while a commit waits for MinIO. The binlog stream notices a stall by its read timeout (three missed
+    heartbeats, at least 5 s) and reads again; a commit waits for the sink and lands once; the job commits on, stops
+    with exit 0, and after a catch-up ends equal."""
     db = "faults_proxy"
     _setup(source, db, rows=1000)  # ten chunks, committed two by two
     recovered = {}
@@ -271,6 +272,20 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
         snapshot = {"chunks_per_commit": 2}
         config, job = _start(source, db, tmp_path, port=source_proxy.port, sink=sink, stream=stream, snapshot=snapshot)
         log = _Log(job)
+        try:
+            # No writes yet: the only commits are the chunks'. The target's files only: the state table's pass.
+            _wait("two chunks read", lambda: log.count("chunks 2/10 read while streaming") > 0, job, log)
+            _for_a_while(s3_proxy, f"/warehouse/{db}/t/")
+            _wait("four chunks read", lambda: log.count("chunks 4/10 read while streaming") > 0, job, log)
+            first = _stop(job, log)  # mid-snapshot
+        finally:
+            if job.poll() is None:
+                job.kill()
+        chunk_waits = [line for line in first.splitlines() if "the sink cannot be reached" in line]
+        assert chunk_waits and all(f"{db}.t's 2 chunks" in line for line in chunk_waits), chunk_waits
+        assert "chunks 10/10" not in first and "Traceback" not in first, first[-3000:]
+        config, job = _start(source, db, tmp_path, port=source_proxy.port, sink=sink, stream=stream, snapshot=snapshot)
+        log = _Log(job)
         faults: dict[str, Callable[[], object]] = {
             "stall": source_proxy.stall,
             "reset": source_proxy.reset,
@@ -278,12 +293,6 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
             "REST restart": lambda: rest.restart(5),
         }
         try:
-            # No writes yet: the only commits are the chunks'. The target's files only: the state table's pass.
-            _wait("two chunks read", lambda: log.count("chunks 2/10 read while streaming") > 0, job, log)
-            _for_a_while(s3_proxy, f"/warehouse/{db}/t/")
-            _wait("the chunks read", lambda: log.count("chunks 10/10 read while streaming") > 0, job, log)
-            chunk_waits = [line for line in log.lines if "the sink cannot be reached" in line]
-            assert chunk_waits and all(f"{db}.t's 2 chunks" in line for line in chunk_waits), chunk_waits
             with background_writes(source, db, _bump):
                 _wait("the job is streaming", lambda: _streaming(config), job, log)
                 for fault, act in faults.items():
