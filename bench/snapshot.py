@@ -444,7 +444,7 @@ def measure_sscursor(server: MariaDBServer, table: str, password: str) -> dict[s
 
 def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scratch: Path) -> dict[str, Any]:
     """Our executor-side work without Spark: every chunk through `chunk_batches` (lock-free read + Arrow), serially."""
-    from ingest.sink.targets import target_columns
+    from ingest.model.schema import target_columns
     from ingest.source.chunk_reader import ChunkConnections, ChunkTask
     from ingest.source.chunks import split_table
     from ingest.source.discovery import discover

@@ -31,8 +31,7 @@ from ingest.model.position import BinlogPosition, MariadbGtidPos
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.merge import committed_offset
 from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head
-from ingest.source.binlog import binlog_sizes
-from ingest.source.mysql import connect, server_flavor
+from ingest.source.mysql import binlog_sizes, connect, server_flavor
 from ingest.source.watermark import bytes_behind, read_watermark
 from ingest.state.table import StateTable
 

@@ -17,9 +17,8 @@ from typing import Any
 
 from ingest.config import PipelineConfig
 from ingest.model.columns import rows_to_record_batch
-from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote, source_targets
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.targets import source_targets
 from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import connect
 from ingest.state.table import StateTable

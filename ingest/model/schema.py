@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from ingest.model.columns import SourceColumn
+import pyarrow as pa
+
+from ingest.model.columns import SourceColumn, TargetColumn, map_columns
 
 OCCURRENCE_COLUMN = "_ingest_occurrence"
 """The target's last column for a table without a key (`TableSchema.keyless`): the rows that hold the same values
@@ -71,3 +74,20 @@ class TableSchema:
 
     def key_column(self, name: str) -> SourceColumn:
         return next(c for c in self.columns if c.name == name)
+
+
+def source_targets(schema: TableSchema) -> list[TargetColumn]:
+    """The Iceberg columns of the source table's columns, in order; key columns are always required (identifier
+    fields must be)."""
+    targets = map_columns(schema.table_id, schema.columns)
+    keys = set(schema.primary_key)
+    return [dataclasses.replace(t, nullable=False) if t.name in keys else t for t in targets]
+
+
+OCCURRENCE_TARGET = TargetColumn(OCCURRENCE_COLUMN, "BIGINT", pa.int64(), False)
+
+
+def target_columns(schema: TableSchema) -> list[TargetColumn]:
+    """The target's Iceberg columns: the source's (`source_targets`), then, for a table without a key, the number
+    of each row among the rows alike (`OCCURRENCE_COLUMN`)."""
+    return [*source_targets(schema), *([OCCURRENCE_TARGET] if schema.keyless else [])]

@@ -33,7 +33,7 @@ from ingest.query.stop import StopSignal
 from ingest.query.structured import PhaseHooks, stream_structured
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
-from ingest.sink.targets import qualified, table_of
+from ingest.sink.targets import check_targets, qualified, table_of
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.chunks import Chunk
 from ingest.source.discovery import discover
@@ -149,7 +149,9 @@ def stream_taking_requests(
         watch.asked, named[:], recopied[:] = {}, [], []
         with connect(config.source) as conn:
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
-        schemas = take_requests(spark, config, state, flavor, schemas, discover(config).schemas, asked, before)
+        found = discover(config).schemas
+        check_targets(config, found)
+        schemas = take_requests(spark, config, state, flavor, schemas, found, asked, before)
 
 
 def take_requests(

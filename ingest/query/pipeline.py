@@ -27,7 +27,7 @@ from ingest.runtime.warm_up import start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.outage import OutageWaitStopped
-from ingest.sink.targets import ensure_target_created
+from ingest.sink.targets import check_targets, ensure_target_created
 from ingest.source.chunk_reader import ChunkHook
 from ingest.source.chunks import Chunk
 from ingest.source.discovery import SourceInfo, discover
@@ -59,6 +59,7 @@ def run(
     if spark is None:  # before anything connects: a Spark the job cannot run on is one line, not a JVM trace
         check_spark(installed_spark())
     info = discover(config)
+    check_targets(config, info.schemas)
     if config.snapshot.max_source_load is not None:  # a bound the CDC user cannot sample is refused, not ignored
         with connect(config.source) as conn:
             check_load_probe(conn, config.snapshot.max_source_load, info.flavor)
@@ -156,7 +157,9 @@ def _run(
                 if config.stream.on_purged != "resnapshot":
                     raise
                 log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", e)
-                schemas = copy_all_again(spark, config, state, discover(config).schemas)
+                found = discover(config).schemas
+                check_targets(config, found)
+                schemas = copy_all_again(spark, config, state, found)
                 paused = state.requests().paused
     except OutageWaitStopped as e:  # what was committed before stays; the rest comes with the next run
         log.info("%s; stopping", e)

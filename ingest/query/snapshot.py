@@ -25,7 +25,7 @@ from ingest.errors import IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.model.changes import RejectedValue
 from ingest.model.position import Watermark
-from ingest.model.schema import TableSchema
+from ingest.model.schema import TableSchema, target_columns
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.data_files import DataFileWriter, append_files, writable_from_arrow
@@ -42,7 +42,6 @@ from ingest.sink.targets import (
     job_head,
     on_copy_branch,
     table_of,
-    target_columns,
 )
 from ingest.source.chunk_reader import ChunkHook, ChunkTask, read_chunk
 from ingest.source.chunks import Chunk, split_table

@@ -19,11 +19,11 @@ from ingest.errors import UnsupportedTableError
 from ingest.model.changes import ChangelogRow
 from ingest.model.columns import TargetColumn, arrow_schema, quote_identifier, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.model.schema import TableSchema
+from ingest.model.schema import TableSchema, source_targets
 from ingest.sink.key_actions import ActedRow
 from ingest.sink.merge import offset_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import OLD_METADATA_DELETED, qualified, source_targets
+from ingest.sink.targets import OLD_METADATA_DELETED, qualified
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,9 @@ import pyarrow as pa
 from ingest.changes.key_actions import acted
 from ingest.model.changes import KeyAction
 from ingest.model.columns import quote_identifier
-from ingest.model.schema import TableSchema
+from ingest.model.schema import TableSchema, source_targets
 from ingest.sink.merge import OP_COLUMN, batch_where
 from ingest.sink.pruning import target_predicate
-from ingest.sink.targets import source_targets
 
 
 class ActedRow(NamedTuple):

@@ -20,10 +20,10 @@ from ingest import metrics
 from ingest.errors import CommitConflictError
 from ingest.model.columns import quote_identifier, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark, parse_gtid_set
-from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, source_targets
 from ingest.sink.pruning import target_predicate
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
-from ingest.sink.targets import lineage, source_targets, table_of
+from ingest.sink.targets import lineage, table_of
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table.update.snapshot import ManageSnapshots
 
 from ingest.faults import crash_point
-from ingest.model.schema import TableSchema
+from ingest.model.schema import TableSchema, target_columns
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, iceberg_promotion, schema_from_json, schema_to_json
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
-from ingest.sink.targets import COPY_BRANCH, copy_under_way, iceberg_type, table_of, target_columns
+from ingest.sink.targets import COPY_BRANCH, copy_under_way, iceberg_type, table_of
 
 log = logging.getLogger(__name__)
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import pyarrow as pa
-
 from ingest.config import PartitionField, PipelineConfig
 from ingest.errors import ConfigError
-from ingest.model.columns import TargetColumn, map_columns, quote_identifier
-from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema
+from ingest.model.columns import quote_identifier
+from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, target_columns
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_to_json, spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE
@@ -37,23 +34,6 @@ OLD_METADATA_DELETED = {
     # newest `write.metadata.previous-versions-max`, 100 by default, only when told to delete).
     "write.metadata.delete-after-commit.enabled": "true",
 }
-
-
-def source_targets(schema: TableSchema) -> list[TargetColumn]:
-    """The Iceberg columns of the source table's columns, in order; key columns are always required (identifier
-    fields must be)."""
-    targets = map_columns(schema.table_id, schema.columns)
-    keys = set(schema.primary_key)
-    return [dataclasses.replace(t, nullable=False) if t.name in keys else t for t in targets]
-
-
-OCCURRENCE_TARGET = TargetColumn(OCCURRENCE_COLUMN, "BIGINT", pa.int64(), False)
-
-
-def target_columns(schema: TableSchema) -> list[TargetColumn]:
-    """The target's Iceberg columns: the source's (`source_targets`), then, for a table without a key, the number
-    of each row among the rows alike (`OCCURRENCE_COLUMN`)."""
-    return [*source_targets(schema), *([OCCURRENCE_TARGET] if schema.keyless else [])]
 
 
 def qualified(config: PipelineConfig, namespace: str, name: str) -> str:
@@ -200,6 +180,28 @@ def partition_clause(schema: TableSchema, fields: Sequence[PartitionField]) -> s
             )
         parts.append(f.render(quote_identifier(f.column)))
     return ", ".join(parts)
+
+
+def check_targets(config: PipelineConfig, schemas: Sequence[TableSchema]) -> None:
+    """Before anything is written: no two source tables write one Iceberg table, and each partition spec names
+    columns of its table that its transform takes."""
+    _check_target_names(config, [(s.database, s.table) for s in schemas])
+    for schema in schemas:
+        partition_clause(schema, config.options_for(schema.database, schema.table).partition_by)
+
+
+def _check_target_names(config: PipelineConfig, tables: Sequence[tuple[str, str]]) -> None:
+    """Two source tables must never write one Iceberg table (a target, or a changelog table)."""
+    owner: dict[tuple[str, str], str] = {}
+    for db, t in tables:
+        names = [config.target_for(db, t), config.changelog_for(db, t)]
+        for name in (n for n in names if n is not None):
+            other = owner.setdefault(name, f"{db}.{t}")
+            if other != f"{db}.{t}":
+                raise ConfigError(
+                    f"`{other}` and `{db}.{t}` would both write the Iceberg table {'.'.join(name)}; give one of "
+                    "them another `table_options.<table>.target`, or change `sink.table_name`"
+                )
 
 
 def partition_source_columns(iceberg_table: Any, schema: TableSchema) -> tuple[str, ...]:

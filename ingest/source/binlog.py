@@ -69,7 +69,7 @@ from ingest.source.event_groups import (
     xa_statement_id,
 )
 from ingest.source.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
-from ingest.source.mysql import connect, connection_refused, require_tls, tls_context, tls_failure
+from ingest.source.mysql import binlog_files, connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.reconnect import Reconnect, lost_connection, stall_timeout
 from ingest.source.row_events import RowEvents, event_kind
 
@@ -101,19 +101,6 @@ def refuse_statement(table_id: str, position: BinlogPosition, query: str) -> Sou
         "ROW, without a session override), then snapshot the table again: "
         f"`ingest resnapshot --config ... --table {table_id}`"
     )
-
-
-def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return [str(row[0]) for row in cur.fetchall()]
-
-
-def binlog_sizes(conn: pymysql.connections.Connection[Any]) -> dict[str, int]:
-    """Each binlog file on the server and its size in bytes (`SHOW BINARY LOGS`)."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return {str(row[0]): int(row[1]) for row in cur.fetchall()}
 
 
 def check_not_purged(conn: pymysql.connections.Connection[Any], start: BinlogPosition) -> None:

@@ -25,8 +25,7 @@ from ingest.errors import SchemaChangeError, SourceError
 from ingest.faults import crash_point
 from ingest.model.columns import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.model.schema import SERVER_ORDERED_TYPES, TableSchema, quote
-from ingest.sink.targets import OCCURRENCE_TARGET, source_targets
+from ingest.model.schema import OCCURRENCE_TARGET, SERVER_ORDERED_TYPES, TableSchema, quote, source_targets
 from ingest.source import table_maps
 from ingest.source.binlog import dump_server_id, open_stream, query_of, read_prepared, refuse_statement
 from ingest.source.binlog_values import RowDecoder, row_images

@@ -18,7 +18,7 @@ from ingest.config import SourceConfig, TableOptions, TableSelection
 from ingest.errors import MissingPrivilegeError, SourceConnectError, SourceError, UnsupportedTableError
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote
-from ingest.source.ddl import osc_helper
+from ingest.source.osc_tables import osc_helper
 from ingest.source.reconnect import LOST_CONNECTION_CODES
 
 log = logging.getLogger(__name__)
@@ -446,3 +446,16 @@ def _require_unique_index(
         raise UnsupportedTableError(
             f"chunk key {list(key)} of {database}.{table} is not a unique index; rows could be read twice or lost"
         )
+
+
+def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [str(row[0]) for row in cur.fetchall()]
+
+
+def binlog_sizes(conn: pymysql.connections.Connection[Any]) -> dict[str, int]:
+    """Each binlog file on the server and its size in bytes (`SHOW BINARY LOGS`)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return {str(row[0]): int(row[1]) for row in cur.fetchall()}

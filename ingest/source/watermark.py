@@ -15,8 +15,7 @@ import pymysql
 from ingest.config import PipelineConfig
 from ingest.errors import SourceError
 from ingest.model.position import BinlogPosition, GtidSet, MariadbGtidPos, MysqlGtidSet, Watermark
-from ingest.source.binlog import binlog_sizes
-from ingest.source.mysql import connect
+from ingest.source.mysql import binlog_sizes, connect
 
 
 def _master_status(cur: Any) -> tuple[Any, ...]:

@@ -16,8 +16,7 @@ from ingest.config import PipelineConfig, TableOptions, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, SourceError, UnsupportedTableError
 from ingest.model.columns import rows_to_record_batch
-from ingest.model.schema import TableSchema, quote
-from ingest.sink.targets import source_targets
+from ingest.model.schema import TableSchema, quote, source_targets
 from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
 from ingest.source.chunks import Chunk, range_predicate, split_table
 from ingest.source.mysql import connect, load_schema

@@ -22,8 +22,7 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.model.columns import InvalidTemporal, rows_to_record_batch
 from ingest.model.position import BinlogPosition
-from ingest.model.schema import TableSchema
-from ingest.sink.targets import target_columns
+from ingest.model.schema import TableSchema, target_columns
 from ingest.source.binlog import BinlogReader, open_stream
 from ingest.source.binlog_values import RowDecoder, row_images
 from ingest.source.discovery import discover

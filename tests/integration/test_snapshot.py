@@ -24,12 +24,12 @@ from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
+from ingest.model.schema import target_columns
 from ingest.query.pipeline import run
 from ingest.query.snapshot import SUMMARY_BATCH
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.evolution import spark_string
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE
-from ingest.sink.targets import target_columns
 from ingest.source.discovery import discover
 from ingest.state.table import StateTable
 from tests.conftest import CDC_PASSWORD_ENV, embedded_sink, minio_sink, run_ingest, source_section

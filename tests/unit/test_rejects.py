@@ -182,8 +182,7 @@ def test_the_window_of_a_chunk_decides_for_the_keys_it_changed() -> None:
     """A row the SELECT found rejected but the binlog window fixed is kept; one the window broke is rejected; a
     deleted one is neither (ingest/source/chunk_reader.py)."""
     from ingest.changes.rejects import Unrepresentable
-    from ingest.model.schema import TableSchema
-    from ingest.sink.targets import target_columns
+    from ingest.model.schema import TableSchema, target_columns
     from ingest.source.chunk_reader import _iceberg_keys, _judge_window
 
     schema = TableSchema("shop", "t", tuple(COLUMNS), ("id",), ("id",), (None,))
