@@ -348,7 +348,7 @@ def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str,
     """python-mysql-replication alone: every row of every Write/Update/DeleteRowsEvent in the range, no sink."""
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from ingest.source.binlog import open_stream
+    from ingest.source.binlog.reader import open_stream
 
     first, last = BinlogPosition.parse(start), BinlogPosition.parse(end)
 
@@ -379,7 +379,7 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
     """Our driver-side work without Spark: `BinlogReader` transactions, batched and materialized per table."""
     from ingest.changes.materializer import Change, materialize
     from ingest.model.changes import Transaction
-    from ingest.source.binlog import BinlogReader
+    from ingest.source.binlog.reader import BinlogReader
     from ingest.source.discovery import discover
 
     info = discover(config)
@@ -1269,7 +1269,7 @@ def measure_without_names(
 ) -> dict[str, Any]:
     """The raw parse, our reader and the job's catch-up again, over a binlog the server wrote at its
     default binlog_row_metadata (NO_LOG: no column names, no signedness or charsets), which the job reads by
-    position with the schema it follows (ingest/source/table_maps.py). Last, so the runs before read FULL."""
+    position with the schema it follows (ingest/source/binlog/table_maps.py). Last, so the runs before read FULL."""
     out: dict[str, Any] = {}
     server.execute("SET GLOBAL binlog_row_metadata = 'NO_LOG'")
     try:

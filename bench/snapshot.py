@@ -445,11 +445,11 @@ def measure_sscursor(server: MariaDBServer, table: str, password: str) -> dict[s
 def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scratch: Path) -> dict[str, Any]:
     """Our executor-side work without Spark: every chunk through `chunk_batches` (lock-free read + Arrow), serially."""
     from ingest.model.schema import target_columns
-    from ingest.source.chunk_reader import ChunkConnections, ChunkTask
-    from ingest.source.chunks import split_table
     from ingest.source.discovery import discover
     from ingest.source.mysql import connect
-    from ingest.source.snapshot_source import chunk_batches, source_schema
+    from ingest.source.snapshot.chunk_reader import ChunkConnections, ChunkTask
+    from ingest.source.snapshot.chunks import split_table
+    from ingest.source.snapshot.snapshot_source import chunk_batches, source_schema
 
     spec = {
         "host": server.host,

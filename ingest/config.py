@@ -422,7 +422,7 @@ CHANGELOG_SUFFIX = "_changelog"
 @dataclass(frozen=True, config=_SECTION)
 class SourceLoadLimit(_Settings):
     """`snapshot.max_source_load`: the snapshot waits before reading its next chunks while the source is above
-    a bound (ingest/source/throttle.py)."""
+    a bound (ingest/source/snapshot/throttle.py)."""
 
     threads_running: AtLeastOne | None = None
     """Pause while the server's `Threads_running` is above this; None: not checked."""
@@ -647,7 +647,7 @@ class PipelineConfig(_Settings):
         self.startup.check_mode(self.startup_mode)
         tls_mode = self.source.tls.mode
         if self.snapshot.driver == "mysqlclient" and tls_mode in ("required", "verify_ca"):
-            # ingest.source.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
+            # ingest.source.snapshot.chunk_select.MYSQLCLIENT_TLS_MODES; `auto` reads with PyMySQL under these modes.
             raise _refuse(
                 f"`snapshot.driver: mysqlclient` cannot keep to `source.tls.mode: {tls_mode}` (linked to MariaDB "
                 "Connector/C it would read in plaintext from a server without TLS, or check the host name too); "

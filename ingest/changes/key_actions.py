@@ -1,7 +1,7 @@
 """Foreign key actions InnoDB applied without logging them, applied to a child table's changes and rows.
 
 A parent's delete or key update that acts (ON DELETE CASCADE / SET NULL, ON UPDATE CASCADE / SET NULL) changes the
-child rows that refer to it, and the binlog holds nothing for them (ingest.source.foreign_keys). The reader turns
+child rows that refer to it, and the binlog holds nothing for them (ingest.source.binlog.foreign_keys). The reader turns
 each acting parent row into a `KeyAction` of the child. A batch applies them in binlog order: to the keys the
 batch itself changes before an action, as changes of their own at the action's place (`act_on_changes`), so that
 the materializer folds them like any change; to the rows of every other key at commit, where the target holds

@@ -19,8 +19,8 @@ from ingest.config import PipelineConfig
 from ingest.model.columns import rows_to_record_batch
 from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote, source_targets
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.source.chunks import Chunk, Key, range_predicate
 from ingest.source.mysql import connect
+from ingest.source.snapshot.chunks import Chunk, Key, range_predicate
 from ingest.state.table import StateTable
 from ingest.text import counted
 

@@ -23,7 +23,7 @@ class AlterColumns:
     table_renamed_to: TableName | None = None
     """ALTER TABLE ... RENAME TO: the table's new name."""
     reads_again: tuple[str, ...] = ()
-    """Why the old rows' new values cannot be derived from the statement (`ingest.source.alter_rule`)."""
+    """Why the old rows' new values cannot be derived from the statement (`ingest.source.binlog.alter_rule`)."""
     numbered: tuple[str, ...] = ()
     """Columns made AUTO_INCREMENT (names after the statement): the server numbered old rows holding 0 or NULL."""
     strict: bool = False
@@ -95,7 +95,7 @@ class Transaction:
     gtid_after: MariadbGtidPos | None = None
     """The server's GTID position once this transaction is applied (MariaDB; None where not tracked)."""
     actions: list[KeyAction] = field(default_factory=list)
-    """What foreign key actions did to captured tables without row events (ingest.source.foreign_keys)."""
+    """What foreign key actions did to captured tables without row events (ingest.source.binlog.foreign_keys)."""
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ def map_column(table: str, col: SourceColumn) -> TargetColumn:
         return target("STRING", pa.string(), text_form="string")
     if t in _SERVER_TEXT_TYPES:
         # MariaDB's UUID, INET4 and INET6: the server's text (the binlog's bytes are printed the same way, see
-        # ingest/source/binlog_values.py). Spark has no UUID type to give an Iceberg uuid column.
+        # ingest/source/binlog/binlog_values.py). Spark has no UUID type to give an Iceberg uuid column.
         return target("STRING", pa.string(), text_form="string")
     if t in _BINARY_TYPES or t in _SPATIAL_TYPES:
         return target("BINARY", pa.binary(), text_form="binary")

@@ -34,11 +34,11 @@ from ingest.query.structured import PhaseHooks, stream_structured
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.recopy import start_branch_copy
 from ingest.sink.targets import check_targets, qualified, table_of
-from ingest.source.chunk_reader import ChunkHook
-from ingest.source.chunks import Chunk
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect, list_tables, load_schema
-from ingest.source.throttle import source_throttle
+from ingest.source.snapshot.chunk_reader import ChunkHook
+from ingest.source.snapshot.chunks import Chunk
+from ingest.source.snapshot.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 

@@ -33,8 +33,8 @@ from ingest.sink.merge import (
     batch_arrow,
     batch_where,
 )
-from ingest.source.chunk_reader import in_chunk
-from ingest.source.chunks import Chunk, Key
+from ingest.source.snapshot.chunk_reader import in_chunk
+from ingest.source.snapshot.chunks import Chunk, Key
 
 
 @dataclass

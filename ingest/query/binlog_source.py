@@ -53,11 +53,11 @@ from ingest.model.changes import DdlStatement, ForeignKey, TablesNamed, Transact
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream, catch_up_end, prepare_batch
 from ingest.runtime.python_gc import raise_gc_threshold
-from ingest.source.binlog import FOLLOWED, BinlogReader, dump_server_id
-from ingest.source.chunks import Chunk
+from ingest.source.binlog.prefetch import End, Idle, Prefetch
+from ingest.source.binlog.reader import FOLLOWED, BinlogReader, dump_server_id
 from ingest.source.mysql import connect
-from ingest.source.prefetch import End, Idle, Prefetch
 from ingest.source.reconnect import publish
+from ingest.source.snapshot.chunks import Chunk
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
@@ -521,7 +521,7 @@ class BinlogStreamReader:
         """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets). A table
         dropped, or one the sink copies again (`stream.on_unfollowable: recopy`, which ends the query at the
         statement), is no longer read."""
-        from ingest.source.schema_after import schema_after
+        from ingest.source.binlog.schema_after import schema_after
 
         config = self.spec.config
         recopy = config.stream.on_unfollowable == "recopy"

@@ -49,9 +49,15 @@ from ingest.sink.targets import (
     store_partitions,
     table_of,
 )
-from ingest.source.binlog import FOLLOWED, BinlogReader, SchemaChangeError, ddl_between
-from ingest.source.partitions import PartitionLayout, after_statement, partition_statement, read_layout, removed_rows
-from ingest.source.schema_after import schema_after
+from ingest.source.binlog.partitions import (
+    PartitionLayout,
+    after_statement,
+    partition_statement,
+    read_layout,
+    removed_rows,
+)
+from ingest.source.binlog.reader import FOLLOWED, BinlogReader, SchemaChangeError, ddl_between
+from ingest.source.binlog.schema_after import schema_after
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 
@@ -226,7 +232,7 @@ def evolve_table(
 
 
 def _values_not_derived(schema: TableSchema, ddl: DdlStatement, reasons: Sequence[str]) -> SchemaChangeError:
-    """The error for an ALTER whose old rows' values the server computed itself (`ingest.source.alter_rule`)."""
+    """The error for an ALTER whose old rows' values the server computed itself (`ingest.source.binlog.alter_rule`)."""
     return SchemaChangeError(
         f"{schema.table_id}: the ALTER at binlog position {ddl.end} ({ddl.query[:200]!r}) gave old rows values the "
         f"binlog does not hold: {'; '.join(reasons)}. Everything before it is committed. Set "
@@ -304,7 +310,7 @@ def remove_partition_rows(
     here: int | None = None,
 ) -> None:
     """Follow a DROP or TRUNCATE PARTITION, which logs no row events: the rows of those partitions, by the bounds
-    the job kept for the table (ingest.source.partitions), are deleted from the target in one commit carrying the
+    the job kept for the table (ingest.source.binlog.partitions), are deleted from the target in one commit carrying the
     statement's end as its offset; then the kept bounds follow the statement. Any other partition statement that
     moves rows (EXCHANGE, CONVERT, DISCARD or IMPORT TABLESPACE), or bounds not kept, stop by name."""
     schema = table.schema
@@ -412,7 +418,7 @@ def _old_row_values(conn: Any, flavor: str, schema: TableSchema, plan: SchemaPla
     for added in plan.added:
         col = added.column
         row = info.get(col.name)
-        if row is None:  # renamed by a later statement (ingest.source.schema_history)
+        if row is None:  # renamed by a later statement (ingest.source.binlog.schema_history)
             raise SchemaChangeError(
                 f"{schema.table_id}: the DDL at {ddl.end} ({ddl.query[:200]!r}) adds column {col.name!r}, which a "
                 "later statement renamed: its value in existing rows is read from the server by its name. Snapshot the "

@@ -28,13 +28,13 @@ from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.outage import OutageWaitStopped
 from ingest.sink.targets import check_targets, ensure_target_created
-from ingest.source.chunk_reader import ChunkHook
-from ingest.source.chunks import Chunk
+from ingest.source.binlog.startup import resolve_start
 from ingest.source.discovery import SourceInfo, discover
 from ingest.source.mysql import connect
 from ingest.source.reconnect import read_published
-from ingest.source.startup import resolve_start
-from ingest.source.throttle import check_load_probe
+from ingest.source.snapshot.chunk_reader import ChunkHook
+from ingest.source.snapshot.chunks import Chunk
+from ingest.source.snapshot.throttle import check_load_probe
 from ingest.source.watermark import bytes_behind_now
 from ingest.state.table import StateTable
 

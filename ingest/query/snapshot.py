@@ -43,11 +43,11 @@ from ingest.sink.targets import (
     on_copy_branch,
     table_of,
 )
-from ingest.source.chunk_reader import ChunkHook, ChunkTask, read_chunk
-from ingest.source.chunks import Chunk, split_table
+from ingest.source.binlog.partitions import read_layout
 from ingest.source.mysql import connect
-from ingest.source.partitions import read_layout
-from ingest.source.snapshot_source import (
+from ingest.source.snapshot.chunk_reader import ChunkHook, ChunkTask, read_chunk
+from ingest.source.snapshot.chunks import Chunk, split_table
+from ingest.source.snapshot.snapshot_source import (
     REJECTED_COLUMN,
     ROWS_PER_BATCH,
     chunk_reports,
@@ -55,7 +55,7 @@ from ingest.source.snapshot_source import (
     make_chunk_source,
     write_chunk_files,
 )
-from ingest.source.throttle import source_throttle
+from ingest.source.snapshot.throttle import source_throttle
 from ingest.source.watermark import read_watermark
 from ingest.state.table import ChunkRecord, StateTable
 from ingest.text import counted

@@ -21,8 +21,8 @@ from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json
 from ingest.sink.maintenance import commits_since_compaction
 from ingest.sink.merge import committed_offset, stream_history
 from ingest.sink.targets import copy_under_way, on_copy_branch, partition_source_columns, qualified
-from ingest.source.binlog import check_not_purged
-from ingest.source.failover import gtid_at, server_id, to_this_server
+from ingest.source.binlog.failover import gtid_at, server_id, to_this_server
+from ingest.source.binlog.reader import check_not_purged
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 

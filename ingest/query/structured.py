@@ -49,9 +49,9 @@ from ingest.query.start import StreamStart, prepare
 from ingest.query.stop import StopPoint, StopSignal
 from ingest.runtime.spark import callback_connection, close_callback_connection
 from ingest.sink.outage import OutageWaitStopped, SinkOutage
-from ingest.source.chunks import Chunk
 from ingest.source.mysql import connect
 from ingest.source.reconnect import LOST_CONNECTION_CODES
+from ingest.source.snapshot.chunks import Chunk
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 

@@ -17,7 +17,7 @@ import logging
 
 PRELOADED = (
     "pyarrow",
-    "ingest.source.snapshot_source",
+    "ingest.source.snapshot.snapshot_source",
     "ingest.query.binlog_source",
     "ingest.sink.data_files",
     "pyiceberg.io.pyarrow",

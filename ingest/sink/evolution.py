@@ -281,7 +281,7 @@ def default_kind(flavor: str, col: SourceColumn, column_default: str | None, ext
 def computed_per_row(extra: str) -> str | None:
     """How the server filled an added column in old rows, by information_schema.COLUMNS.EXTRA, when it computed a
     value for each row (a generated column, an AUTO_INCREMENT one, a system-versioning period column): None when
-    not. The statement's text says the same (`ingest.source.alter_rule`); this reads what the server made of it,
+    not. The statement's text says the same (`ingest.source.binlog.alter_rule`); this reads what the server made of it,
     also where the text is not known (an online schema change tool's helper met at its swap)."""
     words = extra.upper()
     if "GENERATED" in words or "ROW START" in words or "ROW END" in words:

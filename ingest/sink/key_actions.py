@@ -1,6 +1,6 @@
 """Foreign key actions applied at commit to the target's rows of keys the batch does not change.
 
-InnoDB deleted, nulled or re-keyed child rows the binlog never names (ingest.source.foreign_keys); the batch
+InnoDB deleted, nulled or re-keyed child rows the binlog never names (ingest.source.binlog.foreign_keys); the batch
 applied the actions to the keys it changes itself (ingest.changes.key_actions). Every other row an action reached
 is in the target as it was before the batch: those rows are read from it (a filter on the values the actions
 start from, then an exact match here), acted on in binlog order, and join the batch's rows, so that one MERGE

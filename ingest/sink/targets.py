@@ -47,7 +47,7 @@ def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> st
 
 PARTITIONS_PROPERTY = "ingest.source-partitions"
 """Target table property: the source table's MySQL partitions as of the target's offset (JSON of
-`ingest.source.partitions.PartitionLayout`), for the rows a DROP or TRUNCATE PARTITION removes."""
+`ingest.source.binlog.partitions.PartitionLayout`), for the rows a DROP or TRUNCATE PARTITION removes."""
 
 
 def ensure_target_created(

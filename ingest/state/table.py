@@ -31,7 +31,7 @@ from ingest.faults import crash_point
 from ingest.model.position import Watermark
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.outage import SinkOutage
-from ingest.source.chunks import Chunk, decode_key, encode_key
+from ingest.source.snapshot.chunks import Chunk, decode_key, encode_key
 
 log = logging.getLogger(__name__)
 

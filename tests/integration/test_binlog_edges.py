@@ -23,8 +23,7 @@ from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import RETAIN_LAST, SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
-from ingest.source import table_maps
-from ingest.source.binlog import SchemaChangeError, open_stream
+from ingest.source.binlog.reader import SchemaChangeError, open_stream, table_maps
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable

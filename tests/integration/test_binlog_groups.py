@@ -28,10 +28,10 @@ from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import PARTITIONS_PROPERTY
-from ingest.source.binlog import BinlogReader
+from ingest.source.binlog.reader import BinlogReader
+from ingest.source.binlog.startup import _first_commit_at_or_after
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
-from ingest.source.startup import _first_commit_at_or_after
 from ingest.source.watermark import read_watermark
 from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
 from tests.executor_sql import run_once

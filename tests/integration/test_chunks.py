@@ -17,9 +17,9 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import SchemaChangeError, SourceError, UnsupportedTableError
 from ingest.model.columns import rows_to_record_batch
 from ingest.model.schema import TableSchema, quote, source_targets
-from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
-from ingest.source.chunks import Chunk, range_predicate, split_table
 from ingest.source.mysql import connect, load_schema
+from ingest.source.snapshot.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, HookPoint, read_chunk
+from ingest.source.snapshot.chunks import Chunk, range_predicate, split_table
 from tests.conftest import CDC_USER, embedded_sink, source_section
 from tests.type_cases import check_iceberg_rows, create_types_table
 
@@ -669,7 +669,7 @@ def test_a_chunk_whose_sessions_are_killed_is_read_again_on_new_ones_and_the_oth
                 conn.commit()
 
     opened = _server_connections(mariadb)
-    with caplog.at_level("WARNING", logger="ingest.source.chunk_reader"):
+    with caplog.at_level("WARNING", logger="ingest.source.snapshot.chunk_reader"):
         chunks, results = _read_all(config, schema, 10, hook)
     # A chunk killed before its SELECT ends selects once; after it, twice; the chunk after a kill between two, once.
     assert len(chunks) == 3 and selects == {0: 1, 1: 2 if point == "before_high_watermark" else 1, 2: 1}, selects

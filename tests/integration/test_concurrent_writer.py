@@ -28,10 +28,10 @@ from ingest.devservers.postgres import PostgresServer
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
-from ingest.source.chunk_reader import ChunkTask, window_changes
-from ingest.source.chunks import range_predicate
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
+from ingest.source.snapshot.chunk_reader import ChunkTask, window_changes
+from ingest.source.snapshot.chunks import range_predicate
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from tests.conftest import embedded_sink, minio_sink, source_section

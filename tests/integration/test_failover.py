@@ -31,11 +31,11 @@ from ingest.errors import SourceError
 from ingest.model.position import MariadbGtidPos
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.source.chunk_reader import ChunkTask, HookPoint, read_chunk
-from ingest.source.chunks import Chunk, split_table
+from ingest.source.binlog.failover import locate
 from ingest.source.discovery import discover
-from ingest.source.failover import locate
 from ingest.source.mysql import connect, load_schema
+from ingest.source.snapshot.chunk_reader import ChunkTask, HookPoint, read_chunk
+from ingest.source.snapshot.chunks import Chunk, split_table
 from ingest.state.table import StateTable
 from tests.conftest import CDC_USER, embedded_sink, run_ingest, source_section
 from tests.integration.test_chunks import HOOK_DML, _table_rows

@@ -1,6 +1,6 @@
 """Our row-event decoder against python-mysql-replication's, event by event on a real binlog.
 
-`ingest.source.row_events` decodes row images from the event's bytes; the library decodes the same bytes its
+`ingest.source.binlog.row_events` decodes row images from the event's bytes; the library decodes the same bytes its
 own way. Both must give the same tuples, value for value and type for type, for every column of the shared
 type fixture, for random values of the column shapes whose encoding has corners (DECIMAL groups, fractional
 seconds, negative TIME, 2-byte lengths, multi-byte SET/BIT, latin1, MariaDB's pre-5.6 temporal formats), for
@@ -23,11 +23,11 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.model.columns import InvalidTemporal, rows_to_record_batch
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema, target_columns
-from ingest.source.binlog import BinlogReader, open_stream
-from ingest.source.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.reader import BinlogReader, open_stream
+from ingest.source.binlog.row_events import RowEvents, event_kind
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
-from ingest.source.row_events import RowEvents, event_kind
 from ingest.source.watermark import read_watermark
 from tests.conftest import embedded_sink, source_section
 from tests.type_cases import create_types_table

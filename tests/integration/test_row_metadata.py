@@ -22,7 +22,7 @@ from ingest.errors import SchemaChangeError
 from ingest.model.schema import TableSchema
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.source.binlog import BinlogReader
+from ingest.source.binlog.reader import BinlogReader
 from ingest.source.mysql import connect, load_schema
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable

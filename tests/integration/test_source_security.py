@@ -18,9 +18,9 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import CDC_GRANTS, MariaDBServer
 from ingest.errors import ConfigError, MissingPrivilegeError, SourceError
 from ingest.query.pipeline import run
-from ingest.source.binlog import open_stream
-from ingest.source.chunk_select import open_select
+from ingest.source.binlog.reader import open_stream
 from ingest.source.mysql import connect
+from ingest.source.snapshot.chunk_select import open_select
 from ingest.source.watermark import read_watermark
 from tests.certificates import certificates
 from tests.conftest import embedded_sink, source_section

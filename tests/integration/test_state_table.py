@@ -25,7 +25,7 @@ from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import PostgresServer
 from ingest.faults import ENV as CRASH_ENV
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.source.chunks import Chunk
+from ingest.source.snapshot.chunks import Chunk
 from ingest.state.table import (
     KIND_OFFSET,
     MAX_SNAPSHOTS,

@@ -196,7 +196,7 @@ def test_every_type_case_has_the_same_iceberg_value_through_the_binlog(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
     """At NO_LOG the events name no column and carry no signedness, character set or ENUM/SET members: the job
-    takes them from the schema it follows, by position (ingest/source/table_maps.py)."""
+    takes them from the schema it follows, by position (ingest/source/binlog/table_maps.py)."""
     db = "btypes"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     with mariadb.admin(db) as conn, conn.cursor() as cur:

@@ -1,6 +1,6 @@
-"""The ALTER TABLE rule (ingest/source/alter_rule.py): every clause of the grammar of MariaDB 10.11/11.x and MySQL
-8.4/9.x, as their reference manuals give it, is classified, and the clauses whose old rows' values the server computes
-are read again, never followed."""
+"""The ALTER TABLE rule (ingest/source/binlog/alter_rule.py): every clause of the grammar of MariaDB 10.11/11.x and
+MySQL 8.4/9.x, as their reference manuals give it, is classified, and the clauses whose old rows' values the server
+computes are read again, never followed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.source.alter_rule import (
+from ingest.source.binlog.alter_rule import (
     RULES,
     STRICT_ALL_TABLES,
     STRICT_TRANS_TABLES,
@@ -18,7 +18,7 @@ from ingest.source.alter_rule import (
     read_alter,
     rules_table,
 )
-from ingest.source.ddl import alter_clauses, alter_columns, then
+from ingest.source.binlog.ddl import alter_clauses, alter_columns, then
 
 # One example of every clause form of the manuals' ALTER TABLE (alter_specification / alter_option, table_options,
 # partition_options, column_definition attributes), with the effect the rule gives it.
@@ -266,5 +266,7 @@ def test_partition_names_after_a_partition_clause_belong_to_it() -> None:
 def test_docs_give_the_rule_table_as_the_code_has_it() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
     table = rules_table()
-    assert table in docs, "paste `python -m ingest.source.alter_rule` into docs/config.md (Every clause of ALTER)"
+    assert table in docs, (
+        "paste `python -m ingest.source.binlog.alter_rule` into docs/config.md (Every clause of ALTER)"
+    )
     assert re.search(r"\| clause \| servers \|", table)

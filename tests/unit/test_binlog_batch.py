@@ -13,7 +13,7 @@ from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.query.batch import HighWatermarkFilter, TableStream, prepare_batch
-from ingest.source.chunks import Chunk
+from ingest.source.snapshot.chunks import Chunk
 
 SCHEMA = TableSchema(
     "db",

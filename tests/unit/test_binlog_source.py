@@ -33,8 +33,8 @@ from ingest.query.binlog_source import (
     source_offset,
 )
 from ingest.query.structured import _as_ingest_error, checkpoint_problem
-from ingest.source.chunks import Chunk
-from ingest.source.prefetch import Idle
+from ingest.source.binlog.prefetch import Idle
+from ingest.source.snapshot.chunks import Chunk
 from ingest.state.table import ChunkRecord, Requests
 
 

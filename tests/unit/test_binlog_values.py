@@ -6,7 +6,7 @@ import pytest
 
 from ingest.errors import SourceError
 from ingest.model.columns import SourceColumn
-from ingest.source.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.binlog_values import RowDecoder, row_images
 
 ID = SourceColumn("id", "int", "int(11)", False)
 TAGS = SourceColumn("tags", "set", "set('a','b''s','c')", True)

@@ -15,8 +15,8 @@ import pytest
 
 from ingest.errors import UnsupportedTableError
 from ingest.sink.targets import decode_ranges, encode_ranges
-from ingest.source.chunk_reader import numbered
-from ingest.source.chunks import Chunk, decode_key, encode_key, range_predicate
+from ingest.source.snapshot.chunk_reader import numbered
+from ingest.source.snapshot.chunks import Chunk, decode_key, encode_key, range_predicate
 
 # --------------------------------------------------------------------------------------------------
 # range_predicate: exact SQL text and parameters

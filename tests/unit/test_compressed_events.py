@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from ingest.errors import SourceError
-from ingest.source.compressed_events import inflate
+from ingest.source.binlog.compressed_events import inflate
 
 CHECKSUM = b"\x01\x02\x03\x04"
 

@@ -355,7 +355,7 @@ def test_mysqlclient_is_refused_under_a_tls_mode_it_cannot_keep_to(mode: str) ->
     data["snapshot"] = {"driver": "mysqlclient"}
     assert error_of(data).startswith(f"`snapshot.driver: mysqlclient` cannot keep to `source.tls.mode: {mode}`")
     data["snapshot"] = {"driver": "auto"}
-    assert parse_config(data).snapshot.driver == "auto"  # reads with PyMySQL (ingest.source.chunk_select)
+    assert parse_config(data).snapshot.driver == "auto"  # reads with PyMySQL (ingest.source.snapshot.chunk_select)
     data["source"]["tls"]["mode"] = "verify_identity"
     data["snapshot"] = {"driver": "mysqlclient"}
     assert parse_config(data).snapshot.driver == "mysqlclient"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ingest.model.changes import AlterColumns
-from ingest.source.ddl import (
+from ingest.source.binlog.ddl import (
     CUT_OVER,
     OnlineSchemaChanges,
     OscHelper,

@@ -7,8 +7,15 @@ from typing import Any
 import pytest
 
 from ingest.errors import SourceError
-from ingest.source.event_groups import XaId, control_statement, group_flags, one_phase, refuse_event, xa_statement_id
-from ingest.source.foreign_keys import NO_FOREIGN_KEY_CHECKS, Actions, ForeignKey
+from ingest.source.binlog.event_groups import (
+    XaId,
+    control_statement,
+    group_flags,
+    one_phase,
+    refuse_event,
+    xa_statement_id,
+)
+from ingest.source.binlog.foreign_keys import NO_FOREIGN_KEY_CHECKS, Actions, ForeignKey
 
 
 @pytest.mark.parametrize(

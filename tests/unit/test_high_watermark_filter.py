@@ -4,8 +4,8 @@ from ingest.model.changes import RowChange
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema
 from ingest.query.batch import HighWatermarkFilter, TableStream
-from ingest.source.chunks import Chunk
 from ingest.source.mysql import SourceColumn
+from ingest.source.snapshot.chunks import Chunk
 
 SCHEMA = TableSchema("db", "t", (SourceColumn("id", "int", "int(11)", False),), ("id",), ("id",), (None,))
 # Chunks [..10), [10..20), [20..): read at positions 100, 200 and 300.

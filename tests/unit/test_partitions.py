@@ -1,11 +1,11 @@
-"""Unit tests of ingest.source.partitions: the rows a DROP or TRUNCATE PARTITION removes, by the bounds the job
+"""Unit tests of ingest.source.binlog.partitions: the rows a DROP or TRUNCATE PARTITION removes, by the bounds the job
 kept, and the bounds carried through partition statements (issue 40)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ingest.source.partitions import PartitionLayout, after_statement, partition_statement, removed_rows
+from ingest.source.binlog.partitions import PartitionLayout, after_statement, partition_statement, removed_rows
 
 RANGE = PartitionLayout(
     "RANGE COLUMNS", "`d`", (("p23", "'2024-01-01'"), ("p24", "'2025-01-01'"), ("pmax", "MAXVALUE"))

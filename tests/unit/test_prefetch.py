@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ingest.model.position import BinlogPosition
-from ingest.source.prefetch import End, Idle, Prefetch
+from ingest.source.binlog.prefetch import End, Idle, Prefetch
 
 
 def pos(n: int) -> BinlogPosition:

@@ -22,7 +22,7 @@ from ingest.errors import ConfigError, SourceError
 from ingest.model.changes import RowChange
 from ingest.model.columns import InvalidTemporal, SourceColumn, map_column, rows_to_record_batch
 from ingest.model.position import BinlogPosition
-from ingest.source import row_events
+from ingest.source.binlog import row_events
 
 COLUMNS = [
     SourceColumn("id", "int", "int", False),
@@ -180,10 +180,10 @@ def test_a_value_a_chunk_read_is_named_by_its_chunk_and_key_whatever_its_waterma
 
 def test_the_window_of_a_chunk_decides_for_the_keys_it_changed() -> None:
     """A row the SELECT found rejected but the binlog window fixed is kept; one the window broke is rejected; a
-    deleted one is neither (ingest/source/chunk_reader.py)."""
+    deleted one is neither (ingest/source/snapshot/chunk_reader.py)."""
     from ingest.changes.rejects import Unrepresentable
     from ingest.model.schema import TableSchema, target_columns
-    from ingest.source.chunk_reader import _iceberg_keys, _judge_window
+    from ingest.source.snapshot.chunk_reader import _iceberg_keys, _judge_window
 
     schema = TableSchema("shop", "t", tuple(COLUMNS), ("id",), ("id",), (None,))
     zero = Unrepresentable("d", "0000-00-00", REASON_ZERO_DATE)

@@ -15,7 +15,7 @@ from pymysqlreplication.column import Column
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 
 from ingest.model.columns import SourceColumn
-from ingest.source.row_events import RowEvents, TableDecoder, column_reader
+from ingest.source.binlog.row_events import RowEvents, TableDecoder, column_reader
 
 
 def _column(kind: int, name: str = "c", **meta: Any) -> Column:

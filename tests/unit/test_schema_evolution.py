@@ -21,7 +21,7 @@ from ingest.sink.evolution import (
     schema_to_json,
     spark_string,
 )
-from ingest.source.ddl import ddl_tables, named_tables, statement_tables
+from ingest.source.binlog.ddl import ddl_tables, named_tables, statement_tables
 
 
 def col(name: str, column_type: str, nullable: bool = True, **kw: object) -> SourceColumn:

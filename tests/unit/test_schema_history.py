@@ -1,4 +1,4 @@
-"""Unit tests of ingest.source.schema_history: the schema right after a DDL statement derived from the statements
+"""Unit tests of ingest.source.binlog.schema_history: the schema right after a DDL statement derived from the statements
 that followed it and the server's newest schema, or the reason it cannot be (issue 41)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema
-from ingest.source.schema_history import after_first
+from ingest.source.binlog.schema_history import after_first
 
 
 def col(name: str, kind: str = "int", nullable: bool = True) -> SourceColumn:

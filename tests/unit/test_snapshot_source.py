@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.source.snapshot_source import ChunkReports, group_tasks
+from ingest.source.snapshot.snapshot_source import ChunkReports, group_tasks
 
 
 def _report(file: str, pos: int, rows: int) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""Unit tests of the pure parts of ingest/source/startup.py: which events a reader may start at, and which
+"""Unit tests of the pure parts of ingest/source/binlog/startup.py: which events a reader may start at, and which
 binlog file holds the first transaction at or after a time."""
 
 from __future__ import annotations
 
 import pytest
 
-from ingest.source.startup import group_start_event, start_file_for
+from ingest.source.binlog.startup import group_start_event, start_file_for
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.sink.outage import OutageWaitStopped, SinkOutage
-from ingest.source.chunks import Chunk
+from ingest.source.snapshot.chunks import Chunk
 from ingest.state.table import STATE_ARROW_SCHEMA, ChunkRecord, StateTable
 
 MARK = Watermark(BinlogPosition("mysql-bin.000001", 4))

@@ -12,8 +12,8 @@ from pymysqlreplication.table import Table
 
 from ingest.errors import SchemaChangeError
 from ingest.model.columns import SourceColumn
-from ingest.source.row_events import TableDecoder
-from ingest.source.table_maps import by_position, names_logged
+from ingest.source.binlog.row_events import TableDecoder
+from ingest.source.binlog.table_maps import by_position, names_logged
 
 
 def _logged(*types: int, names: tuple[str | None, ...] | None = None) -> Table:

@@ -1,5 +1,5 @@
 """`snapshot.max_source_load`: when the snapshot pauses for a busy source and when it reads on, the waits between
-samples, the stop signal during a pause, the metrics and the config section (ingest/source/throttle.py)."""
+samples, the stop signal during a pause, the metrics and the config section (ingest/source/snapshot/throttle.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ingest.config import SourceLoadLimit, parse_config
 from ingest.errors import ConfigError, MissingPrivilegeError
 from ingest.metrics import JobMetrics, recording
 from ingest.query.stop import StopSignal
-from ingest.source.throttle import (
+from ingest.source.snapshot.throttle import (
     SourceLoad,
     SourceThrottle,
     backoff,
@@ -108,7 +108,7 @@ def test_a_pause_waits_with_backoff_logs_once_and_counts_its_seconds(
     time = FakeTime()
     source = Source(SourceLoad(37), SourceLoad(40), SourceLoad(25), SourceLoad(21), SourceLoad(3))
     throttle = SourceThrottle(THREADS, source, clock=time)
-    caplog.set_level(logging.INFO, logger="ingest.source.throttle")
+    caplog.set_level(logging.INFO, logger="ingest.source.snapshot.throttle")
     assert throttle.wait(FakeStop(time), "db.t: chunks 4/10")
     assert time.waits == [2, 4, 8, 10]
     assert throttle.seconds() == throttle.paused_seconds == 24
@@ -142,7 +142,7 @@ def test_the_stop_signal_ends_a_pause_at_once(job: JobMetrics, caplog: pytest.Lo
     time = FakeTime()
     source = Source(SourceLoad(99))
     throttle = SourceThrottle(THREADS, source, clock=time)
-    caplog.set_level(logging.INFO, logger="ingest.source.throttle")
+    caplog.set_level(logging.INFO, logger="ingest.source.snapshot.throttle")
     assert not throttle.wait(FakeStop(time, stop_after_waits=3))
     assert (source.asked, time.waits) == (3, [2, 4, 8])  # not sampled again after the signal
     assert samples(job.exposition())["ingest_snapshot_paused"] == 0
@@ -215,7 +215,7 @@ def test_a_lag_bound_the_cdc_user_cannot_read_is_refused_at_start(caplog: pytest
     assert "`snapshot.max_source_load.replica_lag_seconds`" in message and "GRANT SLAVE MONITOR ON *.*" in message
     with pytest.raises(MissingPrivilegeError, match="GRANT REPLICATION CLIENT"):
         check_load_probe(denied, BOTH, "mysql")
-    caplog.set_level(logging.WARNING, logger="ingest.source.throttle")
+    caplog.set_level(logging.WARNING, logger="ingest.source.snapshot.throttle")
     check_load_probe(Conn(**{"SHOW REPLICA STATUS": (("Slave_IO_State",), None)}), BOTH, "mariadb")
     assert "the source is not a replica" in caplog.text
     check_load_probe(Conn(**{"SHOW REPLICA STATUS": REPLICA_ROW}), BOTH, "mariadb")

@@ -43,9 +43,9 @@ from ingest.model.changes import (
 )
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
-from ingest.source import compressed_events, row_events, table_maps
-from ingest.source.binlog_values import RowDecoder, row_images
-from ingest.source.ddl import (
+from ingest.source.binlog import compressed_events, row_events, table_maps
+from ingest.source.binlog.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.ddl import (
     CUT_OVER,
     OnlineSchemaChanges,
     Swap,
@@ -59,7 +59,7 @@ from ingest.source.ddl import (
     renamed_tables,
     statement_tables,
 )
-from ingest.source.event_groups import (
+from ingest.source.binlog.event_groups import (
     XaId,
     control_statement,
     group_flags,
@@ -68,10 +68,10 @@ from ingest.source.event_groups import (
     refuse_rolled_back,
     xa_statement_id,
 )
-from ingest.source.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
+from ingest.source.binlog.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
+from ingest.source.binlog.row_events import RowEvents, event_kind
 from ingest.source.mysql import binlog_files, connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.reconnect import Reconnect, lost_connection, stall_timeout
-from ingest.source.row_events import RowEvents, event_kind
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The schema a captured table has right after a DDL statement in the binlog: read from the server, or derived
-from the statements when later ones changed the table again (ingest.source.schema_history)."""
+from the statements when later ones changed the table again (ingest.source.binlog.schema_history)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from ingest.config import PipelineConfig
 from ingest.errors import SchemaChangeError, UnsupportedTableError
 from ingest.model.changes import DdlStatement
 from ingest.model.schema import TableSchema
-from ingest.source.binlog import ddl_between
+from ingest.source.binlog.reader import ddl_between
+from ingest.source.binlog.schema_history import after_first
 from ingest.source.mysql import load_schema
-from ingest.source.schema_history import after_first
 from ingest.source.watermark import read_watermark
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:
     """The table's schema right after `ddl`: the live one when no later DDL on the table is in the binlog, else
-    derived from the statements and checked against the live one (ingest.source.schema_history); a TRUNCATE keeps
+    derived from the statements and checked against the live one (ingest.source.binlog.schema_history); a TRUNCATE keeps
     the schema it had."""
     if ddl.kind in ("truncate", "partition"):
         return old  # rows go, the columns stay

@@ -31,8 +31,8 @@ from ingest.errors import SourceError
 from ingest.model.changes import ForeignKey, KeyAction
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema, quote
-from ingest.source.binlog_values import row_images
-from ingest.source.table_maps import logged_data_type, names_logged
+from ingest.source.binlog.binlog_values import row_images
+from ingest.source.binlog.table_maps import logged_data_type, names_logged
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from ingest.model.columns import SourceColumn
 from ingest.model.schema import TableSchema
-from ingest.source.alter_rule import NAME, unquote
-from ingest.source.ddl import NOT_A_COLUMN, alter_clauses, dropped_column
-from ingest.source.partitions import changes_partitions_only
+from ingest.source.binlog.alter_rule import NAME, unquote
+from ingest.source.binlog.ddl import NOT_A_COLUMN, alter_clauses, dropped_column
+from ingest.source.binlog.partitions import changes_partitions_only
 
 _POSITION = re.compile(rf"\s+(?:FIRST|AFTER\s+(?P<after>{NAME}))\s*$", re.I)
 _ADD = re.compile(rf"^ADD\s+(?:COLUMN\s+)?(?P<if>IF\s+NOT\s+EXISTS\s+)?(?P<a>{NAME})\s+\S", re.I)

@@ -26,7 +26,7 @@ from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent
 from ingest.config import SourceConfig
 from ingest.errors import SourceError
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos, Watermark
-from ingest.source.binlog import dump_server_id, stream_connection
+from ingest.source.binlog.reader import dump_server_id, stream_connection
 from ingest.source.watermark import read_watermark
 
 log = logging.getLogger(__name__)

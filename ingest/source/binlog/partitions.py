@@ -17,8 +17,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ingest.source.alter_rule import NAME, unquote
-from ingest.source.ddl import alter_clauses, split_top_level
+from ingest.source.binlog.alter_rule import NAME, unquote
+from ingest.source.binlog.ddl import alter_clauses, split_top_level
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ingest.model.columns import InvalidTemporal, SourceColumn
-from ingest.source import table_maps
-from ingest.source.binlog_values import driver_form, unchanged
+from ingest.source.binlog import table_maps
+from ingest.source.binlog.binlog_values import driver_form, unchanged
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ Effect = Literal["keeps", "keys", "columns", "partitions", "table", "reads"]
 keeps: no value changes; keys: none, but a new primary key is decided by the schema diff, and under ALTER IGNORE a
 unique key deletes the rows that repeat it; columns: a column added, redefined, renamed, dropped or moved, each
 decided by the column rule (`column_rule`) and the schema diff (`ingest.sink.evolution`); partitions: rows moved
-by whole partitions, decided by `ingest.source.partitions`; table: the table renamed; reads: values the job cannot
-derive, so the table is read again (or the job stops)."""
+by whole partitions, decided by `ingest.source.binlog.partitions`; table: the table renamed; reads: values the job
+cannot derive, so the table is read again (or the job stops)."""
 
 # sql_mode bits (the binlog's Q_SQL_MODE_CODE; the same in MySQL and MariaDB).
 STRICT_TRANS_TABLES = 1 << 21
@@ -38,7 +38,7 @@ ROW_KEEPING_ENGINES = frozenset(
 )  # fmt: skip
 
 NAME = r'(?:`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)'
-"""An identifier as SQL writes it: backquoted, double-quoted (ANSI_QUOTES) or bare (ingest.source.ddl uses it too)."""
+"""An identifier as SQL writes it: backquoted, double-quoted (ANSI_QUOTES) or bare (`ddl` uses it too)."""
 _NAME = NAME
 _STRINGS = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"", re.DOTALL)
 

@@ -23,9 +23,9 @@ from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbG
 from ingest.config import PipelineConfig, SourceConfig
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
-from ingest.source.binlog import dump_server_id, first_ddl_between, open_stream, query_of, scan
-from ingest.source.event_groups import control_statement
-from ingest.source.failover import gtid_at, locate
+from ingest.source.binlog.event_groups import control_statement
+from ingest.source.binlog.failover import gtid_at, locate
+from ingest.source.binlog.reader import dump_server_id, first_ddl_between, open_stream, query_of, scan
 from ingest.source.mysql import binlog_sizes, connect
 from ingest.source.watermark import read_watermark
 

@@ -26,17 +26,23 @@ from ingest.faults import crash_point
 from ingest.model.columns import TEMPORAL_TYPES, TargetColumn, rows_to_record_batch
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import OCCURRENCE_TARGET, SERVER_ORDERED_TYPES, TableSchema, quote, source_targets
-from ingest.source import table_maps
-from ingest.source.binlog import dump_server_id, open_stream, query_of, read_prepared, refuse_statement
-from ingest.source.binlog_values import RowDecoder, row_images
-from ingest.source.chunk_select import open_select
-from ingest.source.chunks import Chunk, Key, range_predicate
-from ingest.source.ddl import ddl_tables, statement_tables
-from ingest.source.event_groups import XaId, control_statement, group_flags, one_phase, xa_statement_id
-from ingest.source.foreign_keys import Actions, load_actions, update_changed
+from ingest.source.binlog import table_maps
+from ingest.source.binlog.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.ddl import ddl_tables, statement_tables
+from ingest.source.binlog.event_groups import XaId, control_statement, group_flags, one_phase, xa_statement_id
+from ingest.source.binlog.foreign_keys import Actions, load_actions, update_changed
+from ingest.source.binlog.reader import (
+    dump_server_id,
+    open_stream,
+    query_of,
+    read_prepared,
+    refuse_statement,
+)
+from ingest.source.binlog.row_events import RowEvents, event_kind
 from ingest.source.mysql import connect
 from ingest.source.reconnect import Reconnect, lost_connection
-from ingest.source.row_events import RowEvents, event_kind
+from ingest.source.snapshot.chunk_select import open_select
+from ingest.source.snapshot.chunks import Chunk, Key, range_predicate
 from ingest.source.watermark import read_watermark
 
 log = logging.getLogger(__name__)
@@ -57,7 +63,7 @@ class ChunkTask:
     hook: ChunkHook | None = None
     """Test hook fired at the three points of FAILURES.md ("Watermarks, positions, GTIDs")."""
     driver: str = "auto"
-    """`snapshot.driver`: who runs the SELECT (ingest.source.chunk_select)."""
+    """`snapshot.driver`: who runs the SELECT (ingest.source.snapshot.chunk_select)."""
     on_unrepresentable: str = "null"
     """The table's `on_unrepresentable`: with `stop` or `dead_letter` the read looks for dates no Iceberg value
     holds (ingest.changes.rejects)."""

@@ -28,7 +28,7 @@ from ingest.changes.rejects import chunk_rejected
 from ingest.model.columns import TargetColumn, quote_identifier
 from ingest.model.position import Watermark
 from ingest.runtime.python_gc import raise_gc_threshold
-from ingest.source.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, read_chunk
+from ingest.source.snapshot.chunk_reader import ChunkConnections, ChunkResult, ChunkTask, read_chunk
 
 log = logging.getLogger(__name__)
 
