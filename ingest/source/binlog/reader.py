@@ -342,6 +342,10 @@ def open_stream(
     )
 
 
+_NEXT, _END, _STOP = "next", "end", "stop"
+"""What comes after a statement event (`BinlogReader._statement`): read on; the group is complete at it; stop."""
+
+
 class BinlogReader:
     """Transactions of the captured tables, in commit order, starting at a transaction boundary."""
 
@@ -561,154 +565,188 @@ class BinlogReader:
             for event in self._stream:
                 if self._reconnect.since is not None:
                     self._recovered()
-                file = self._stream.log_file
-                end = BinlogPosition(file, event.packet.log_pos) if event.packet.log_pos else self.position
+                log_pos = event.packet.log_pos
+                end = BinlogPosition(self._stream.log_file, log_pos) if log_pos else self.position
                 if isinstance(event, HeartbeatLogEvent):
-                    if idle is not None and current is None:
-                        self._last_idle = time.monotonic()
-                        self.idle_at_end = True
-                        if idle(time.time()):
-                            return
+                    if idle is not None and current is None and self._idle_heartbeat(idle):
+                        return
                     continue
                 if isinstance(event, MariadbGtidEvent):
-                    current = Transaction(end, gtid=str(event.gtid))
-                    self._group_gtid = MariadbGtid.parse(str(event.gtid))
-                    self._in_group, self._xa_group = group_flags(event.flags)
+                    current = self._group_began(event, end)
                     continue
                 if isinstance(event, PartialUpdateRowsEvent | NotImplementedEvent | ExecuteLoadQueryEvent):
                     refuse_event(event, end, self._tables)
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                    key = (event.schema, event.table)
-                    images = None
-                    if key in self._actions.watched:
-                        images, acted = self._key_actions(key, event_kind(event), event, end)
-                        if acted:
-                            current = current if current is not None else Transaction(end)
-                            current.actions.extend(acted)
-                    if key not in self._tables:
-                        continue
-                    contained = self._contained_until.get(key)
-                    # An XA transaction's rows count at its commit, which a chunk may or may not have seen: they
-                    # are held, and compared with the chunks at XA COMMIT (`_decided`).
-                    if contained is not None and not self._xa_group:
-                        if end <= contained:
-                            continue
-                        del self._contained_until[key]  # positions only grow: no more lookups for this table
-                    if key in self._unfollowed:
-                        self._refuse_unfollowed(key, event)
-                    if current is None:
-                        current = Transaction(end)
-                    table_id = f"{key[0]}.{key[1]}"
-                    kind = event_kind(event)
-                    changes = current.changes
-                    if images is None:
-                        images = self._images(key, kind, event, end)
-                    for i, (before, after) in enumerate(images):
-                        changes.append(RowChange(table_id, end, i, before, after))
+                    current = self._rows(event, end, current)
                     continue
                 if isinstance(event, XAPrepareEvent) and not event.one_phase:
-                    xid = XaId.of(event)
-                    self._prepared[xid] = (
-                        Prepared([], []) if current is None else Prepared(current.changes, current.actions)
-                    )
-                    self._boundary(end)
+                    if self._xa_prepared(event, end, current) or self._report_idle(idle, float(event.timestamp)):
+                        return
                     current = None
-                    if xid == self._stop_after_prepare:
-                        return
-                    if self._report_idle(idle, float(event.timestamp)):
-                        return
                     continue
                 if isinstance(event, QueryEvent):
-                    query, default_db = query_of(event)
-                    control = control_statement(query)
-                    if control in ("begin", "xa start"):
-                        self._in_group, self._xa_group = True, control == "xa start"
-                        continue
-                    if control in ("savepoint", "xa end"):
-                        # The server cuts what a ROLLBACK TO SAVEPOINT undid out of the group before logging it.
-                        continue
-                    if control in ("rollback", "rollback to savepoint"):
-                        if current is not None and current.changes:
-                            raise refuse_rolled_back(query, end, current.changes[0].table_id)
-                        if control == "rollback to savepoint":
-                            continue
-                    for t in statement_tables(query, default_db, self._tables):
-                        # A table snapshotted after the statement already has what it did.
-                        if (contained := self._contained_until.get(t)) is None or end > contained:
-                            raise refuse_statement(f"{t[0]}.{t[1]}", end, query)
-                    if control in ("xa commit", "xa rollback"):
-                        current = self._decided(query, control, current, end)
-                    elif self._in_group and control not in ("commit", "rollback"):
-                        continue  # a statement inside the group (DML of other tables logged as text): not its end
-                    touched = []
-                    for t in ddl_tables(query, default_db, self._tables):
-                        # A table snapshotted after the statement already has what it did.
-                        if (contained := self._contained_until.get(t)) is None or end > contained:
-                            touched.append(t)
-                        elif (planned := self._planned_at.get(t)) is None or end > planned:
-                            self._unfollowed.setdefault(t, (query, end))
-                    partitions = [
-                        t
-                        for t in partition_tables(query, default_db, self._tables)
-                        if (contained := self._contained_until.get(t)) is None or end > contained
-                    ]
-                    if partitions and self.on_ddl != "evolve":  # followed, copied again or refused downstream
-                        self._refuse_partition_change(query, partitions, end)
-                    touched += [t for t in partitions if t not in touched]
-                    osc = self._osc.read(query, default_db, self._tables)
-                    if touched and osc == CUT_OVER and self.on_ddl == "evolve":
-                        log.info("%s: renamed away for an online schema change's cut-over: %s", touched, query[:200])
-                    elif touched:
-                        start = self.position
-                        kind = "swap" if isinstance(osc, Swap) else "partition" if partitions else ddl_kind(query)
-                        if kind == "rename":
-                            # Renamed away: gone under its name; unless another table takes the name (not a swap).
-                            into = {new for _, new in renamed_tables(query, default_db)}
-                            kind = "replace" if any(t in into for t in touched) else "drop"
-                        self._schema_change(query, touched, end, kind)
-                        if self.on_ddl == "evolve":
-                            said = (
-                                osc.said
-                                if isinstance(osc, Swap)
-                                else alter_columns(query, default_db, getattr(event, "sql_mode", None))
-                            )
-                            if isinstance(osc, Swap) and said is None:
-                                said = helper_history(self.source, osc, end)
-                            self._boundary(end)
-                            current = None
-                            yield DdlStatement(query, tuple(touched), start, end, self.gtid, kind, said)
-                            # A table renamed into the patterns by the same statement is copied (see TablesNamed).
-                            named = self._new_tables_named(query, default_db) if kind == "drop" else ()
-                            if named:
-                                yield TablesNamed(named, end, self.gtid)
-                            continue
-                    if control not in ("commit", "rollback", "xa commit", "xa rollback"):
-                        # A DDL statement is a transaction of its own: its end is a boundary.
-                        self._boundary(end)
-                        current = None
-                        named = self._new_tables_named(query, default_db)
-                        if named:
-                            yield TablesNamed(named, end, self.gtid)
-                            continue
-                        if self._report_idle(idle, float(event.timestamp)):
-                            return
+                    current, then = yield from self._statement(event, end, current, idle)
+                    if then == _STOP:
+                        return
+                    if then == _NEXT:
                         continue
                 # XidEvent, COMMIT of a non-transactional engine, XA COMMIT (or ONE PHASE), XA ROLLBACK, or a ROLLBACK
                 # of a group without captured changes: the group is complete here.
-                self._boundary(end)
-                if current is not None:
-                    current.end = end
-                    current.gtid_after = self.gtid
-                    current.commit_time = int(event.timestamp)
-                    yield current
-                elif self._report_idle(idle, float(event.timestamp)):
+                if (yield from self._completed(event, end, current, idle)):
                     return
                 current = None
         except pymysql.err.OperationalError as e:
             if e.args and e.args[0] == 1236:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
+
+    def _idle_heartbeat(self, idle: Callable[[float], bool]) -> bool:
+        """A server heartbeat outside a transaction: the binlog is idle now. True: `idle` ends the reading."""
+        self._last_idle = time.monotonic()
+        self.idle_at_end = True
+        return idle(time.time())
+
+    def _group_began(self, event: MariadbGtidEvent, end: BinlogPosition) -> Transaction:
+        self._group_gtid = MariadbGtid.parse(str(event.gtid))
+        self._in_group, self._xa_group = group_flags(event.flags)
+        return Transaction(end, gtid=str(event.gtid))
+
+    def _rows(self, event: Any, end: BinlogPosition, current: Transaction | None) -> Transaction | None:
+        """A row event: its changes of captured tables, and the foreign key actions it sets off, added to the
+        transaction under way (begun here if need be). Returns that transaction."""
+        key = (event.schema, event.table)
+        images = None
+        if key in self._actions.watched:
+            images, acted = self._key_actions(key, event_kind(event), event, end)
+            if acted:
+                current = current if current is not None else Transaction(end)
+                current.actions.extend(acted)
+        if key not in self._tables:
+            return current
+        contained = self._contained_until.get(key)
+        # An XA transaction's rows count at its commit, which a chunk may or may not have seen: they are held, and
+        # compared with the chunks at XA COMMIT (`_decided`).
+        if contained is not None and not self._xa_group:
+            if end <= contained:
+                return current
+            del self._contained_until[key]  # positions only grow: no more lookups for this table
+        if key in self._unfollowed:
+            self._refuse_unfollowed(key, event)
+        if current is None:
+            current = Transaction(end)
+        table_id = f"{key[0]}.{key[1]}"
+        if images is None:
+            images = self._images(key, event_kind(event), event, end)
+        current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
+        return current
+
+    def _xa_prepared(self, event: XAPrepareEvent, end: BinlogPosition, current: Transaction | None) -> bool:
+        """XA PREPARE ends the first half of an XA transaction: its changes are held until it is decided. True:
+        the reader was only to read back this one (`read_prepared`)."""
+        xid = XaId.of(event)
+        self._prepared[xid] = Prepared([], []) if current is None else Prepared(current.changes, current.actions)
+        self._boundary(end)
+        return xid == self._stop_after_prepare
+
+    def _completed(
+        self, event: Any, end: BinlogPosition, current: Transaction | None, idle: Callable[[float], bool] | None
+    ) -> Generator[Transaction, None, bool]:
+        """The event group ends at `end`: its transaction is yielded, or, without captured changes, the idle
+        report may be due. Returns True when `idle` ends the reading."""
+        self._boundary(end)
+        if current is None:
+            return self._report_idle(idle, float(event.timestamp))
+        current.end = end
+        current.gtid_after = self.gtid
+        current.commit_time = int(event.timestamp)
+        yield current
+        return False
+
+    def _statement(
+        self, event: QueryEvent, end: BinlogPosition, current: Transaction | None, idle: Callable[[float], bool] | None
+    ) -> Generator[DdlStatement | TablesNamed, None, tuple[Transaction | None, str]]:
+        """A statement logged as text: a group's control statement (BEGIN, SAVEPOINT, COMMIT, the XA ones), or a
+        statement of its own (DDL), followed or refused. Returns the transaction under way, and what comes next:
+        `_NEXT` (read on), `_END` (the group is complete at this event) or `_STOP` (`idle` ends the reading)."""
+        query, default_db = query_of(event)
+        control = control_statement(query)
+        if control in ("begin", "xa start"):
+            self._in_group, self._xa_group = True, control == "xa start"
+            return current, _NEXT
+        if control in ("savepoint", "xa end"):
+            # The server cuts what a ROLLBACK TO SAVEPOINT undid out of the group before logging it.
+            return current, _NEXT
+        if control in ("rollback", "rollback to savepoint"):
+            if current is not None and current.changes:
+                raise refuse_rolled_back(query, end, current.changes[0].table_id)
+            if control == "rollback to savepoint":
+                return current, _NEXT
+        for t in statement_tables(query, default_db, self._tables):
+            # A table snapshotted after the statement already has what it did.
+            if (contained := self._contained_until.get(t)) is None or end > contained:
+                raise refuse_statement(f"{t[0]}.{t[1]}", end, query)
+        if control in ("xa commit", "xa rollback"):
+            current = self._decided(query, control, current, end)
+        elif self._in_group and control not in ("commit", "rollback"):
+            return current, _NEXT  # a statement inside the group (DML of other tables logged as text): not its end
+        if (yield from self._schema_statement(event, query, default_db, end)):
+            return None, _NEXT
+        if control in ("commit", "rollback", "xa commit", "xa rollback"):
+            return current, _END
+        # A DDL statement is a transaction of its own: its end is a boundary.
+        self._boundary(end)
+        named = self._new_tables_named(query, default_db)
+        if named:
+            yield TablesNamed(named, end, self.gtid)
+            return None, _NEXT
+        return None, _STOP if self._report_idle(idle, float(event.timestamp)) else _NEXT
+
+    def _schema_statement(
+        self, event: QueryEvent, query: str, default_db: str, end: BinlogPosition
+    ) -> Generator[DdlStatement | TablesNamed, None, bool]:
+        """A statement that changes captured tables' schemas or partitions: refused, or recorded, and with
+        `on_ddl="evolve"` yielded as a `DdlStatement` (True: the caller reads on after it)."""
+        touched = []
+        for t in ddl_tables(query, default_db, self._tables):
+            # A table snapshotted after the statement already has what it did.
+            if (contained := self._contained_until.get(t)) is None or end > contained:
+                touched.append(t)
+            elif (planned := self._planned_at.get(t)) is None or end > planned:
+                self._unfollowed.setdefault(t, (query, end))
+        partitions = [
+            t
+            for t in partition_tables(query, default_db, self._tables)
+            if (contained := self._contained_until.get(t)) is None or end > contained
+        ]
+        if partitions and self.on_ddl != "evolve":  # followed, copied again or refused downstream
+            self._refuse_partition_change(query, partitions, end)
+        touched += [t for t in partitions if t not in touched]
+        osc = self._osc.read(query, default_db, self._tables)
+        if not touched:
+            return False
+        if osc == CUT_OVER and self.on_ddl == "evolve":
+            log.info("%s: renamed away for an online schema change's cut-over: %s", touched, query[:200])
+            return False
+        start = self.position
+        kind = "swap" if isinstance(osc, Swap) else "partition" if partitions else ddl_kind(query)
+        if kind == "rename":
+            # Renamed away: gone under its name; unless another table takes the name (not a swap).
+            into = {new for _, new in renamed_tables(query, default_db)}
+            kind = "replace" if any(t in into for t in touched) else "drop"
+        self._schema_change(query, touched, end, kind)
+        if self.on_ddl != "evolve":
+            return False
+        said = osc.said if isinstance(osc, Swap) else alter_columns(query, default_db, getattr(event, "sql_mode", None))
+        if isinstance(osc, Swap) and said is None:
+            said = helper_history(self.source, osc, end)
+        self._boundary(end)
+        yield DdlStatement(query, tuple(touched), start, end, self.gtid, kind, said)
+        # A table renamed into the patterns by the same statement is copied (see TablesNamed).
+        named = self._new_tables_named(query, default_db) if kind == "drop" else ()
+        if named:
+            yield TablesNamed(named, end, self.gtid)
+        return True
 
     def _new_tables_named(self, query: str, default_db: str) -> tuple[tuple[str, str], ...]:
         if self.new_tables is None:
