@@ -176,6 +176,43 @@ def plan_schema_change(
     """
     reasons: list[str] = []
     table = old.table_id
+    kept, gone, fresh = _columns_by_name(old, new, renamed, dropped, reasons)
+    widened, relaxed = _type_changes(old, new, kept, strict, reasons)
+    added: list[AddedColumn] = []
+    previous: str | None = None
+    for col in new.columns:
+        if col.name in fresh:
+            try:
+                map_column(table, col)
+            except UnsupportedTableError as e:
+                reasons.append(str(e))
+            added.append(AddedColumn(col, previous))
+        previous = col.name
+    if reasons:
+        raise SchemaChangeError(
+            f"{table}: the schema change{f' at {position}' if position else ''}"
+            f"{f' ({statement[:200]!r})' if statement else ''} cannot be applied to Iceberg without making "
+            f"old rows wrong: {'; '.join(reasons)}. Nothing after it was applied; snapshot the table again "
+            f"(`ingest resnapshot --config ... --table {table}`), or set `stream.on_schema_change: ignore` if the "
+            "change does not matter"
+        )
+    kept_order = [c.name for c in new.columns if c.name not in fresh]
+    moved = [kept[c.name] for c in old.columns if c.name in kept] != kept_order
+    return SchemaPlan(
+        tuple(added),
+        tuple(widened),
+        tuple(relaxed),
+        tuple((k, v) for k, v in kept.items() if k != v),
+        tuple(gone),
+        tuple(new.column_names) if moved else (),
+    )
+
+
+def _columns_by_name(
+    old: Any, new: Any, renamed: Mapping[str, str] | None, dropped: Sequence[str], reasons: list[str]
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """Which old columns are kept (old name -> new name), gone, and new, by what the statement says and the
+    schemas show; why not (appended to `reasons`) where they disagree or the key changes."""
     new_by_name = {c.name: c for c in new.columns}
     old_names = set(old.column_names)
     # A rename of a column the old schema has not (added, then renamed, on a tool's helper table) is an addition.
@@ -205,6 +242,16 @@ def plan_schema_change(
         )
     if [renames.get(k, k) for k in old.primary_key] != list(new.primary_key):
         reasons.append(f"the primary key changed from {list(old.primary_key)} to {list(new.primary_key)}")
+    return kept, gone, fresh
+
+
+def _type_changes(
+    old: Any, new: Any, kept: Mapping[str, str], strict: bool, reasons: list[str]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The kept columns whose Iceberg type widens, and those that become nullable; why a change cannot be followed
+    (appended to `reasons`)."""
+    table = old.table_id
+    new_by_name = {c.name: c for c in new.columns}
     widened: list[tuple[str, str]] = []
     relaxed: list[str] = []
     for col in old.columns:
@@ -227,34 +274,7 @@ def plan_schema_change(
                 relaxed.append(after.name)
         if why is not None:
             reasons.append(f"column {col.name!r}: {why} ({col.column_type} -> {after.column_type})")
-    added: list[AddedColumn] = []
-    previous: str | None = None
-    for col in new.columns:
-        if col.name in fresh:
-            try:
-                map_column(table, col)
-            except UnsupportedTableError as e:
-                reasons.append(str(e))
-            added.append(AddedColumn(col, previous))
-        previous = col.name
-    if reasons:
-        raise SchemaChangeError(
-            f"{table}: the schema change{f' at {position}' if position else ''}"
-            f"{f' ({statement[:200]!r})' if statement else ''} cannot be applied to Iceberg without making "
-            f"old rows wrong: {'; '.join(reasons)}. Nothing after it was applied; snapshot the table again "
-            f"(`ingest resnapshot --config ... --table {table}`), or set `stream.on_schema_change: ignore` if the "
-            "change does not matter"
-        )
-    kept_order = [c.name for c in new.columns if c.name not in fresh]
-    moved = [kept[c.name] for c in old.columns if c.name in kept] != kept_order
-    return SchemaPlan(
-        tuple(added),
-        tuple(widened),
-        tuple(relaxed),
-        tuple((k, v) for k, v in kept.items() if k != v),
-        tuple(gone),
-        tuple(new.column_names) if moved else (),
-    )
+    return widened, relaxed
 
 
 # --- defaults of added columns ------------------------------------------------------------------------

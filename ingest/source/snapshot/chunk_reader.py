@@ -424,12 +424,10 @@ def _binlog_rows(
     commit): held from its first half, given at the commit if that comes inside the window (read back from the
     binlog when the prepare came before it), dropped at XA ROLLBACK. A parent's change whose foreign key action
     may reach the table stops the read (`actions`; InnoDB does not log what an action changes)."""
-    schema = task.schema
-    key = (schema.database, schema.table)
-    decoder = RowEvents()
-    library_images = _library_images(task)
+    window = _Window(task, low)
     watched = set(actions.watched) if actions else set()
     # The parents' row events are read too when an action can reach the table from them.
+    schema = task.schema
     filters: dict[str, Any] = {} if watched else {"only_schemas": [schema.database], "only_tables": [schema.table]}
     stream = open_stream(
         task.source,
@@ -439,10 +437,6 @@ def _binlog_rows(
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, MariadbGtidEvent, XAPrepareEvent],
         **filters,
     )
-    altered: tuple[str, BinlogPosition] | None = None
-    held: list[ImagePair] | None = None
-    """The rows of the XA transaction's first half being read; None outside one."""
-    prepared: dict[XaId, list[ImagePair]] = {}
     try:
         for event in stream:
             # log_pos is where the event ends; the high watermark is always at a transaction boundary.
@@ -450,56 +444,84 @@ def _binlog_rows(
             if end > high.position:
                 return
             if isinstance(event, MariadbGtidEvent):
-                held = [] if group_flags(event.flags)[1] else None
-                continue
-            if isinstance(event, XAPrepareEvent):
+                window.held = [] if group_flags(event.flags)[1] else None
+            elif isinstance(event, XAPrepareEvent):
                 if not event.one_phase:
-                    prepared[XaId.of(event)] = held or []
-                held = None
-                continue
-            if isinstance(event, QueryEvent):
-                query, default_db = query_of(event)
-                control = control_statement(query)
-                if control == "xa start":
-                    held = []
-                elif control == "xa commit":
-                    yield from _xa_commit(task, query, end, low, held, prepared)
-                    held = None
-                elif control == "xa rollback":
-                    prepared.pop(xa_statement_id(query, end), None)
-                if statement_tables(query, default_db, [key]):
-                    raise refuse_statement(schema.table_id, end, query)
-                if altered is None and ddl_tables(query, default_db, [key]):
-                    altered = (query, end)
-                continue
-            kind = event_kind(event)
-            if actions is not None and (event.schema, event.table) in watched:
-                actions.act((event.schema, event.table), kind, event.flags, end, update_changed(event, kind), _never)
-            if (event.schema, event.table) != key:
-                continue
-            if altered is not None:
-                where = f"inside the window of chunk {task.chunk.index}"
-                table_maps.refuse_by_position_after_ddl(event, schema.table_id, *altered, where)
-            try:
-                images = decoder.rows(key, kind, event, schema.columns, end)
-                if images is None:  # an event only the library reads
-                    images = [library_images(kind, row) for row in event.rows]
-            except SourceError as e:
-                if altered is None or isinstance(e, SchemaChangeError):
-                    raise
-                # Names logged, but not the schema's (a column renamed or dropped by the DDL in this window).
-                raise SchemaChangeError(
-                    f"{schema.table_id}: its schema changed during its snapshot, at binlog position {altered[1]} "
-                    f"({altered[0][:200]!r}), inside the window of chunk {task.chunk.index}, and the rows after it "
-                    f"no longer match the columns the copy reads ({e}); none was applied. Re-snapshot the table: "
-                    f"`ingest resnapshot --config ... --table {schema.table_id}`, then `ingest run`"
-                ) from None
-            if held is not None:
-                held.extend(images)
+                    window.prepared[XaId.of(event)] = window.held or []
+                window.held = None
+            elif isinstance(event, QueryEvent):
+                yield from window.statement(event, end)
             else:
-                yield from images
+                kind = event_kind(event)
+                if actions is not None and (event.schema, event.table) in watched:
+                    changed = update_changed(event, kind)
+                    actions.act((event.schema, event.table), kind, event.flags, end, changed, _never)
+                if (event.schema, event.table) == window.key:
+                    yield from window.rows(event, kind, end)
     finally:
         stream.close()
+
+
+@dataclass
+class _Window:
+    """What reading a chunk's binlog window keeps between events."""
+
+    task: ChunkTask
+    low: Watermark
+    altered: tuple[str, BinlogPosition] | None = None
+    """The first DDL statement of the table inside the window, and where it ends."""
+    held: list[ImagePair] | None = None
+    """The rows of the XA transaction's first half being read; None outside one."""
+    prepared: dict[XaId, list[ImagePair]] = field(default_factory=dict)
+    """The rows of each XA transaction prepared inside the window, until its XA COMMIT or ROLLBACK."""
+
+    def __post_init__(self) -> None:
+        self.key = (self.task.schema.database, self.task.schema.table)
+        self.decoder = RowEvents()
+        self.library_images = _library_images(self.task)
+
+    def statement(self, event: QueryEvent, end: BinlogPosition) -> Iterator[ImagePair]:
+        """A statement logged as text: an XA transaction's control (its rows given at its commit), a statement
+        that changes the table's rows (refused), or a DDL of the table (kept: rows after it must still decode)."""
+        query, default_db = query_of(event)
+        control = control_statement(query)
+        if control == "xa start":
+            self.held = []
+        elif control == "xa commit":
+            yield from _xa_commit(self.task, query, end, self.low, self.held, self.prepared)
+            self.held = None
+        elif control == "xa rollback":
+            self.prepared.pop(xa_statement_id(query, end), None)
+        if statement_tables(query, default_db, [self.key]):
+            raise refuse_statement(self.task.schema.table_id, end, query)
+        if self.altered is None and ddl_tables(query, default_db, [self.key]):
+            self.altered = (query, end)
+
+    def rows(self, event: Any, kind: str, end: BinlogPosition) -> Iterator[ImagePair]:
+        """A row event of the table: its images, given now or held for their XA transaction's commit."""
+        schema = self.task.schema
+        altered = self.altered
+        if altered is not None:
+            where = f"inside the window of chunk {self.task.chunk.index}"
+            table_maps.refuse_by_position_after_ddl(event, schema.table_id, *altered, where)
+        try:
+            images = self.decoder.rows(self.key, kind, event, schema.columns, end)
+            if images is None:  # an event only the library reads
+                images = [self.library_images(kind, row) for row in event.rows]
+        except SourceError as e:
+            if altered is None or isinstance(e, SchemaChangeError):
+                raise
+            # Names logged, but not the schema's (a column renamed or dropped by the DDL in this window).
+            raise SchemaChangeError(
+                f"{schema.table_id}: its schema changed during its snapshot, at binlog position {altered[1]} "
+                f"({altered[0][:200]!r}), inside the window of chunk {self.task.chunk.index}, and the rows after it "
+                f"no longer match the columns the copy reads ({e}); none was applied. Re-snapshot the table: "
+                f"`ingest resnapshot --config ... --table {schema.table_id}`, then `ingest run`"
+            ) from None
+        if self.held is not None:
+            self.held.extend(images)
+        else:
+            yield from images
 
 
 def _xa_commit(
