@@ -130,14 +130,7 @@ def _run(
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
         state = StateTable.open(config, stopping=stop.event.is_set)
-        schemas = list(info.schemas)
-        gone = gone_tables(config, state, schemas)  # read in the binlog phase only, up to their DROP or RENAME
-        if start is not None:
-            start_empty(spark, config, state, schemas, start)
-        requests = state.requests()
-        if requests.snapshot:  # `ingest snapshot` asked while no job ran: those tables are copied below
-            schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
-        paused = requests.paused
+        schemas, gone, paused = _tables_to_read(spark, config, state, info, start)
         while True:
             if snapshot_only or config.startup_mode == "snapshot_only":
                 # A table paused (`ingest snapshot --pause`) keeps its chunks unread.
@@ -167,6 +160,21 @@ def _run(
         stop.uninstall()
         if warm_up is not None and not own_session:
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop() (see _run's docstring)
+
+
+def _tables_to_read(
+    spark: Any, config: PipelineConfig, state: StateTable, info: SourceInfo, start: Watermark | None
+) -> tuple[list[TableSchema], list[TableSchema], frozenset[str]]:
+    """The tables the run reads: those captured (with the snapshots `ingest snapshot` asked while no job ran taken
+    first), those gone that the binlog phase reads up to their DROP or RENAME, and those paused."""
+    schemas = list(info.schemas)
+    gone = gone_tables(config, state, schemas)
+    if start is not None:  # a startup mode that copies nothing
+        start_empty(spark, config, state, schemas, start)
+    requests = state.requests()
+    if requests.snapshot:
+        schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
+    return schemas, gone, requests.paused
 
 
 def _snapshot(
