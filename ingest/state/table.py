@@ -472,20 +472,22 @@ class StateTable:
         chunks twice)."""
         data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)
         write_id = uuid.uuid4().hex
+        self._commit(
+            "writing the state table",
+            lambda: self._table.append(data, snapshot_properties={SUMMARY_WRITE: write_id}),
+            landed=lambda: self._holds(write_id),
+        )
 
-        def append() -> None:
-            if not self._holds(write_id):
-                self._table.append(data, snapshot_properties={SUMMARY_WRITE: write_id})
-
-        self._commit("writing the state table", append)
-
-    def _commit(self, what: str, commit: Callable[[], Any]) -> None:
+    def _commit(self, what: str, commit: Callable[[], Any], landed: Callable[[], bool] = lambda: False) -> None:
         """Run a commit; again from fresh metadata on a conflict (`_retry_commit`), and after the sink could not
-        be reached (`self.outage`, within `sink.reconnect_seconds`): `commit` must be safe to run again."""
+        be reached (`self.outage`, within `sink.reconnect_seconds`), unless `landed()` says the cut-off one did:
+        without `landed`, `commit` must give the same result when run again."""
 
         def attempt(again: bool) -> None:
             if again:
                 self._table.refresh()
+                if landed():
+                    return
             _retry_commit(self._table, commit)
 
         self.outage.run(what, attempt)
@@ -493,14 +495,12 @@ class StateTable:
     def _holds(self, write_id: str) -> bool:
         """A snapshot of the table's history was committed by the write `write_id` (expiry keeps the newest
         `KEEP_SNAPSHOTS` and only after an offset is recorded, so a write cut off just now is still there)."""
-        snapshot = self._table.current_snapshot()
-        while snapshot is not None:
-            summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-            if summary.get(SUMMARY_WRITE) == write_id:
-                return True
-            parent = snapshot.parent_snapshot_id
-            snapshot = None if parent is None else self._table.snapshot_by_id(parent)
-        return False
+        from pyiceberg.table.snapshots import ancestors_of
+
+        return any(
+            s.summary is not None and s.summary.additional_properties.get(SUMMARY_WRITE) == write_id
+            for s in ancestors_of(self._table.current_snapshot(), self._table.metadata)
+        )
 
 
 def snapshots_to_expire(
