@@ -10,6 +10,7 @@ resolved into `Secret` values whose repr is redacted, so they cannot leak throug
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -654,8 +655,35 @@ class PipelineConfig(_Settings):
                 "use `auto` or `pymysql`, or `tls.mode: verify_identity`"
             )
 
+    @property
+    def targets(self) -> Targets:
+        """What the pipeline's Iceberg tables are called and how each is kept: the sink's part and `table_options`,
+        for the stages that create, name or write them."""
+        return Targets(self.name, self.sink, self.table_options)
+
     def options_for(self, database: str, table: str) -> TableOptions:
-        return self.table_options.get(f"{database}.{table}", TableOptions())
+        return options_for(self.table_options, database, table)
+
+    def target_for(self, database: str, table: str) -> tuple[str, str]:
+        """(namespace, table name) of the Iceberg target of one source table."""
+        return self.targets.target_for(database, table)
+
+    def changelog_for(self, database: str, table: str) -> tuple[str, str] | None:
+        """(namespace, table name) of the changelog table of one source table, or None when it has none."""
+        return self.targets.changelog_for(database, table)
+
+
+@dataclasses.dataclass(frozen=True)
+class Targets:
+    """The Iceberg tables of one pipeline: named by the sink's templates or a table's `target`, kept as the sink
+    and the table's options say."""
+
+    pipeline: str
+    sink: SinkConfig
+    table_options: Mapping[str, TableOptions]
+
+    def options_for(self, database: str, table: str) -> TableOptions:
+        return options_for(self.table_options, database, table)
 
     def target_for(self, database: str, table: str) -> tuple[str, str]:
         """(namespace, table name) of the Iceberg target of one source table."""
@@ -663,7 +691,7 @@ class PipelineConfig(_Settings):
         if override:
             namespace, _, name = override.rpartition(".")
             return namespace, name
-        values = {"database": database, "table": table, "pipeline": self.name}
+        values = {"database": database, "table": table, "pipeline": self.pipeline}
         return self.sink.namespace.format(**values), self.sink.table_name.format(**values)
 
     def changelog_for(self, database: str, table: str) -> tuple[str, str] | None:
@@ -673,6 +701,11 @@ class PipelineConfig(_Settings):
             return None
         namespace, name = self.target_for(database, table)
         return namespace, name + CHANGELOG_SUFFIX
+
+
+def options_for(table_options: Mapping[str, TableOptions], database: str, table: str) -> TableOptions:
+    """One table's `table_options` entry, or the defaults."""
+    return table_options.get(f"{database}.{table}", TableOptions())
 
 
 # ---------------------------------------------------------------------------------------------------

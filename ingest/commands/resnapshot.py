@@ -47,7 +47,7 @@ def resnapshot(config: PipelineConfig, tables: Sequence[str]) -> StartedOver:
     """Start the copies of `tables` ('db.table') over and forget their state."""
     if not tables:
         raise ConfigError("name at least one table to snapshot again: --table DB.TABLE")
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     known = state.tables()
     unknown = [t for t in tables if t not in known]
     if unknown:

@@ -103,7 +103,7 @@ def _table_commits(config: PipelineConfig, catalog: Any, table_id: str) -> dict[
 
 def table_status(config: PipelineConfig, state: StateTable | None = None) -> list[dict[str, Any]]:
     """Per table: phase, chunks done / total, rows, high watermarks, last commit and committed offsets."""
-    state = StateTable.open(config) if state is None else state
+    state = StateTable.open(config.sink, config.name) if state is None else state
     catalog = load_pyiceberg_catalog(config.sink)
     out = []
     for table_id in state.tables():
@@ -272,7 +272,7 @@ def _stream_line(binlog: dict[str, Any]) -> str:
 
 def print_status(config: PipelineConfig, as_json: bool = False, out: TextIO | None = None) -> None:
     out = sys.stdout if out is None else out
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     rows = table_status(config, state)
     binlog = binlog_status(config, state)
     job = job_status(config)

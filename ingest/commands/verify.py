@@ -165,8 +165,8 @@ def verify(config: PipelineConfig, tables: Sequence[str] = (), ranges: int = 16)
     """Print a line per range that differs and a summary per table; True when everything matches."""
     from ingest.source.discovery import discover
 
-    info = discover(config)
-    state = StateTable.open(config)
+    info = discover(config.source, config.tables, config.table_options)
+    state = StateTable.open(config.sink, config.name)
     catalog = load_pyiceberg_catalog(config.sink)
     wanted = set(tables)
     unknown = wanted - {s.table_id for s in info.schemas}

@@ -70,7 +70,7 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
             f"{', '.join(unknown)}: not a table the CDC user can see that `tables.include` of pipeline "
             f"{config.name!r} matches (patterns: {[p.pattern for p in config.tables.include]})"
         )
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     progress: dict[str, str] = {}
     if action == "snapshot":
         # The job copies a table created or renamed into its patterns by itself, so it may have begun before
@@ -149,8 +149,8 @@ def stream_taking_requests(
         watch.asked, named[:], recopied[:] = {}, [], []
         with connect(config.source) as conn:
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
-        found = discover(config).schemas
-        check_targets(config, found)
+        found = discover(config.source, config.tables, config.table_options).schemas
+        check_targets(config.targets, found)
         schemas = take_requests(spark, config, state, flavor, schemas, found, asked, before)
 
 
@@ -199,7 +199,7 @@ def start_copy_again(spark: Any, config: PipelineConfig, schema: TableSchema) ->
     target = config.target_for(schema.database, schema.table)
     branched = start_branch_copy(cached_pyiceberg_catalog(config.sink), target, schema, config.name)
     if branched:
-        spark.sql(f"REFRESH TABLE {qualified(config, *target)}")
+        spark.sql(f"REFRESH TABLE {qualified(config.targets, *target)}")
     _drop_targets(spark, config, schema, target=not branched)
 
 
@@ -225,7 +225,7 @@ def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema, targe
         names.append(config.target_for(schema.database, schema.table))
     for name in names:
         if name is not None:
-            spark.sql(f"DROP TABLE IF EXISTS {qualified(config, *name)} PURGE")
+            spark.sql(f"DROP TABLE IF EXISTS {qualified(config.targets, *name)} PURGE")
 
 
 class LiveCopy:
@@ -235,7 +235,7 @@ class LiveCopy:
         self, spark: Any, config: PipelineConfig, state: StateTable, flavor: str, hook: ChunkHook | None = None
     ) -> None:
         self.spark, self.config, self.state, self.flavor, self.hook = spark, config, state, flavor, hook
-        self.throttle = source_throttle(config)
+        self.throttle = source_throttle(config.source, config.snapshot.max_source_load)
         """`snapshot.max_source_load`: asked without waiting, so a busy source holds back chunks, not the binlog."""
 
     def copy(self, table: TableStream, chunks: Sequence[Chunk], conn: Any) -> Literal["load", "schema"] | None:

@@ -333,7 +333,7 @@ class BinlogStreamReader:
 
     def _state_table(self) -> StateTable:
         if self._state is None:
-            self._state = StateTable.open(self.spec.config)
+            self._state = StateTable.open(self.spec.config.sink, self.spec.config.name)
         return self._state
 
     # -- reading

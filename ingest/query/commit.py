@@ -85,7 +85,7 @@ def _commit_part(spark: Any, config: PipelineConfig, table: TableStream, part: T
     batch already). True when the target was committed now."""
     merged = False
     if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
-        name = ensure_rejected(spark, config, table.schema.database, table.schema.table)
+        name = ensure_rejected(spark, config.targets, table.schema.database, table.schema.table)
         assert name is not None
         merge_rejected(spark, name, part.rejected)
         crash_point("stream.after_rejected_commit")
@@ -135,7 +135,7 @@ def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream],
     if every == 0:
         return
     for table in tables:
-        changelog = None if table.changelog is None else qualified(config, *table.changelog)
+        changelog = None if table.changelog is None else qualified(config.targets, *table.changelog)
         for name, held in ((table.target, table.committed), (changelog, table.changelog_committed)):
             if name is None or held != end.position:
                 continue  # no changelog, or nothing of this batch committed to it
@@ -192,7 +192,7 @@ def _append_changelog(spark: Any, config: PipelineConfig, table: TableStream, ro
             return done
         return committed_in(config, names, end, done)
 
-    append_changelog(spark, qualified(config, *names), rows, config.name, end, read_offset)
+    append_changelog(spark, qualified(config.targets, *names), rows, config.name, end, read_offset)
     table.changelog_committed = end.position
 
 

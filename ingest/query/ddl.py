@@ -214,7 +214,7 @@ def evolve_table(
     if table.changelog is not None:
         # Its rows are written with the columns of their moment: it follows the same renames, drops and additions
         # (a dropped column's history stays in the snapshots before the drop), with no backfill of old changes.
-        done += apply_plan(spark, qualified(config, *table.changelog), old.table_id, plan)
+        done += apply_plan(spark, qualified(config.targets, *table.changelog), old.table_id, plan)
     crash_point("stream.after_schema_change")
     if values:
         props = _statement_commit(config, table, ddl, here)

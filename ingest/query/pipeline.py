@@ -58,13 +58,14 @@ def run(
     raise_gc_threshold()
     if spark is None:  # before anything connects: a Spark the job cannot run on is one line, not a JVM trace
         check_spark(installed_spark())
-    info = discover(config)
-    check_targets(config, info.schemas)
+    log.debug("pipeline %s: %r", config.name, config)  # secrets print as Secret(..., ***)
+    info = discover(config.source, config.tables, config.table_options)
+    check_targets(config.targets, info.schemas)
     if config.snapshot.max_source_load is not None:  # a bound the CDC user cannot sample is refused, not ignored
         with connect(config.source) as conn:
             check_load_probe(conn, config.snapshot.max_source_load, info.flavor)
     job_metrics = JobMetrics(config.name)
-    job_metrics.bytes_behind_probe = lambda committed: bytes_behind_now(config, info.flavor, committed)
+    job_metrics.bytes_behind_probe = lambda committed: bytes_behind_now(config.source, info.flavor, committed)
     with tempfile.TemporaryDirectory(prefix="ingest-") as scratch, recording(job_metrics):
         _watch_reconnects(job_metrics, Path(scratch) / "reconnecting.json")
         with _metrics_server(config, job_metrics):
@@ -99,7 +100,7 @@ def _metrics_server(config: PipelineConfig, job_metrics: JobMetrics) -> Iterator
 
 def _first_start(config: PipelineConfig, info: SourceInfo) -> Watermark | None:
     """The first run of a mode that copies nothing: its start point, found and checked before any write."""
-    if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config):
+    if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config.sink, config.name):
         return resolve_start(config, info.flavor, [(s.database, s.table) for s in info.schemas])
     return None
 
@@ -125,11 +126,15 @@ def _run(
     warm_up = None
     own_session = spark is None
     try:
-        spark = spark_session(config) if spark is None else attach_catalog(spark, config)
+        spark = (
+            spark_session(config.spark, config.sink, f"ingest-{config.name}")
+            if spark is None
+            else attach_catalog(spark, config.sink)
+        )
         # Before the state table is open, to overlap that too; a binlog-only restart wastes one empty job
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
-        state = StateTable.open(config, stopping=stop.event.is_set)
+        state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
         schemas, gone, paused = _tables_to_read(spark, config, state, info, start)
         while True:
             if snapshot_only or config.startup_mode == "snapshot_only":
@@ -150,8 +155,8 @@ def _run(
                 if config.stream.on_purged != "resnapshot":
                     raise
                 log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", e)
-                found = discover(config).schemas
-                check_targets(config, found)
+                found = discover(config.source, config.tables, config.table_options).schemas
+                check_targets(config.targets, found)
                 schemas = copy_all_again(spark, config, state, found)
                 paused = state.requests().paused
     except OutageWaitStopped as e:  # what was committed before stays; the rest comes with the next run
@@ -213,8 +218,8 @@ def start_empty(
     (a target missing under a recorded table is taken for one dropped by hand) and before the binlog is read:
     from then on every run resumes by the state table, starting at `start` until its first binlog commit."""
     for schema in schemas:
-        ensure_target_created(spark, config, schema)
-        ensure_changelog(spark, config, schema)
+        ensure_target_created(spark, config.targets, schema)
+        ensure_changelog(spark, config.targets, schema)
     crash_point("startup.before_record")
     state.record_start([s.table_id for s in schemas], start)
     crash_point("startup.after_record")

@@ -98,7 +98,7 @@ def snapshot_table(
         return
     started = time.monotonic()
     rows_done = 0
-    throttle = source_throttle(config)
+    throttle = source_throttle(config.source, config.snapshot.max_source_load)
     stop = stop or threading.Event()
     for batch in _batched(todo, config.snapshot.chunks_per_commit):
         # Between commits only: a pause delays the next read, never a commit or its watermarks.
@@ -162,7 +162,7 @@ def plan_table(
             layout = read_layout(conn, schema.database, schema.table)
         return None if layout is None else layout.to_json()
 
-    target, created = ensure_target_created(spark, config, schema, partitions)
+    target, created = ensure_target_created(spark, config.targets, schema, partitions)
     if _copying_into_branch(config, state, schema):
         target = on_copy_branch(target)
     if created and state.done(table_id):
@@ -171,7 +171,7 @@ def plan_table(
             f"did not exist (dropped?): the rows they hold are gone. Snapshot the table again: `ingest resnapshot "
             f"--config ... --table {table_id}`, then `ingest run`"
         )
-    ensure_changelog(spark, config, schema)  # the changelog starts with the binlog phase (docs/config.md)
+    ensure_changelog(spark, config.targets, schema)  # the changelog starts with the binlog phase (docs/config.md)
     if state.plan(table_id) is None:
         chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
         with connect(config.source) as conn:
@@ -515,7 +515,7 @@ def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, da
     found = data.where(F.col(REJECTED_COLUMN).isNotNull()).select(REJECTED_COLUMN).collect()
     rows = [RejectedValue(**item) for (text,) in found for item in json.loads(text)]
     if rows:
-        name = ensure_rejected(spark, config, schema.database, schema.table)
+        name = ensure_rejected(spark, config.targets, schema.database, schema.table)
         assert name is not None, "dead_letter tables have a rejected table"
         merge_rejected(spark, name, rows)
         crash_point("snapshot.after_rejected_commit")

@@ -59,7 +59,7 @@ def _table_streams(
         log_table = None if changelog is None else catalog.load_table(changelog)
         logged = None if log_table is None else committed_offset(log_table, config.name)
         history = stream_history(table, config.name)
-        target = qualified(config, namespace, name)
+        target = qualified(config.targets, namespace, name)
         if copy_under_way(table):  # copied again: written to its branch, main left to readers until the swap
             target = on_copy_branch(target)
         stream = TableStream(schema, target, plan, [], None, changelog)
@@ -68,7 +68,7 @@ def _table_streams(
         every = config.sink.maintenance.every_commits
         stream.since_compaction[stream.target] = commits_since_compaction(table, every)
         if changelog is not None and log_table is not None:
-            stream.since_compaction[qualified(config, *changelog)] = commits_since_compaction(log_table, every)
+            stream.since_compaction[qualified(config.targets, *changelog)] = commits_since_compaction(log_table, every)
         found.append((stream, highs, history.offset, logged, state.planned_at(schema.table_id)))
     marks = [recorded, *(m for _, highs, *others in found for m in (*highs, *others))]
     points = [m for m in marks if m is not None]

@@ -10,7 +10,7 @@ import sys
 from contextlib import suppress
 from typing import Any
 
-from ingest.config import PipelineConfig
+from ingest.config import SinkConfig, SparkConfig
 from ingest.runtime.class_archive import driver_options
 from ingest.runtime.jars import UnsupportedSpark, check_spark, installed_spark, maven_packages, spark_minor
 from ingest.runtime.session_conf import BASE_CONF, JIT, jar_conf
@@ -67,8 +67,9 @@ def check_submitted_runtime(spark_version: str, jars: str) -> None:
             )
 
 
-def spark_session(config: PipelineConfig, app_name: str | None = None, extra: dict[str, str] | None = None) -> Any:
-    """The session for this pipeline. Under spark-submit, jars and master come from spark-submit."""
+def spark_session(settings: SparkConfig, sink: SinkConfig, app_name: str, extra: dict[str, str] | None = None) -> Any:
+    """The session for a pipeline: its `spark` settings, and its sink's catalog attached. Under spark-submit, jars
+    and master come from spark-submit."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -80,30 +81,30 @@ def spark_session(config: PipelineConfig, app_name: str | None = None, extra: di
         check_submitted_runtime(
             spark_version, f"{submitted.get('spark.jars.packages', '')},{submitted.get('spark.jars', '')}"
         )
-    builder = SparkSession.builder.appName(app_name or f"ingest-{config.name}")
+    builder = SparkSession.builder.appName(app_name)
     conf: dict[str, str] = dict(BASE_CONF)
     if not under_submit:
         # Python workers must run the interpreter that has this package and its dependencies.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = builder.master(config.spark.master)
+        builder = builder.master(settings.master)
         conf.update(jar_conf(spark_version))
-        conf.update(launch_conf(config.spark.log_level))
+        conf.update(launch_conf(settings.log_level))
         conf.setdefault("spark.driver.memory", "2g")
-    plain, secret = spark_catalog_conf(config.sink)
+    plain, secret = spark_catalog_conf(sink)
     conf.update(plain)
-    conf.update(config.spark.conf)
+    conf.update(settings.conf)
     conf.update(extra or {})
     # Key names only: the SQL events and the environment Spark logs redact whatever this matches.
     given = conf.get(REDACTION_REGEX) or (submitted.get(REDACTION_REGEX) if submitted is not None else None)
     conf[REDACTION_REGEX] = redaction_regex(given, secret)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return attach_catalog(builder.getOrCreate(), config)
+    return attach_catalog(builder.getOrCreate(), sink)
 
 
-def attach_catalog(session: Any, config: PipelineConfig) -> Any:
+def attach_catalog(session: Any, sink: SinkConfig) -> Any:
     """Register the sink catalog on a running session; Iceberg reads these settings on first use."""
-    plain, secret = spark_catalog_conf(config.sink)
+    plain, secret = spark_catalog_conf(sink)
     for key, value in {**plain, **secret}.items():
         session.conf.set(key, value)
     _redact_from_event_logs(session, secret)

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.changes.changelog import SourceChange, changelog_rows
-from ingest.config import PipelineConfig
+from ingest.config import Targets
 from ingest.errors import UnsupportedTableError
 from ingest.model.changes import ChangelogRow
 from ingest.model.columns import TargetColumn, arrow_schema, quote_identifier, rows_to_record_batch
@@ -51,22 +51,22 @@ def source_columns(schema: TableSchema) -> list[TargetColumn]:
     return [TargetColumn(t.name, t.spark_type, t.arrow_type, True, t.convert) for t in source_targets(schema)]
 
 
-def ensure_changelog(spark: Any, config: PipelineConfig, schema: TableSchema) -> str | None:
+def ensure_changelog(spark: Any, targets: Targets, schema: TableSchema) -> str | None:
     """Create the changelog table if the table has one configured and it is missing; return its name."""
-    names = config.changelog_for(schema.database, schema.table)
+    names = targets.changelog_for(schema.database, schema.table)
     if names is None:
         return None
     namespace, name = names
-    table = qualified(config, namespace, name)
+    table = qualified(targets, namespace, name)
     if not spark.catalog.tableExists(table):
         columns = [f"{quote_identifier(t.name)} {t.spark_type}" for t in source_columns(schema)]
         columns += [
             f"{quote_identifier(n)} {ddl}{'' if nullable else ' NOT NULL'}" for n, ddl, _, nullable in META_COLUMNS
         ]
         props = {
-            "format-version": str(config.sink.format_version),
+            "format-version": str(targets.sink.format_version),
             **OLD_METADATA_DELETED,
-            **config.sink.table_properties,
+            **targets.sink.table_properties,
         }
         tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}) USING iceberg TBLPROPERTIES ({tblprops})")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.config import PipelineConfig
+from ingest.config import Targets
 from ingest.model.changes import RejectedValue
 from ingest.model.columns import quote_identifier
 from ingest.sink.targets import OLD_METADATA_DELETED, qualified
@@ -42,23 +42,23 @@ COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
 )
 
 
-def rejected_table_for(config: PipelineConfig, database: str, table: str) -> tuple[str, str] | None:
+def rejected_table_for(targets: Targets, database: str, table: str) -> tuple[str, str] | None:
     """(namespace, name) of a source table's rejected table, or None when its policy is not `dead_letter`."""
-    if config.options_for(database, table).on_unrepresentable != "dead_letter":
+    if targets.options_for(database, table).on_unrepresentable != "dead_letter":
         return None
-    namespace, name = config.target_for(database, table)
+    namespace, name = targets.target_for(database, table)
     return namespace, name + REJECTED_SUFFIX
 
 
-def ensure_rejected(spark: Any, config: PipelineConfig, database: str, table: str) -> str | None:
+def ensure_rejected(spark: Any, targets: Targets, database: str, table: str) -> str | None:
     """Create the rejected table if the table has one and it is missing; return its qualified name."""
-    names = rejected_table_for(config, database, table)
+    names = rejected_table_for(targets, database, table)
     if names is None:
         return None
-    name = qualified(config, *names)
+    name = qualified(targets, *names)
     if not spark.catalog.tableExists(name):
         columns = ", ".join(f"{quote_identifier(n)} {ddl}{'' if null else ' NOT NULL'}" for n, ddl, _, null in COLUMNS)
-        props = {"format-version": str(config.sink.format_version), **OLD_METADATA_DELETED}
+        props = {"format-version": str(targets.sink.format_version), **OLD_METADATA_DELETED}
         tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({columns}) USING iceberg TBLPROPERTIES ({tblprops})")
         log.info("created rejected table %s for %s.%s", name, database, table)

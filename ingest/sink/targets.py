@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ingest.config import PartitionField, PipelineConfig
+from ingest.config import PartitionField, Targets
 from ingest.errors import ConfigError
 from ingest.model.columns import quote_identifier
 from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, target_columns
@@ -36,13 +36,13 @@ OLD_METADATA_DELETED = {
 }
 
 
-def qualified(config: PipelineConfig, namespace: str, name: str) -> str:
-    return ".".join(quote_identifier(p) for p in (config.sink.catalog_name, *namespace.split("."), name))
+def qualified(targets: Targets, namespace: str, name: str) -> str:
+    return ".".join(quote_identifier(p) for p in (targets.sink.catalog_name, *namespace.split("."), name))
 
 
-def ensure_target(spark: Any, config: PipelineConfig, schema: TableSchema) -> str:
+def ensure_target(spark: Any, targets: Targets, schema: TableSchema) -> str:
     """Create the target if missing (merge-on-read, primary key as identifier fields); return its name."""
-    return ensure_target_created(spark, config, schema)[0]
+    return ensure_target_created(spark, targets, schema)[0]
 
 
 PARTITIONS_PROPERTY = "ingest.source-partitions"
@@ -51,29 +51,29 @@ PARTITIONS_PROPERTY = "ingest.source-partitions"
 
 
 def ensure_target_created(
-    spark: Any, config: PipelineConfig, schema: TableSchema, partitions: Callable[[], str | None] | None = None
+    spark: Any, targets: Targets, schema: TableSchema, partitions: Callable[[], str | None] | None = None
 ) -> tuple[str, bool]:
     """`ensure_target`, and whether the target was created now (with the source's `partitions()`, asked only
     then)."""
-    namespace, name = config.target_for(schema.database, schema.table)
-    table = qualified(config, namespace, name)
+    namespace, name = targets.target_for(schema.database, schema.table)
+    table = qualified(targets, namespace, name)
     # The catalog is asked directly: every run ensures every target, and a Spark statement costs far more.
-    catalog = cached_pyiceberg_catalog(config.sink)
+    catalog = cached_pyiceberg_catalog(targets.sink)
     created = not catalog.table_exists((namespace, name))
     if created:
         catalog.create_namespace_if_not_exists(tuple(namespace.split(".")))
         layout = None if partitions is None else partitions()
         props = {
-            "format-version": str(config.sink.format_version),
+            "format-version": str(targets.sink.format_version),
             **MERGE_ON_READ,
             **OLD_METADATA_DELETED,
-            **config.sink.table_properties,
+            **targets.sink.table_properties,
             # The source schema the target mirrors; the binlog phase decodes with it until a DDL changes it.
             SOURCE_SCHEMA_PROPERTY: schema_to_json(schema),
             **({PARTITIONS_PROPERTY: layout} if layout is not None else {}),
         }
-        fields = config.options_for(schema.database, schema.table).partition_by
-        if fields or not _create_in_catalog(catalog, config, (namespace, name), schema, props):
+        fields = targets.options_for(schema.database, schema.table).partition_by
+        if fields or not _create_in_catalog(catalog, targets, (namespace, name), schema, props):
             columns = ", ".join(
                 f"{quote_identifier(t.name)} {t.spark_type}{'' if t.nullable else ' NOT NULL'}"
                 for t in target_columns(schema)
@@ -117,7 +117,7 @@ def iceberg_type(spark_type: str) -> Any:
 
 
 def _create_in_catalog(
-    catalog: Any, config: PipelineConfig, names: tuple[str, str], schema: TableSchema, properties: dict[str, str]
+    catalog: Any, targets: Targets, names: tuple[str, str], schema: TableSchema, properties: dict[str, str]
 ) -> bool:
     """Create an unpartitioned format 2 target with pyiceberg, as Spark's Iceberg catalog makes it: the same field
     ids, types, identifier fields, location and properties, in one catalog commit (Spark's CREATE TABLE and ALTER
@@ -127,7 +127,7 @@ def _create_in_catalog(
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    kind = config.sink.catalog.get("type")
+    kind = targets.sink.catalog.get("type")
     if int(properties["format-version"]) != 2 or kind not in ("jdbc", "rest"):
         return False
     fields = [
@@ -138,7 +138,7 @@ def _create_in_catalog(
     iceberg_schema = Schema(*fields, identifier_field_ids=[by_name[k] for k in schema.primary_key])
     location = None
     if kind == "jdbc":  # Iceberg's JDBC catalog puts a table at <warehouse>/<namespace levels>/<name>
-        warehouse = str(config.sink.catalog.get("warehouse", "")).rstrip("/")
+        warehouse = str(targets.sink.catalog.get("warehouse", "")).rstrip("/")
         location = "/".join([warehouse, *names[0].split("."), names[1]])
     try:
         catalog.create_table(
@@ -182,19 +182,19 @@ def partition_clause(schema: TableSchema, fields: Sequence[PartitionField]) -> s
     return ", ".join(parts)
 
 
-def check_targets(config: PipelineConfig, schemas: Sequence[TableSchema]) -> None:
+def check_targets(targets: Targets, schemas: Sequence[TableSchema]) -> None:
     """Before anything is written: no two source tables write one Iceberg table, and each partition spec names
     columns of its table that its transform takes."""
-    _check_target_names(config, [(s.database, s.table) for s in schemas])
+    _check_target_names(targets, [(s.database, s.table) for s in schemas])
     for schema in schemas:
-        partition_clause(schema, config.options_for(schema.database, schema.table).partition_by)
+        partition_clause(schema, targets.options_for(schema.database, schema.table).partition_by)
 
 
-def _check_target_names(config: PipelineConfig, tables: Sequence[tuple[str, str]]) -> None:
+def _check_target_names(targets: Targets, tables: Sequence[tuple[str, str]]) -> None:
     """Two source tables must never write one Iceberg table (a target, or a changelog table)."""
     owner: dict[tuple[str, str], str] = {}
     for db, t in tables:
-        names = [config.target_for(db, t), config.changelog_for(db, t)]
+        names = [targets.target_for(db, t), targets.changelog_for(db, t)]
         for name in (n for n in names if n is not None):
             other = owner.setdefault(name, f"{db}.{t}")
             if other != f"{db}.{t}":

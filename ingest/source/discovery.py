@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ingest.config import PipelineConfig
+from ingest.config import SourceConfig, TableOptions, TableSelection, options_for
 from ingest.errors import ConfigError
 from ingest.model.schema import TableSchema
 from ingest.source.mysql import (
@@ -26,18 +27,17 @@ class SourceInfo:
     schemas: tuple[TableSchema, ...]
 
 
-def discover(config: PipelineConfig) -> SourceInfo:
+def discover(source: SourceConfig, selection: TableSelection, table_options: Mapping[str, TableOptions]) -> SourceInfo:
     """Check the source can be captured and load the schema of every selected table."""
-    log.debug("pipeline %s: %r", config.name, config)  # secrets print as Secret(..., ***)
-    with connect(config.source) as conn:
-        flavor = config.source.flavor if config.source.flavor != "auto" else server_flavor(conn)
+    with connect(source) as conn:
+        flavor = source.flavor if source.flavor != "auto" else server_flavor(conn)
         check_binlog_settings(conn)
         check_privileges(conn, flavor)
-        tables = list_tables(conn, config.tables)
+        tables = list_tables(conn, selection)
         if not tables:
             raise ConfigError(
                 "`tables.include` matched no table the CDC user can see "
-                f"(patterns: {[p.pattern for p in config.tables.include]}); patterns match `database.table`"
+                f"(patterns: {[p.pattern for p in selection.include]}); patterns match `database.table`"
             )
-        schemas = tuple(load_schema(conn, db, t, config.options_for(db, t)) for db, t in tables)
+        schemas = tuple(load_schema(conn, db, t, options_for(table_options, db, t)) for db, t in tables)
     return SourceInfo(flavor, schemas)

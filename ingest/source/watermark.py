@@ -12,7 +12,7 @@ from typing import Any
 
 import pymysql
 
-from ingest.config import PipelineConfig
+from ingest.config import SourceConfig
 from ingest.errors import SourceError
 from ingest.model.position import BinlogPosition, GtidSet, MariadbGtidPos, MysqlGtidSet, Watermark
 from ingest.source.mysql import binlog_sizes, connect
@@ -74,7 +74,7 @@ def bytes_behind(committed: BinlogPosition, current: BinlogPosition, sizes: Mapp
     return sizes[committed.file] - committed.pos + sum(sizes[f] for f in between) + current.pos
 
 
-def bytes_behind_now(config: PipelineConfig, flavor: str, committed: BinlogPosition) -> int | None:
+def bytes_behind_now(source: SourceConfig, flavor: str, committed: BinlogPosition) -> int | None:
     """Binlog bytes from `committed` to the source's binlog end now (the `ingest_binlog_bytes_behind` metric)."""
-    with connect(config.source) as conn:
+    with connect(source) as conn:
         return bytes_behind(committed, read_watermark(conn, flavor).position, binlog_sizes(conn))

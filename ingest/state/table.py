@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest import metrics
-from ingest.config import PipelineConfig
+from ingest.config import SinkConfig
 from ingest.errors import SinkError
 from ingest.faults import crash_point
 from ingest.model.position import Watermark
@@ -139,19 +139,19 @@ class StateTable:
         self._load()
 
     @classmethod
-    def open(cls, config: PipelineConfig, stopping: Callable[[], bool] = lambda: False) -> StateTable:
-        """The pipeline's state table, created if missing. Opening it, and each write and reload after, waits out
-        a sink that cannot be reached for `sink.reconnect_seconds`; `stopping` is polled meanwhile, and true ends
-        the wait (`OutageWaitStopped`)."""
-        outage = SinkOutage(config.sink.reconnect_seconds, stopping)
-        return outage.run("opening the state table", lambda _: cls._open(config, outage))
+    def open(cls, sink: SinkConfig, pipeline: str, stopping: Callable[[], bool] = lambda: False) -> StateTable:
+        """The state table, rows of the pipeline named `pipeline`, created if missing. Opening it, and each write
+        and reload after, waits out a sink that cannot be reached for `sink.reconnect_seconds`; `stopping` is polled
+        meanwhile, and true ends the wait (`OutageWaitStopped`)."""
+        outage = SinkOutage(sink.reconnect_seconds, stopping)
+        return outage.run("opening the state table", lambda _: cls._open(sink, pipeline, outage))
 
     @classmethod
-    def _open(cls, config: PipelineConfig, outage: SinkOutage) -> StateTable:
+    def _open(cls, sink: SinkConfig, pipeline: str, outage: SinkOutage) -> StateTable:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
-        catalog = cached_pyiceberg_catalog(config.sink)  # the one run() opened first, before Spark
-        namespace, _, name = config.sink.state_table.rpartition(".")
+        catalog = cached_pyiceberg_catalog(sink)  # the one run() opened first, before Spark
+        namespace, _, name = sink.state_table.rpartition(".")
         try:
             table = catalog.load_table((namespace, name))
         except NoSuchTableError:
@@ -171,22 +171,22 @@ class StateTable:
         missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if table.properties.get(k) != v}
         if missing:  # a state table created by an older version
             _retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
-        return cls(table, config.name, outage=outage)
+        return cls(table, pipeline, outage=outage)
 
     @classmethod
-    def is_new(cls, config: PipelineConfig) -> bool:
+    def is_new(cls, sink: SinkConfig, pipeline: str) -> bool:
         """Whether the pipeline has recorded nothing yet (no plan, no offset, no start): its first run. Reads only,
         so it may be asked before anything is written (the state table is not created here)."""
         from pyiceberg.exceptions import NoSuchTableError
 
-        namespace, _, name = config.sink.state_table.rpartition(".")
+        namespace, _, name = sink.state_table.rpartition(".")
         try:
-            table = cached_pyiceberg_catalog(config.sink).load_table((namespace, name))
+            table = cached_pyiceberg_catalog(sink).load_table((namespace, name))
         except NoSuchTableError:
             return True
         kinds = ", ".join(_quote(k) for k in (KIND_PLAN, KIND_OFFSET, KIND_START))
         rows = table.scan(
-            row_filter=f"pipeline = {_quote(config.name)} AND kind IN ({kinds})", selected_fields=("kind",), limit=1
+            row_filter=f"pipeline = {_quote(pipeline)} AND kind IN ({kinds})", selected_fields=("kind",), limit=1
         ).to_arrow()
         return bool(rows.num_rows == 0)
 

@@ -77,7 +77,7 @@ def _streaming(config: Any) -> bool:
     """The job has read every chunk and committed a binlog batch (the query reads chunks between binlog batches:
     a binlog batch alone does not say the snapshot is complete)."""
     try:
-        state = StateTable.open(config)
+        state = StateTable.open(config.sink, config.name)
         copied = all(len(state.done(t)) == len(state.plan(t) or []) for t in state.tables())
         return copied and state.stream_offset() is not None
     except Exception:  # noqa: BLE001 - the catalog is created by the job
@@ -109,7 +109,7 @@ def _streamed_after_copy(config: Any, namespace: str, table: str) -> bool:
 
 
 def _copied(config: Any, table_id: str) -> bool:
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     plan = state.plan(table_id)
     return plan is not None and len(state.done(table_id)) == len(plan)
 
@@ -196,7 +196,7 @@ def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_reques
             _move_keys(cur, n, "fresh", 200)
 
     def read() -> int:
-        return len(StateTable.open(config).done(f"{db}.fresh"))
+        return len(StateTable.open(config.sink, config.name).done(f"{db}.fresh"))
 
     try:
         with background_writes(mariadb, db, write):
@@ -230,7 +230,12 @@ def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_reques
             assert "within 1 s" in asked.stdout
             paused = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--pause")
             assert paused.returncode == 0, paused.stderr[-2000:]
-            _wait("the job took the request", lambda: StateTable.open(config).plan(f"{db}.fresh") is not None, job, log)
+            _wait(
+                "the job took the request",
+                lambda: StateTable.open(config.sink, config.name).plan(f"{db}.fresh") is not None,
+                job,
+                log,
+            )
             # The pause is seen within a second or so (the source looks every `signal_poll_seconds`): once no chunk
             # was read across two binlog batches (an unpaused table has a chunk batch after each).
             held = [read(), log.count(BINLOG_COMMIT)]
@@ -244,7 +249,7 @@ def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_reques
             _wait("the pause is seen", pause_seen, job, log)
             status, batches = _ingest_meanwhile("status", "--config", config_file), log.count(BINLOG_COMMIT)
             _wait("four more binlog batches", lambda: log.count(BINLOG_COMMIT) >= batches + 4, job, log)
-            assert read() == held[0] < len(StateTable.open(config).plan(f"{db}.fresh") or [])
+            assert read() == held[0] < len(StateTable.open(config.sink, config.name).plan(f"{db}.fresh") or [])
             assert "snapshot (paused)" in status().stdout
             resumed = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh", "--resume")
             assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -256,7 +261,7 @@ def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_reques
             os.killpg(job.pid, signal.SIGKILL)
     assert f"{db}.auto_new: named by a DDL statement" in err, err[-3000:]
     assert f"{db}.auto_later: named by a DDL statement" in err, err[-3000:]
-    chunks = len(StateTable.open(config).plan(f"{db}.fresh") or [])
+    chunks = len(StateTable.open(config.sink, config.name).plan(f"{db}.fresh") or [])
     assert chunks >= 3 and f"{db}.fresh: chunks {chunks}/{chunks} read while streaming" in err, err[-3000:]
     # Refused requests write nothing, and the one for the next run changes no plan: they run while verify reads.
     captured = _ingest_meanwhile("snapshot", "--config", config_file, "--table", f"{db}.fresh")
@@ -269,7 +274,9 @@ def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_reques
     # Every table the job wrote, fresh's last changes included, is equal to MySQL (the others were last written
     # before fresh was created, long before the stop).
     assert verify(config)
-    assert set(StateTable.open(config).times_recorded(f"{db}.fresh").values()) == {1}  # no chunk read twice
+    assert set(StateTable.open(config.sink, config.name).times_recorded(f"{db}.fresh").values()) == {
+        1
+    }  # no chunk read twice
     # The binlog kept flowing for the other table while the new one was copied, chunk by chunk.
     chunk_commits = _commit_times(config, db, "fresh", stream=False)
     assert len(chunk_commits) == chunks
@@ -288,10 +295,10 @@ def test_tables_created_while_the_job_runs_are_copied_by_themselves_or_on_reques
     run(config, spark=spark, until_caught_up=True)
     fresh_table = load_pyiceberg_catalog(config.sink).load_table((db, "fresh"))
     assert fresh_table.metadata.table_uuid == before and set(fresh_table.metadata.refs) == {"main"}
-    assert StateTable.open(config).requests().snapshot == {}
+    assert StateTable.open(config.sink, config.name).requests().snapshot == {}
     assert verify(config)
     tables = ("auto_later", "auto_new", "auto_renamed", "bal", "fresh")
-    assert StateTable.open(config).tables() == [f"{db}.{t}" for t in tables]
+    assert StateTable.open(config.sink, config.name).tables() == [f"{db}.{t}" for t in tables]
 
 
 def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_succeeds(
@@ -330,8 +337,8 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
             os.killpg(job.pid, signal.SIGKILL)
     # How many chunks the plan has depends on how many rows the writer's deletes left when the job planned (a slow
     # machine plans later, after more of them); what matters is that the copy is planned in several and one is done.
-    chunks = len(StateTable.open(config).plan(f"{db}.fresh") or [])
-    assert len(StateTable.open(config).done(f"{db}.fresh")) == 1 < chunks
+    chunks = len(StateTable.open(config.sink, config.name).plan(f"{db}.fresh") or [])
+    assert len(StateTable.open(config.sink, config.name).done(f"{db}.fresh")) == 1 < chunks
 
     asked = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
     assert asked.returncode == 0, asked.stderr[-2000:]
@@ -342,7 +349,7 @@ def test_a_snapshot_asked_of_a_table_the_job_is_copying_by_itself_says_so_and_su
 
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    assert StateTable.open(config).times_recorded(f"{db}.fresh") == {i: 1 for i in range(chunks)}
+    assert StateTable.open(config.sink, config.name).times_recorded(f"{db}.fresh") == {i: 1 for i in range(chunks)}
     captured = run_ingest("snapshot", "--config", config_file, "--table", f"{db}.fresh")
     assert captured.returncode == 2 and "already captured" in captured.stderr and "--again" in captured.stderr
 
@@ -384,7 +391,7 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
             _killed(job, log)
             # The copy started over (its branch is new and empty); the request and the old copy's chunks are
             # forgotten only after that, so the request is still there for the next run.
-            state = StateTable.open(config)
+            state = StateTable.open(config.sink, config.name)
             assert state.requests().snapshot == {table_id: True}
             assert len(state.done(table_id)) == len(state.plan(table_id) or []) > 0
             assert branch_started()
@@ -393,7 +400,7 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
             # before the query starts, and the old copy's chunks are forgotten with it).
             config, job, log = start("adhoc.before_copy:2")
             _killed(job, log)
-            state = StateTable.open(config)
+            state = StateTable.open(config.sink, config.name)
             assert state.requests().snapshot == {}
             assert len(state.done(table_id)) == 1 < len(state.plan(table_id) or [])
             assert branch_started()
@@ -403,6 +410,6 @@ def test_a_table_copied_again_on_request_survives_a_kill_and_ends_equal(
                 os.killpg(job.pid, signal.SIGKILL)
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    assert set(StateTable.open(config).times_recorded(table_id).values()) == {1}
-    assert StateTable.open(config).requests().snapshot == {}
+    assert set(StateTable.open(config.sink, config.name).times_recorded(table_id).values()) == {1}
+    assert StateTable.open(config.sink, config.name).requests().snapshot == {}
     assert set(load_pyiceberg_catalog(config.sink).load_table((db, "t")).metadata.refs) == {"main"}

@@ -141,14 +141,14 @@ def test_a_purged_binlog_stops_the_job_with_the_recovery_path(
     run(config, spark=spark, snapshot_only=True)
     mariadb.execute("UPDATE purged.t SET n = -1 WHERE id = 2")
     run(config, spark=spark, until_caught_up=True)
-    assert StateTable.open(config).stream_offset() is not None  # the job's offset, soon purged
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None  # the job's offset, soon purged
     mariadb.execute("UPDATE purged.t SET n = 0 WHERE id = 1")
     purge_binlogs(mariadb)
     with pytest.raises(BinlogPurgedError, match=r"is no longer on the server .*`ingest resnapshot --config"):
         run(config, spark=spark, until_caught_up=True)
     # The way out the error names: snapshot every table again; the job starts over from their new chunks.
     assert resnapshot(config, ["purged.t"]).branched == ("purged.t",)
-    assert StateTable.open(config).stream_offset() is None
+    assert StateTable.open(config.sink, config.name).stream_offset() is None
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
 
@@ -160,7 +160,7 @@ def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement(
     run(config, spark=spark, until_caught_up=True)
     mariadb.execute("UPDATE ddl.t SET n = -7 WHERE id = 7")
     run(config, spark=spark, until_caught_up=True)
-    committed = StateTable.open(config).stream_offset()
+    committed = StateTable.open(config.sink, config.name).stream_offset()
     assert committed is not None
     mariadb.execute("ALTER TABLE ddl.t ADD COLUMN extra INT DEFAULT 5", "UPDATE ddl.t SET n = -8 WHERE id = 8")
     with pytest.raises(
@@ -168,7 +168,7 @@ def test_ddl_on_a_captured_table_stops_the_job_naming_the_statement(
         match=r"the schema of ddl.t changed at binlog position \S+:\d+: 'ALTER TABLE ddl.t ADD COLUMN extra.*is `fail`",
     ):
         run(config, spark=spark, until_caught_up=True)
-    assert StateTable.open(config).stream_offset() == committed  # nothing after the DDL was applied
+    assert StateTable.open(config.sink, config.name).stream_offset() == committed  # nothing after the DDL was applied
 
 
 def test_a_change_older_than_the_live_schema_is_decoded_with_the_schema_the_target_mirrors(
@@ -207,13 +207,13 @@ def test_idle_captured_tables_still_move_the_offset(spark: Any, mariadb: MariaDB
     # The first run had nothing to stream after its copy (the server's end is where the targets are): it says so,
     # the job's last look at its progress and `ingest status` giving a lag of 0, not "unknown".
     assert metrics.latest().progress().lag is not None
-    status = binlog_status(config, StateTable.open(config))
+    status = binlog_status(config, StateTable.open(config.sink, config.name))
     assert status["caught_up"] is True and status["lag_seconds"] == 0.0, status
     mariadb.execute(*(f"INSERT INTO idle.other VALUES ({i}, {i})" for i in range(50)))  # not captured
     with connect(config.source) as conn:
         goal = read_watermark(conn, "mariadb").position
     run(config, spark=spark, until_caught_up=True)
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     assert offset is not None and offset.position >= goal
 
 
@@ -324,7 +324,7 @@ def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_
     run(config, spark=spark, until_caught_up=True)
     mariadb.execute(f"UPDATE {db}.t SET n = -1 WHERE id < 5", f"UPDATE {db}.other SET v = -1 WHERE id < 5")
     run(config, spark=spark, until_caught_up=True)
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     assert offset is not None
 
     load_pyiceberg_catalog(config.sink).purge_table((db, "t"))  # a target dropped by hand
@@ -334,7 +334,7 @@ def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_
 
     # The failed run created the target again, empty: readers have nothing to keep, so it is dropped.
     assert resnapshot(config, [f"{db}.t"]).dropped == (f"{db}.t",)
-    assert StateTable.open(config).stream_offset() == offset  # `other` still holds what it says
+    assert StateTable.open(config.sink, config.name).stream_offset() == offset  # `other` still holds what it says
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
 

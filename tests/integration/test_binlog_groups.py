@@ -95,7 +95,9 @@ def _session(mariadb: MariaDBServer, *statements: str) -> None:
 
 
 def _read(config: PipelineConfig, start: BinlogPosition, schemas: Sequence[TableSchema] = ()) -> list[Transaction]:
-    reader = BinlogReader(config.source, schemas or discover(config).schemas, start)
+    reader = BinlogReader(
+        config.source, schemas or discover(config.source, config.tables, config.table_options).schemas, start
+    )
     try:
         return [
             item for item in reader.transactions() if isinstance(item, Transaction) and (item.changes or item.actions)
@@ -237,10 +239,10 @@ def test_partition_maintenance_that_removes_rows_stops_the_reader_by_name_or_is_
         f"CREATE TABLE {DB}.swap (id INT PRIMARY KEY)",
         f"CREATE TABLE {DB}.swap_into LIKE {DB}.p",
     )
-    schemas = [s for s in discover(config).schemas if s.table in ("p", "t")]
+    schemas = [s for s in discover(config.source, config.tables, config.table_options).schemas if s.table in ("p", "t")]
     if "{captured}" in statement:  # the captured table is one exchanged into a partition of another, or discarded
         mariadb.execute(f"CREATE TABLE {DB}.flat (id INT PRIMARY KEY)", f"INSERT INTO {DB}.flat VALUES (5)")
-        schemas = [s for s in discover(config).schemas if s.table == "flat"]
+        schemas = [s for s in discover(config.source, config.tables, config.table_options).schemas if s.table == "flat"]
         statement = statement.format(captured="flat")
     start = _here(config)
     mariadb.execute(statement, database=DB)
@@ -318,7 +320,7 @@ def test_a_system_versioned_table_or_a_sequence_the_patterns_match_is_refused_by
         f"CREATE VIEW {DB}.v AS SELECT id FROM {DB}.t",
     )
     with pytest.raises(UnsupportedTableError) as caught:
-        discover(config)
+        discover(config.source, config.tables, config.table_options)
     assert f"{DB}.hist (SYSTEM VERSIONED)" in str(caught.value)
     assert f"{DB}.seq (SEQUENCE)" in str(caught.value)
     assert f"{DB}.v" not in str(caught.value)
@@ -388,7 +390,7 @@ def test_a_parent_change_whose_foreign_key_action_reaches_a_captured_table_stops
     """InnoDB applies ON DELETE / ON UPDATE actions without logging them: a copy following the binlog would keep
     the children as they were."""
     mariadb.execute(*FOREIGN_KEYS)
-    schemas = [s for s in discover(config).schemas if s.table in captured]
+    schemas = [s for s in discover(config.source, config.tables, config.table_options).schemas if s.table in captured]
     start = _here(config)
     _session(mariadb, *statement.split("; "))
     assert reached in _refusal(config, schemas, start)
@@ -412,7 +414,7 @@ def test_a_parent_not_captured_is_read_by_the_column_names_the_server_logs_and_r
     its columns in the binlog; below it they could only be matched by position, in a schema of the parent the job
     does not follow."""
     mariadb.execute(*FOREIGN_KEYS)
-    schemas = [s for s in discover(config).schemas if s.table == "c"]
+    schemas = [s for s in discover(config.source, config.tables, config.table_options).schemas if s.table == "c"]
     start = _here(config)
     _session(mariadb, "DELETE FROM p WHERE id = 1", "UPDATE p SET id = 10 WHERE id = 2")
     if row_metadata == "FULL":
@@ -431,7 +433,7 @@ def test_a_captured_parent_whose_actions_reach_only_a_captured_child_gives_the_c
     mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
 ) -> None:
     mariadb.execute(*FOREIGN_KEYS)
-    schemas = [s for s in discover(config).schemas if s.table in ("p", "c")]
+    schemas = [s for s in discover(config.source, config.tables, config.table_options).schemas if s.table in ("p", "c")]
     start = _here(config)
     _session(mariadb, "BEGIN", "DELETE FROM p WHERE id = 1", "UPDATE p SET id = 20, a = 5 WHERE id = 2", "COMMIT")
     _session(mariadb, "UPDATE p SET a = 6 WHERE id = 20")  # no referenced column changed: nothing acts
@@ -460,7 +462,7 @@ def test_parent_changes_that_cannot_act_on_a_captured_table_pass(
     mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
 ) -> None:
     mariadb.execute(*FOREIGN_KEYS)
-    schemas = {s.table: s for s in discover(config).schemas}
+    schemas = {s.table: s for s in discover(config.source, config.tables, config.table_options).schemas}
     start = _here(config)
     _session(mariadb, "UPDATE p SET name = 'renamed', a = 10 WHERE id = 1")  # no referenced column changed
     _session(mariadb, "SET foreign_key_checks = 0", "DELETE FROM p WHERE id = 2")  # nothing cascades

@@ -120,7 +120,7 @@ def test_changelog_holds_every_change_in_order_and_status_shows_the_lag(
     assert _snapshots(config, db, "acct_changelog") == before
 
     # Status when caught up: the committed offset is the server's position, nothing behind.
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     binlog = binlog_status(config, state)
     assert binlog["caught_up"] is True, binlog
     assert binlog["committed_offset"] == binlog["server_position"]

@@ -102,7 +102,8 @@ def _workload(server: MariaDBServer, stop: threading.Event, done: Counter[str]) 
 
 def _offset(data: dict[str, Any], base: Path) -> Any:
     try:
-        return StateTable.open(parse_config(data, base)).stream_offset()
+        config = parse_config(data, base)
+        return StateTable.open(config.sink, config.name).stream_offset()
     except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
         return None
 
@@ -216,7 +217,7 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
     run(config, spark=spark, until_caught_up=True)
     assert verify(config, ranges=5)
 
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     for table_id in ("chaos.acct", "chaos.tag"):
         assert set(state.times_recorded(table_id).values()) == {1}, f"{table_id}: a chunk recorded twice"
     catalog = load_pyiceberg_catalog(config.sink)

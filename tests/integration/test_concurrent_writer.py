@@ -91,8 +91,8 @@ def test_each_chunk_equals_the_table_at_its_recorded_high_watermark(
         writer.join()
     assert sum(counts.values()) > 100, counts
 
-    (schema,) = discover(config).schemas
-    state = StateTable.open(config)
+    (schema,) = discover(config.source, config.tables, config.table_options).schemas
+    state = StateTable.open(config.sink, config.name)
     records = state.done("busy.t")
     assert sum(r.window_events for r in records.values()) > 0, "no chunk had writes inside its window"
     iceberg = {

@@ -74,7 +74,7 @@ def test_a_batch_leaves_per_key_its_final_row_or_nothing_tagged_with_its_offset_
 ) -> None:
     config = _config(tmp_path)
     schema = _schema("t")
-    ensure_target_created(None, config, schema)
+    ensure_target_created(None, config.targets, schema)
     table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for("db", "t"))
     first = {(i,): (i, i * 10, f"r{i}") for i in range(1, 21)}
     assert _apply(config, schema, first, _at(100), append=True)
@@ -106,7 +106,7 @@ def test_targets_the_driver_must_not_take_are_left_to_spark(tmp_path: Path) -> N
     def taken(
         schema: TableSchema, target: str = "lake.db.t", max_rows: int = 100, append: bool = False, keys: int = 0
     ) -> bool:
-        ensure_target_created(None, config, schema)
+        ensure_target_created(None, config.targets, schema)
         names = config.target_for(schema.database, schema.table)
         rows = batch_arrow(schema, {(i,): (i, i, None) for i in range(keys)})  # integer keys only
         return driver_target(catalog, names, target, schema, max_rows, rows, append) is not None
@@ -121,11 +121,11 @@ def test_targets_the_driver_must_not_take_are_left_to_spark(tmp_path: Path) -> N
     assert not taken(dataclasses.replace(_schema("keyless"), primary_key=(), chunk_key=(), collations=()))
     assert not taken(_schema("ints"), target=on_copy_branch("lake.db.ints"))  # copied again into its branch
     big = _schema("big")
-    ensure_target_created(None, config, big)
+    ensure_target_created(None, config.targets, big)
     _apply(config, big, {(i,): (i, i, None) for i in range(101)}, _at(100), append=True)
     assert not taken(big)  # more rows than driver_apply_max_rows
     assert taken(big, append=True)  # an append costs the same whatever the target's size
-    ensure_target_created(None, config, _schema("partitioned"))
+    ensure_target_created(None, config.targets, _schema("partitioned"))
     with catalog.load_table(config.target_for("db", "partitioned")).update_spec() as spec:
         spec.add_identity("k2")
     assert not taken(_schema("partitioned"))  # pyiceberg would have to compute the partitions

@@ -106,7 +106,7 @@ def _apply(server: MariaDBServer, db: str, changes: list[tuple[str, list[tuple[s
 
 
 def _server_id_of_offset(config: Any) -> int | None:
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     return None if offset is None else offset.server_id
 
 
@@ -143,11 +143,16 @@ def test_failover_to_a_replica_resumes_by_gtid_exactly_once(
     _apply(replica, db, AFTER_FAILOVER)
 
     config_on_replica = parse_config(_pipeline(replica, db, tmp_path))
-    assert binlog_status(config_on_replica, StateTable.open(config_on_replica))["transactions_behind"] == 9
+    assert (
+        binlog_status(config_on_replica, StateTable.open(config_on_replica.sink, config_on_replica.name))[
+            "transactions_behind"
+        ]
+        == 9
+    )
     run(config_on_replica, spark=spark, until_caught_up=True)
     assert verify(config_on_replica)
     assert _server_id_of_offset(config_on_replica) == 22
-    status = binlog_status(config_on_replica, StateTable.open(config_on_replica))
+    status = binlog_status(config_on_replica, StateTable.open(config_on_replica.sink, config_on_replica.name))
     assert status["transactions_behind"] == 0 and status["caught_up"] is True
 
     # Every change once, none lost and none twice: the changelog started after the snapshot.
@@ -307,7 +312,7 @@ def test_snapshot_and_stream_from_a_read_only_replica_while_the_primary_takes_wr
         stop.set()
         writer.join()
     assert done[0] > 100, done
-    records = StateTable.open(config).done(f"{db}.acct")
+    records = StateTable.open(config.sink, config.name).done(f"{db}.acct")
     assert sum(r.window_events for r in records.values()) > 0, "no chunk had replicated writes inside its window"
 
     replica.wait_for(primary)
@@ -334,9 +339,9 @@ def test_a_replica_that_does_not_log_what_it_applies_is_refused(cdc_password: st
         replica.wait_for(primary)
         config = parse_config(_pipeline(replica, "nolog", tmp_path))
         with pytest.raises(SourceError, match=r"a replica with log_slave_updates OFF: .* never reaches its own binlog"):
-            discover(config)
+            discover(config.source, config.tables, config.table_options)
         replica.execute("STOP SLAVE")  # no longer replicating: its binlog is the whole truth again
-        assert discover(config).schemas
+        assert discover(config.source, config.tables, config.table_options).schemas
 
 
 def test_failover_while_the_snapshot_runs_reads_the_rest_on_the_replica_and_ends_equal(
@@ -367,8 +372,8 @@ def test_failover_while_the_snapshot_runs_reads_the_rest_on_the_replica_and_ends
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert done[0] > 0
     config = parse_config(on_primary)
-    read_on_primary = StateTable.open(config).done(f"{db}.acct")
-    plan = StateTable.open(config).plan(f"{db}.acct")
+    read_on_primary = StateTable.open(config.sink, config.name).done(f"{db}.acct")
+    plan = StateTable.open(config.sink, config.name).plan(f"{db}.acct")
     assert plan is not None and 0 < len(read_on_primary) < len(plan)
 
     primary.execute(f"UPDATE {db}.acct SET owner = 'last on the primary' WHERE id > 390")
@@ -393,7 +398,7 @@ def test_failover_while_the_snapshot_runs_reads_the_rest_on_the_replica_and_ends
     config_on_replica = parse_config(_pipeline(replica, db, tmp_path))
     run(config_on_replica, spark=spark, until_caught_up=True)
     assert verify(config_on_replica)
-    state = StateTable.open(config_on_replica)
+    state = StateTable.open(config_on_replica.sink, config_on_replica.name)
     assert state.times_recorded(f"{db}.acct") == {c.index: 1 for c in plan}
     servers = Counter(r.high_watermark.server_id for r in state.done(f"{db}.acct").values())
     assert set(servers) == {21, 22}, servers  # some chunks were read on each server

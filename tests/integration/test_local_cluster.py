@@ -52,7 +52,7 @@ def test_chunks_and_binlog_batches_run_on_executor_processes_and_land_exactly_on
     )
     run(config, spark=spark, snapshot_only=True)
     assert verify(config, ranges=3)
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert set(state.times_recorded("cluster.events").values()) == {1}
     assert sum(r.row_count for r in state.done("cluster.events").values()) == 2000
 
@@ -67,5 +67,5 @@ def test_chunks_and_binlog_batches_run_on_executor_processes_and_land_exactly_on
         cur.execute("INSERT INTO cluster.events VALUES ('z', 1, 0x00ff, '2025-03-01')")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config, ranges=3)
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     assert offset is not None

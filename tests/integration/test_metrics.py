@@ -125,7 +125,7 @@ def test_the_metrics_a_running_job_serves_add_up_to_what_it_did(
     assert not failure, failure
     assert _scrape(port) is None, "the endpoint closes with the job"
 
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     for table in TABLES:
         assert last[f"ingest_snapshot_rows_total{label[table]}"] == source_rows[table]
         planned = len(state.plan(f"{db}.{table}") or [])

@@ -104,7 +104,7 @@ def test_pt_online_schema_change_under_a_writer_is_followed_across_kills_at_its_
     assert [{k: r[k] for k in ("id", "amount", "w", "c")} for r in _iceberg_rows(config, db)] == mysql_rows(
         mariadb, f"{db}.t", "id"
     )
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert set(state.times_recorded(f"{db}.t").values()) == {1}  # each chunk copied once: no copy again
 
 
@@ -167,4 +167,4 @@ def test_a_gh_ost_migration_begun_before_the_job_started_is_followed_at_its_two_
     assert [{k: r[k] for k in ("id", "amount", "w", "c")} for r in _iceberg_rows(config, db)] == mysql_rows(
         mariadb, f"{db}.t", "id"
     )
-    assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
+    assert set(StateTable.open(config.sink, config.name).times_recorded(f"{db}.t").values()) == {1}

@@ -135,9 +135,9 @@ def test_a_large_batch_reaches_the_target_scan_as_key_ranges_and_a_bloom_filter_
         f"CREATE TABLE {db}.t (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))",
     )
     config = _config(mariadb, db, tmp_path)
-    schema = discover(config).schemas[0]
+    schema = discover(config.source, config.tables, config.table_options).schemas[0]
     run(config, spark=spark, snapshot_only=True)  # creates the (empty) target and the catalog
-    table = ensure_target(spark, config, schema)
+    table = ensure_target(spark, config.targets, schema)
     spark.sql(f"INSERT INTO {table} SELECT id, 0, 'x' FROM range(1, 100001, 1, 4)")
     batch = {(k,): (k, 1, "y") for k in range(50_001, 51_001)} | {(k,): None for k in range(90_001, 90_101)}
     spark.createDataFrame(batch_arrow(schema, batch)).createOrReplaceTempView("batch")

@@ -148,7 +148,7 @@ def _once_each(config: PipelineConfig, db: str) -> None:
     table = _target(config, db)
     assert not copy_under_way(table) and set(table.metadata.refs) == {"main"}
     assert verify(config)
-    assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
+    assert set(StateTable.open(config.sink, config.name).times_recorded(f"{db}.t").values()) == {1}
     offsets = [
         json.loads(props[SUMMARY_STREAM_OFFSET])["position"]
         for s in table.snapshots()
@@ -173,7 +173,7 @@ def _streaming(config: PipelineConfig) -> bool:
     """The job has read every chunk and committed a binlog batch (a binlog batch alone does not say the snapshot
     is complete: the query reads chunks between binlog batches)."""
     try:
-        state = StateTable.open(config)
+        state = StateTable.open(config.sink, config.name)
     except Exception:  # noqa: BLE001 - the catalog is created by the job
         return False
     copied = all(len(state.done(t)) == len(state.plan(t) or []) for t in state.tables())
@@ -285,7 +285,9 @@ def test_a_resnapshot_stopped_between_its_two_steps_is_finished_by_the_next_run(
     with pytest.raises(InjectedFailure):
         resnapshot(config, [f"{db}.t"])
     monkeypatch.delenv(FAIL_ENV)
-    assert copy_under_way(_target(config, db)) and len(StateTable.open(config).done(f"{db}.t")) == CHUNKS
+    assert (
+        copy_under_way(_target(config, db)) and len(StateTable.open(config.sink, config.name).done(f"{db}.t")) == CHUNKS
+    )
     run(config, spark=spark, until_caught_up=True)
     _once_each(config, db)
 
@@ -456,11 +458,11 @@ def test_a_job_killed_at_a_ddl_it_copies_again_copies_it_on_the_next_run(
         "run", "--config", str(config_file), "--until-caught-up", crash_at="stream.before_schema_state:1"
     )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    assert f"{db}.t" in StateTable.open(config).requests().snapshot
+    assert f"{db}.t" in StateTable.open(config.sink, config.name).requests().snapshot
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     assert sorted((r["id"], r["v"]) for r in _target(config, db).scan().to_arrow().to_pylist())[:2] == [(1, -1), (1, 5)]
-    assert set(StateTable.open(config).times_recorded(f"{db}.t").values()) == {1}
+    assert set(StateTable.open(config.sink, config.name).times_recorded(f"{db}.t").values()) == {1}
 
 
 def test_a_generated_column_read_again_under_kills_at_its_steps_ends_equal_each_chunk_once(
@@ -479,7 +481,7 @@ def test_a_generated_column_read_again_under_kills_at_its_steps_ends_equal_each_
         f"UPDATE {db}.t SET v = 0 WHERE id % 10 = 0",
     )
     _killed_at(config, config_file, "stream.before_schema_state:1")
-    assert f"{db}.t" in StateTable.open(config).requests().snapshot
+    assert f"{db}.t" in StateTable.open(config.sink, config.name).requests().snapshot
     old = _rows(_target(config, db))  # what came before the DDL, committed
     assert old[1] == -1 and old[10] == -10 and old[20] == 20
     mariadb.execute(f"DELETE FROM {db}.t WHERE id = 5", f"UPDATE {db}.t SET v = 7 WHERE id = 6")
@@ -518,7 +520,7 @@ def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_thro
     _first_copy(spark, config)
     mariadb.execute(f"UPDATE {db}.t SET v = -v WHERE id <= 50")
     run(config, spark=spark, until_caught_up=True)
-    assert StateTable.open(config).stream_offset() is not None
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None
     mariadb.execute(f"UPDATE {db}.t SET v = 0 WHERE id > 250")  # in the binlog about to be purged
     purge_binlogs(mariadb)
     old = _rows(_target(config, db))
@@ -532,4 +534,4 @@ def test_a_purged_binlog_with_on_purged_resnapshot_copies_every_table_again_thro
     assert copy_under_way(_target(config, db)) and _rows(_target(config, db)) == old
 
     _copy_while_readers_watch(spark, mariadb, config, db, old)
-    assert StateTable.open(config).stream_offset() is not None  # streaming from the new snapshot
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None  # streaming from the new snapshot

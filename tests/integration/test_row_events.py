@@ -167,7 +167,7 @@ def _events(config: PipelineConfig, start: BinlogPosition, end: BinlogPosition) 
 def _compare(config: PipelineConfig, start: BinlogPosition) -> tuple[dict[str, int], dict[str, int], RowEvents]:
     """Decode every row event from `start` both ways; rows decoded by us and events declined, per table."""
     end = _position(config)
-    schemas = {(s.database, s.table): s for s in discover(config).schemas}
+    schemas = {(s.database, s.table): s for s in discover(config.source, config.tables, config.table_options).schemas}
     ours = RowEvents()
     decoded: dict[str, int] = {}
     declined: dict[str, int] = {}
@@ -272,7 +272,7 @@ def test_utf16_ucs2_and_utf32_columns_read_through_the_binlog_as_mysql_holds_the
         f"CREATE TABLE {DB}.wide (id INT PRIMARY KEY, u2 VARCHAR(20) CHARACTER SET ucs2, "
         "u16 VARCHAR(20) CHARACTER SET utf16, le CHAR(10) CHARACTER SET utf16le, u32 TEXT CHARACTER SET utf32)",
     )
-    schemas = [s for s in discover(config).schemas if s.table == "wide"]
+    schemas = [s for s in discover(config.source, config.tables, config.table_options).schemas if s.table == "wide"]
     start = _position(config)
     rows = [(1, "añ€", "a😀€z", "le😀", "u32 😀"), (2, "", "", "", ""), (3, None, None, None, None)]
     with mariadb.admin(DB) as conn, conn.cursor() as cur:
@@ -356,7 +356,7 @@ def test_edge_values_through_the_binlog_land_as_the_snapshot_reads_them(
         + ", ".join(f"{c} {t}" for c, t, _ in EDGE_COLUMNS)
         + ")",
     )
-    schema = next(s for s in discover(config).schemas if s.table == "edge")
+    schema = next(s for s in discover(config.source, config.tables, config.table_options).schemas if s.table == "edge")
     start = _position(config)
     count = max(len(values) for _, _, values in EDGE_COLUMNS)
     with mariadb.admin(DB) as conn, conn.cursor() as cur:

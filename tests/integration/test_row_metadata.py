@@ -130,7 +130,7 @@ def test_a_server_at_its_default_row_metadata_is_followed_across_restarts_and_ad
 
     assert _iceberg_rows(config) == _comparable(_mysql_rows(server))
     assert verify(config)
-    assert StateTable.open(config).stream_offset() is not None
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None
 
 
 def _reader_rows(

@@ -227,7 +227,7 @@ def test_added_dropped_renamed_and_moved_columns_and_a_truncate_follow_the_binlo
     assert str(_iceberg(config, db).schema().find_field("amount").field_type) == "long"
     # The backfill and the TRUNCATE's one commit, each tagged with its position: neither done twice.
     assert _backfills(config, db) == 2
-    assert StateTable.open(config).stream_offset() is not None
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None
 
 
 def test_dropped_and_renamed_tables_end_their_capture_by_the_policy_and_a_name_taken_is_copied(

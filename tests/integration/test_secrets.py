@@ -152,7 +152,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_or_anything_writt
                 # Changes keep arriving, so the streaming query keeps running batches in Python workers.
                 mariadb.execute(f"UPDATE hush.acct SET n = n + 1 WHERE id = {updates + 1}")
                 updates += 1
-                offset = StateTable.open(config).stream_offset()
+                offset = StateTable.open(config.sink, config.name).stream_offset()
                 if updates >= 5 and offset is not None:
                     break
             time.sleep(1)

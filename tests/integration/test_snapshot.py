@@ -99,7 +99,7 @@ def test_snapshot_of_several_key_types_equals_mysql(
     status = {s["table"]: s for s in table_status(config)}
     assert status["shop.orders"]["chunks_done"] == status["shop.orders"]["chunks_total"] >= 12
     assert status["shop.customers"]["rows"] == 3000
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     for table_id in status:
         assert set(state.times_recorded(table_id).values()) == {1}, f"{table_id}: a chunk was recorded twice"
     # A second run finds everything done: no new Iceberg snapshot on any target.
@@ -164,7 +164,9 @@ def test_every_type_case_lands_with_its_exact_iceberg_value(
     # columns and properties: field ids, types, required columns, identifier fields, spec, order, location.
     catalog = load_pyiceberg_catalog(config.sink)
     made = catalog.load_table(("types_shop", "all_types"))
-    schema = next(s for s in discover(config).schemas if s.table == "all_types")
+    schema = next(
+        s for s in discover(config.source, config.tables, config.table_options).schemas if s.table == "all_types"
+    )
     columns = ", ".join(f"`{t.name}` {t.spark_type}{'' if t.nullable else ' NOT NULL'}" for t in target_columns(schema))
     wanted = {k: v for k, v in made.properties.items() if k != "write.parquet.compression-codec"}
     properties = ", ".join(
@@ -226,7 +228,7 @@ def test_kill_9_at_a_named_point_then_resume_reads_no_chunk_twice_and_loses_none
     run(config, spark=spark)  # the resume, as a fresh process would: all it knows is in Iceberg
 
     assert verify(config, ranges=4)
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     plan = state.plan("shop.orders")
     assert plan is not None and len(plan) == 5
     assert state.times_recorded("shop.orders") == {c.index: 1 for c in plan}

@@ -97,7 +97,7 @@ def test_an_insert_is_seen_in_the_binlog_with_its_gtid_and_position(
 
 
 def _write_and_read_back(config: PipelineConfig, mariadb: MariaDBServer, cdc_password: str) -> list[dict[str, Any]]:
-    spark = spark_session(config)
+    spark = spark_session(config.spark, config.sink, "ingest-test-stack")
     # The JVM runs the Spark this interpreter's PySpark is (4.1 in the full suite, 4.0 in the compatibility
     # subset), with the one Iceberg runtime built for it on its class path.
     minor = spark_minor(installed_spark())

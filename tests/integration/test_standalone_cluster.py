@@ -136,7 +136,7 @@ def test_spark_submit_to_a_standalone_cluster_snapshots_on_both_workers_then_res
             assert all((e / "environment" / "bin" / "python").exists() for e in worker)
     assert len(apps) == 1 and apps[0]["state"] == "FINISHED", apps
     _verify(config_file)
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert set(state.times_recorded("byoc.orders").values()) == {1}
     assert sum(r.row_count for r in state.done("byoc.orders").values()) == 3000
 
@@ -152,7 +152,7 @@ def test_spark_submit_to_a_standalone_cluster_snapshots_on_both_workers_then_res
     with SparkStandalone(workers=2, cores=1, memory="1g", base=tmp_path / "cluster-2") as cluster:
         _submit(cluster, artifacts, second)
     _verify(config_file)
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert set(state.times_recorded("byoc.orders").values()) == {1}, "a chunk was read again"
     offset = state.stream_offset()
     assert offset is not None  # the binlog phase committed the changes above

@@ -102,7 +102,7 @@ def test_latest_creates_empty_targets_and_follows_the_binlog_from_the_first_runs
     assert table.scan().to_arrow().num_rows == 0
     # Nothing to stream after the start: the run recorded its start as the offset, caught up. Written after the
     # first run, before any binlog commit: the next run starts at the first run's end, not at the binlog's end again.
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     file, pos, _ = _position(mariadb)
     assert offset is not None and offset.position == BinlogPosition(file, pos)
     changed = _write_after(mariadb, db)
@@ -242,7 +242,7 @@ def test_a_failure_after_the_targets_and_before_the_start_record_starts_at_the_s
     with pytest.raises(InjectedFailure):
         run(config, spark=spark, until_caught_up=True)
     monkeypatch.delenv(FAIL_ENV)
-    assert StateTable.is_new(config)  # the targets exist, empty; the state table records nothing
+    assert StateTable.is_new(config.sink, config.name)  # the targets exist, empty; the state table records nothing
     run(config, spark=spark, until_caught_up=True)
     _assert_only_changed_keys(mariadb, config, db, changed)
 
@@ -261,7 +261,9 @@ def test_kill_9_after_the_first_binlog_commit_and_before_its_offset_repeats_noth
     crashed = run_ingest("run", "--config", str(path), "--until-caught-up", crash_at="stream.before_state")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     config = parse_config(data)
-    assert StateTable.open(config).stream_offset() is None  # killed after the target's commit, before the offset
+    assert (
+        StateTable.open(config.sink, config.name).stream_offset() is None
+    )  # killed after the target's commit, before the offset
     mariadb.execute(f"UPDATE {db}.t SET v = 'later' WHERE id IN (2, 30)")  # after the kill
     run(config, spark=spark, until_caught_up=True)
     _assert_only_changed_keys(mariadb, config, db, [2, *range(21, 41)])

@@ -57,7 +57,7 @@ def _at(pos: int) -> Watermark:
 
 
 def _planned(config: PipelineConfig) -> StateTable:
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     plan = [Chunk("db.t", 0, None, (100,)), Chunk("db.t", 1, (100,), (200,)), Chunk("db.t", 2, (200,), None)]
     state.save_plan("db.t", plan, _at(4))
     state.record_chunks([ChunkRecord(c, _at(10 + c.index), _at(5), 100) for c in plan[:2]])
@@ -107,7 +107,7 @@ def test_many_batches_keep_snapshots_live_files_and_storage_bounded(
         assert files <= 150, sizes  # grows with the expiry window, not with the number of batches
     assert sizes[-1][3] <= max(s[3] for s in sizes[:3]) + 10, sizes
 
-    reopened = StateTable.open(config)
+    reopened = StateTable.open(config.sink, config.name)
     assert reopened.stream_offset() == _at(1080)
     assert [c.index for c in reopened.plan("db.t") or []] == [0, 1, 2]
     assert reopened.times_recorded("db.t") == {0: 1, 1: 1, 2: 1}
@@ -129,17 +129,18 @@ def test_a_state_table_written_by_the_append_only_version_is_cleaned_by_the_firs
             ChunkRecord(marker, _at(pos)),
         )
         state._table.append(pa.Table.from_pylist([row], schema=STATE_ARROW_SCHEMA))
-    assert StateTable.open(config).stream_offset() == _at(200)  # the newest row wins, as before
-    other = StateTable.open(_config(tmp_path, name="neighbour"))  # another pipeline sharing the table
+    assert StateTable.open(config.sink, config.name).stream_offset() == _at(200)  # the newest row wins, as before
+    neighbour = _config(tmp_path, name="neighbour")
+    other = StateTable.open(neighbour.sink, neighbour.name)  # another pipeline sharing the table
     other.record_offset(_at(7))
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     state.record_offset(_at(400))
     offsets = state._table.scan(row_filter=f"kind = '{KIND_OFFSET}'").to_arrow().to_pylist()
     assert sorted((r["pipeline"], Watermark.from_json(json.loads(r["high_watermark"]))) for r in offsets) == [
         ("legacy", _at(400)),
         ("neighbour", _at(7)),
     ]
-    assert StateTable.open(_config(tmp_path, name="neighbour")).stream_offset() == _at(7)
+    assert StateTable.open(neighbour.sink, neighbour.name).stream_offset() == _at(7)
 
 
 @pytest.mark.parametrize("crash_at", ["state.before_expire:1", "state.after_expire:1", "state.after_expire:2"])
@@ -152,7 +153,8 @@ def test_kill_9_during_maintenance_loses_no_offset_and_the_next_runs_go_on(tmp_p
         from tests.integration.test_state_table import _at, _config
         from ingest.state.table import StateTable
         from pathlib import Path
-        state = StateTable.open(_config(Path({str(tmp_path)!r})))
+        config = _config(Path({str(tmp_path)!r}))
+        state = StateTable.open(config.sink, config.name)
         for i in range(1, 200):
             print(i, flush=True)
             state.record_offset(_at(1000 + i))
@@ -173,13 +175,13 @@ def test_kill_9_during_maintenance_loses_no_offset_and_the_next_runs_go_on(tmp_p
     assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
     last = int(job.stdout.split()[-1])
     assert last >= MAX_SNAPSHOTS // 2  # the crash was in maintenance, which first runs when history is full
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     # Maintenance runs after the offset's own commit: the offset being recorded at the crash is durable.
     assert state.stream_offset() == _at(1000 + last)
     assert state.times_recorded("db.t") == {0: 1, 1: 1, 2: 1}
     for i in range(1, 60):
         state.record_offset(_at(5000 + i))
-    assert StateTable.open(config).stream_offset() == _at(5059)
+    assert StateTable.open(config.sink, config.name).stream_offset() == _at(5059)
     assert len(state._table.snapshots()) <= MAX_SNAPSHOTS + 2
 
 
@@ -187,7 +189,7 @@ def test_snapshot_requests_are_read_fresh_and_go_with_the_tables_state(tmp_path:
     """`ingest snapshot` writes from another process than the job's: the job must see the rows it adds."""
     config = _config(tmp_path, "asks")
     job = _planned(config)  # db.t is planned
-    cli = StateTable.open(config)
+    cli = StateTable.open(config.sink, config.name)
     cli.ask_snapshot(["db.new"], again=False)
     cli.ask_snapshot(["db.t"], again=True)
     cli.pause(["db.t"])
@@ -204,7 +206,7 @@ def test_snapshot_requests_are_read_fresh_and_go_with_the_tables_state(tmp_path:
     assert job.requests().snapshot == {} and job.requests().paused == set()
     assert job.plan("db.t") is None
     cli.ask_snapshot(["db.new"], again=False)
-    assert StateTable.open(config).tables() == []  # request rows are not tables
+    assert StateTable.open(config.sink, config.name).tables() == []  # request rows are not tables
 
 
 def test_plans_and_records_inside_one_commit_are_written_together_and_in_order_with_other_writes(
@@ -213,7 +215,7 @@ def test_plans_and_records_inside_one_commit_are_written_together_and_in_order_w
     """Many small tables: their plans and chunk records in one state commit, readable at once by the writer; a
     delete inside the block writes what came before it first, so the order of writes holds."""
     config = _config(tmp_path, "one")
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     commits = len(state._table.snapshots())
     at = Watermark(BinlogPosition("b.000001", 4), None, 1)
     with state.one_commit():
@@ -222,27 +224,27 @@ def test_plans_and_records_inside_one_commit_are_written_together_and_in_order_w
             state.save_plan(f"db.{name}", [chunk], at)
             state.record_chunks([ChunkRecord(chunk, at, at)])
             assert state.plan(f"db.{name}") == [chunk] and list(state.done(f"db.{name}")) == [0]
-        assert StateTable.open(config).tables() == []  # nothing written yet
+        assert StateTable.open(config.sink, config.name).tables() == []  # nothing written yet
         state.forget("db.b")  # a delete: the rows before it are written first, then it removes db.b's
-        assert StateTable.open(config).tables() == ["db.a", "db.c"]
+        assert StateTable.open(config.sink, config.name).tables() == ["db.a", "db.c"]
         with state.one_commit():  # an inner block joins the outer one
             state.save_plan("db.d", [Chunk("db.d", 0, None, None)], at)
-        assert StateTable.open(config).tables() == ["db.a", "db.c"]
-    again = StateTable.open(config)
+        assert StateTable.open(config.sink, config.name).tables() == ["db.a", "db.c"]
+    again = StateTable.open(config.sink, config.name)
     assert again.tables() == ["db.a", "db.c", "db.d"]
     assert again.times_recorded("db.a") == {0: 1} and again.times_recorded("db.b") == {}
     assert len(again._table.snapshots()) == commits + 3  # the rows before the delete, the delete, the rest
     with pytest.raises(RuntimeError), state.one_commit():  # what was done before an error is still recorded
         state.save_plan("db.e", [Chunk("db.e", 0, None, None)], at)
         raise RuntimeError("the copy of the next table failed")
-    assert "db.e" in StateTable.open(config).tables()
+    assert "db.e" in StateTable.open(config.sink, config.name).tables()
 
 
 def test_a_block_that_holds_records_for_a_time_writes_them_once_that_time_has_passed(tmp_path: Path) -> None:
     """`--snapshot-only` holds the records of small tables' copies back for a time (`one_commit(hold_s=...)`):
     a record appended after the oldest one waited that long writes them all; a long hold writes at the end."""
     config = _config(tmp_path, "held")
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     at = Watermark(BinlogPosition("b.000001", 4), None, 1)
     with state.one_commit():
         for name in ("a", "b", "c"):
@@ -255,10 +257,10 @@ def test_a_block_that_holds_records_for_a_time_writes_them_once_that_time_has_pa
     with state.one_commit(hold_s=3600):
         record("a")
         record("b")
-        assert StateTable.open(config).times_recorded("db.a") == {}  # held
-    assert StateTable.open(config).times_recorded("db.b") == {0: 1}
+        assert StateTable.open(config.sink, config.name).times_recorded("db.a") == {}  # held
+    assert StateTable.open(config.sink, config.name).times_recorded("db.b") == {0: 1}
     assert len(state._table.snapshots()) == commits + 1
     with state.one_commit(hold_s=0):
         record("c")  # it has waited long enough at once
-        assert StateTable.open(config).times_recorded("db.c") == {0: 1}
+        assert StateTable.open(config.sink, config.name).times_recorded("db.c") == {0: 1}
     assert len(state._table.snapshots()) == commits + 2

@@ -181,7 +181,7 @@ def test_changes_after_the_snapshot_are_applied_exactly_once(
     before = (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag"))
     run(config, spark=spark, until_caught_up=True)  # nothing new: no new Iceberg snapshot
     assert (_snapshot_count(config, db, "acct"), _snapshot_count(config, db, "tag")) == before
-    assert StateTable.open(config).stream_offset() is not None
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None
     assert spark.streams.active == []
     for n in range(2):  # more pipeline runs in turn, each a query of its own
         mariadb.execute(f"UPDATE {db}.acct SET owner = 'run {n}' WHERE id = 1")
@@ -293,7 +293,7 @@ def test_type_values_do_not_depend_on_the_server_or_job_time_zone(mariadb: Maria
             mariadb, db, tmp_path, rf"{db}\..*", "tz_lake", env_extra={"TZ": "America/New_York"}
         )
         try:
-            _wait_until(job, lambda: _copied(StateTable.open(config)), "every chunk read")
+            _wait_until(job, lambda: _copied(StateTable.open(config.sink, config.name)), "every chunk read")
             with mariadb.admin(db) as conn, conn.cursor() as cur:
                 cur.execute("SET SESSION sql_mode = ''")
                 for row in TYPES_ROWS:
@@ -500,7 +500,7 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
             cur.execute(f"UPDATE {db}.acct SET balance = balance + 1 WHERE id IN (40, 41)")
             cur.execute(f"UPDATE {db}.tag SET n = n + 100 WHERE name IN ('B1', 'c2')")
             cur.execute("COMMIT")
-        before, offset_before = counts(), StateTable.open(config).stream_offset()
+        before, offset_before = counts(), StateTable.open(config.sink, config.name).stream_offset()
         for crash_at in STREAM_CRASH_POINTS:
             made, recorded = expected[crash_at]
             crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
@@ -508,7 +508,7 @@ def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
             after = counts()
             # Each table commits the batch once: a table that committed before the crash gets no new commit.
             assert (after[0] - before[0], after[1] - before[1]) == made, (setting, crash_at)
-            before, offset = after, StateTable.open(config).stream_offset()
+            before, offset = after, StateTable.open(config.sink, config.name).stream_offset()
             if recorded:
                 assert offset is not None, (setting, crash_at)
                 tag_offset = offset_from_summary(_stream_offsets(config, db, "tag")[-1])
@@ -731,7 +731,7 @@ def _copied(state: StateTable) -> bool:
 
 def _streamed_past(config: PipelineConfig, position: Any) -> bool:
     """The job's offset (every target committed up to it) is at or past `position`."""
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     return offset is not None and offset.position >= position
 
 
@@ -740,7 +740,7 @@ def _wait_until_streaming(config: PipelineConfig, job: subprocess.Popen[str], ea
     reads chunks between binlog batches: a binlog batch alone does not say the snapshot is complete.)"""
 
     def streaming() -> bool:
-        state = StateTable.open(config)
+        state = StateTable.open(config.sink, config.name)
         return _copied(state) and state.stream_offset() is not None
 
     _wait_until(job, streaming, "every chunk read and a binlog batch committed", each_poll)
@@ -786,7 +786,7 @@ def test_writes_to_other_tables_alone_still_move_the_offset_and_let_the_job_stop
     # Writes to a table the job does not capture, and nothing else until the signal.
     with _writes_while(mariadb, db, lambda cur: cur.execute("UPDATE tag SET n = n + 1 WHERE name = 'a3'"), job):
         _wait_until_streaming(config, job)  # the first offset after the snapshot comes from those writes alone
-        first = StateTable.open(config).stream_offset()
+        first = StateTable.open(config.sink, config.name).stream_offset()
         assert first is not None
         with mariadb.admin() as conn:  # a point some of those writes past the first offset
             busy_at = read_watermark(conn, "mariadb").position
@@ -860,7 +860,7 @@ def test_binlog_phase_in_the_s3_profile_survives_kill_9_and_commits_each_batch_o
     for table in ("acct", "tag"):
         offsets = _stream_offsets(config, db, table)
         assert len(offsets) == len(set(offsets)) == 2, f"{table}: a batch committed twice or lost: {offsets}"
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     assert offset is not None and f'"{offset.position}"' in _stream_offsets(config, db, "tag")[-1]
 
 
@@ -878,7 +878,7 @@ def test_many_small_batches_keep_the_state_table_bounded_and_resume_still_works(
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     assert len(_stream_offsets(config, db, "tag")) == 20  # really one batch each
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert len(state._table.snapshots()) <= MAX_SNAPSHOTS + 2
     assert state.live_files() == 4  # both tables' plans (one commit), per table one chunk batch, one offset row
     mariadb.execute(f"DELETE FROM {db}.tag WHERE name LIKE 'c%'", f"INSERT INTO {db}.tag VALUES ('zz', 1)")

@@ -95,11 +95,11 @@ def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_o
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert '"chunks"' in (checkpoint / "offsets" / "0").read_text()  # the batch Spark planned is a chunk batch
     assert not (checkpoint / "commits" / "0").exists()
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert state.done(f"{db}.acct") == {} and len(state.plan(f"{db}.acct") or []) == 6
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     for table in ("acct", "tag"):
         assert state.times_recorded(f"{db}.{table}") == {i: 1 for i in range(len(state.plan(f"{db}.{table}") or []))}
 
@@ -137,13 +137,13 @@ def test_small_tables_share_a_chunk_batch_and_a_kill_9_between_their_commits_rea
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     planned = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])["chunks"]
     assert planned == {"parts": [[f"{db}.{t}", [0]] for t in tables]}, planned  # one micro-batch for the three
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert [len(state.done(f"{db}.{t}")) for t in tables] == [0, 0, 0]  # l1 and l2 committed, none recorded
     assert len(state.plan(f"{db}.l3") or []) == 1  # the plans were recorded, in one commit before the query
     mariadb.execute(f"UPDATE {db}.l3 SET v = 'after' WHERE id < 5", f"INSERT INTO {db}.l1 VALUES (100, 'new')")
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     for t in tables:
         assert state.times_recorded(f"{db}.{t}") == {0: 1}, t
 
@@ -199,7 +199,7 @@ def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_w
     write_dml(mariadb, db)
     started = _watched_run(spark, config)
     assert started.names == [query_name(config)] == [f"ingest_{config.name}"]  # the snapshot and binlog: one query
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert len(state.done(f"{db}.acct")) == len(state.plan(f"{db}.acct") or []) > 0
     assert state.done(f"{db}.tag") == {} and len(state.plan(f"{db}.tag") or []) > 0
     ask_snapshot(config, [f"{db}.tag"], "resume")
@@ -247,9 +247,9 @@ def test_a_replayed_batch_reads_the_same_events_as_the_first_read(
         f"INSERT INTO {db}.acct VALUES (3000, 'after', 1, 'ddl')",
         f"UPDATE {db}.acct SET note = 'set' WHERE id < 20",
     )
-    info = discover(config)
+    info = discover(config.source, config.tables, config.table_options)
     with connect(config.source) as conn:
-        begin = prepare(config, StateTable.open(config), info.schemas, conn, info.flavor, True)
+        begin = prepare(config, StateTable.open(config.sink, config.name), info.schemas, conn, info.flavor, True)
     assert begin.goal is not None
     spec = BinlogSourceSpec(
         config, info.flavor, tuple(begin.tables), begin.mark, begin.contained_until, goal=begin.goal

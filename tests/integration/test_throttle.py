@@ -145,7 +145,7 @@ def test_a_snapshot_waits_while_the_source_runs_too_many_threads_then_completes(
     assert len(re.findall(rf"snapshot paused: Threads_running \d+ > {BOUND} \({DB}\.item: chunks 0/4\)", log)) == 1, log
     assert re.search(rf"snapshot resumed after \d+\.\d s paused \(Threads_running \d <= {BOUND}\)", log), log
     assert re.search(rf"{DB}\.item: chunks 4/4, 200 rows, \d+ rows/s, paused \d+\.\d s for source load", log), log
-    state = StateTable.open(config)
+    state = StateTable.open(config.sink, config.name)
     assert len(state.done(f"{DB}.item")) == 4
     assert verify(config)
 
@@ -158,4 +158,4 @@ def test_a_lag_bound_the_cdc_user_cannot_read_is_refused_before_anything_is_writ
     config = _config(mariadb, tmp_path, threads_running=20, replica_lag_seconds=30)
     with pytest.raises(MissingPrivilegeError, match=r"replica_lag_seconds.*GRANT SLAVE MONITOR ON \*\.\*"):
         run(config, spark=spark)
-    assert StateTable.is_new(config)
+    assert StateTable.is_new(config.sink, config.name)

@@ -206,7 +206,7 @@ def test_binlog_merges_compaction_and_expiry_in_format_v2_read_equal_to_mysql_an
     assert len(batches) == len(rounds)
     for (snapshot_id, _), state in zip(batches, states, strict=True):
         assert _trino_rows(trino, f"{db}.acct", "id", version=snapshot_id) == state
-    offset = StateTable.open(config).stream_offset()
+    offset = StateTable.open(config.sink, config.name).stream_offset()
     assert offset is not None and f'"{offset.position}"' in batches[-1][1]
 
 

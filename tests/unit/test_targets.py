@@ -91,4 +91,4 @@ def test_two_tables_writing_one_iceberg_table_are_refused_before_anything_is_wri
 def test_a_partition_spec_naming_no_column_is_refused_by_the_check_too() -> None:
     config = _config(table_options={"db.t": {"partition_by": ["days(created)"]}})
     with pytest.raises(ConfigError, match="db.t has no column 'created'"):
-        check_targets(config, [SCHEMA])
+        check_targets(config.targets, [SCHEMA])

@@ -21,7 +21,7 @@ from typing import Any
 import pymysql
 
 from ingest import metrics
-from ingest.config import PipelineConfig, SourceLoadLimit
+from ingest.config import SourceConfig, SourceLoadLimit
 from ingest.errors import MissingPrivilegeError
 from ingest.source.mysql import connect
 
@@ -205,16 +205,15 @@ def check_load_probe(conn: Any, limit: SourceLoadLimit, flavor: str) -> None:
         )
 
 
-def source_throttle(config: PipelineConfig) -> SourceThrottle | None:
-    """The pipeline's throttle, sampling on a session of its own per sample (a pause may outlast an idle session's
-    timeout); None without `snapshot.max_source_load`."""
-    limit = config.snapshot.max_source_load
+def source_throttle(source: SourceConfig, limit: SourceLoadLimit | None) -> SourceThrottle | None:
+    """The snapshot's throttle, sampling on a session of its own per sample (a pause may outlast an idle session's
+    timeout); None without a limit (`snapshot.max_source_load`)."""
     if limit is None:
         return None
     lag = limit.replica_lag_seconds is not None
 
     def sample() -> SourceLoad:
-        with connect(config.source) as conn:
+        with connect(source) as conn:
             return read_source_load(conn, lag)
 
     return SourceThrottle(limit, sample)
