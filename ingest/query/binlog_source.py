@@ -531,7 +531,14 @@ class BinlogStreamReader:
                 if ddl.kind != "drop" and (ddl.kind in FOLLOWED or not recopy):
                     table = self._tables[table_id]
                     try:
-                        table.schema = schema_after(config, conn, self.spec.flavor, table.schema, ddl)
+                        table.schema = schema_after(
+                            config.source,
+                            config.options_for(table.schema.database, table.schema.table),
+                            conn,
+                            self.spec.flavor,
+                            table.schema,
+                            ddl,
+                        )
                         reader.set_schema(table.schema)
                         continue
                     except SchemaChangeError:

@@ -198,7 +198,7 @@ def evolve_table(
     if ddl.kind == "truncate":
         truncate_table(spark, config, table, ddl, here)
         return
-    live = schema_after(config, conn, flavor, old, ddl)
+    live = schema_after(config.source, config.options_for(old.database, old.table), conn, flavor, old, ddl)
     said = ddl.said
     if said is not None and said.reads_again:
         raise _values_not_derived(old, ddl, said.reads_again)

@@ -101,7 +101,11 @@ def _metrics_server(config: PipelineConfig, job_metrics: JobMetrics) -> Iterator
 def _first_start(config: PipelineConfig, info: SourceInfo) -> Watermark | None:
     """The first run of a mode that copies nothing: its start point, found and checked before any write."""
     if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config.sink, config.name):
-        return resolve_start(config, info.flavor, [(s.database, s.table) for s in info.schemas])
+        tables = [(s.database, s.table) for s in info.schemas]
+        refuse = config.stream.on_schema_change != "ignore"
+        return resolve_start(
+            config.source, config.startup_mode, config.startup, info.flavor, tables, ddl_refused=refuse
+        )
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ingest.config import PipelineConfig
+from ingest.config import SourceConfig, TableOptions
 from ingest.errors import SchemaChangeError, UnsupportedTableError
 from ingest.model.changes import DdlStatement
 from ingest.model.schema import TableSchema
@@ -18,19 +18,21 @@ from ingest.source.watermark import read_watermark
 log = logging.getLogger(__name__)
 
 
-def schema_after(config: PipelineConfig, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement) -> TableSchema:
-    """The table's schema right after `ddl`: the live one when no later DDL on the table is in the binlog, else
-    derived from the statements and checked against the live one (ingest.source.binlog.schema_history); a TRUNCATE keeps
-    the schema it had."""
+def schema_after(
+    source: SourceConfig, options: TableOptions, conn: Any, flavor: str, old: TableSchema, ddl: DdlStatement
+) -> TableSchema:
+    """The table's schema right after `ddl` (`options`: its `table_options` entry): the live one when no later DDL
+    on the table is in the binlog, else derived from the statements and checked against the live one
+    (ingest.source.binlog.schema_history); a TRUNCATE keeps the schema it had."""
     if ddl.kind in ("truncate", "partition"):
         return old  # rows go, the columns stay
     try:
-        live = load_schema(conn, old.database, old.table, config.options_for(old.database, old.table))
+        live = load_schema(conn, old.database, old.table, options)
     except UnsupportedTableError as e:
         raise SchemaChangeError(f"{old.table_id} after the DDL at {ddl.end} ({ddl.query[:200]!r}): {e}") from None
     # The binlog end is read after the live schema, so a DDL already visible in information_schema is in the range.
     goal = read_watermark(conn, flavor).position
-    later = ddl_between(config.source, [(old.database, old.table)], ddl.end, goal)
+    later = ddl_between(source, [(old.database, old.table)], ddl.end, goal)
     if not later:
         return live
     found = after_first(old, [ddl.query, *(query for _, query, _ in later)], live)

@@ -20,7 +20,7 @@ from typing import Any
 import pymysql
 from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 
-from ingest.config import PipelineConfig, SourceConfig
+from ingest.config import SourceConfig, StartupConfig, StartupMode
 from ingest.errors import BinlogPurgedError, ConfigError
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.source.binlog.event_groups import control_statement
@@ -89,28 +89,40 @@ def start_file_for(starts: Sequence[tuple[str, int]], at: int) -> str | None:
     return found
 
 
-def resolve_start(config: PipelineConfig, flavor: str, tables: Sequence[tuple[str, str]]) -> Watermark:
-    """The point of the server's binlog where the first run of `config.startup_mode` starts, checked."""
-    resolver = _RESOLVERS[config.startup_mode]
-    with connect(config.source) as conn:
+def resolve_start(
+    source: SourceConfig,
+    mode: StartupMode,
+    startup: StartupConfig,
+    flavor: str,
+    tables: Sequence[tuple[str, str]],
+    *,
+    ddl_refused: bool,
+) -> Watermark:
+    """The point of the server's binlog where the first run of startup `mode` starts, checked; `ddl_refused`: a DDL
+    on a captured table between there and the binlog's end is refused (unless `stream.on_schema_change` ignores
+    DDL)."""
+    resolver = _RESOLVERS[mode]
+    with connect(source) as conn:
         end = read_watermark(conn, flavor)
-        position = resolver(conn, config, flavor, end)
-        if config.startup_mode == "latest":
+        position = resolver(conn, source, startup, flavor, end)
+        if mode == "latest":
             start = end  # as a chunk's watermark is read: the GTIDs before the position
         else:
-            if config.stream.on_schema_change != "ignore":
-                _refuse_ddl_between(config.source, tables, position, end.position)
+            if ddl_refused:
+                _refuse_ddl_between(source, tables, position, end.position)
             start = Watermark(position, gtid_at(conn, position) if flavor == "mariadb" else None, end.server_id)
-    log.info("startup mode %s: the binlog is read from %s (the binlog ends at %s)", config.startup_mode, start, end)
+    log.info("startup mode %s: the binlog is read from %s (the binlog ends at %s)", mode, start, end)
     return start
 
 
-def _latest(conn: Any, config: PipelineConfig, flavor: str, end: Watermark) -> BinlogPosition:
+def _latest(conn: Any, source: SourceConfig, startup: StartupConfig, flavor: str, end: Watermark) -> BinlogPosition:
     return end.position
 
 
-def _at_position(conn: Any, config: PipelineConfig, flavor: str, end: Watermark) -> BinlogPosition:
-    wanted = config.startup.position
+def _at_position(
+    conn: Any, source: SourceConfig, startup: StartupConfig, flavor: str, end: Watermark
+) -> BinlogPosition:
+    wanted = startup.position
     assert wanted is not None  # required by the config for this mode
     key = "`startup.binlog_file`/`startup.binlog_position`"
     sizes = binlog_sizes(conn)
@@ -149,8 +161,8 @@ def _at_position(conn: Any, config: PipelineConfig, flavor: str, end: Watermark)
     return wanted
 
 
-def _at_gtid(conn: Any, config: PipelineConfig, flavor: str, end: Watermark) -> BinlogPosition:
-    wanted = config.startup.gtid
+def _at_gtid(conn: Any, source: SourceConfig, startup: StartupConfig, flavor: str, end: Watermark) -> BinlogPosition:
+    wanted = startup.gtid
     assert wanted is not None
     key = f"`startup.gtid` {wanted}"
     if flavor != "mariadb" or not isinstance(end.gtid, MariadbGtidPos):
@@ -175,11 +187,11 @@ def _at_gtid(conn: Any, config: PipelineConfig, flavor: str, end: Watermark) -> 
     if first is not None and asked.seq_no < first.seq_no:
         why = f"which begins after GTID {first}; the transactions after {asked} are gone"
         raise _purged("`startup.gtid`", wanted, oldest, why)
-    return locate(conn, config.source, [wanted])[0]
+    return locate(conn, source, [wanted])[0]
 
 
-def _at_time(conn: Any, config: PipelineConfig, flavor: str, end: Watermark) -> BinlogPosition:
-    wanted = config.startup.timestamp
+def _at_time(conn: Any, source: SourceConfig, startup: StartupConfig, flavor: str, end: Watermark) -> BinlogPosition:
+    wanted = startup.timestamp
     assert wanted is not None
     at = int(wanted.timestamp())  # the binlog stamps whole seconds: a transaction in that second is included
     key = f"`startup.timestamp` {wanted.isoformat()}"
@@ -191,18 +203,18 @@ def _at_time(conn: Any, config: PipelineConfig, flavor: str, end: Watermark) -> 
     files = list(binlog_sizes(conn))
     starts: list[tuple[str, int]] = []
     for file in reversed(files):  # newest first: usually one or two files are read
-        starts.insert(0, (file, _file_began(config.source, file)))
+        starts.insert(0, (file, _file_began(source, file)))
         if starts[0][1] < at:
             break
     first = start_file_for(starts, at)
     if first is None:
         raise _purged("`startup.timestamp`", wanted.isoformat(), files[0], f"which begins at {_iso(starts[0][1])}")
-    found = _first_commit_at_or_after(config.source, BinlogPosition(first, 4), at, end.position)
+    found = _first_commit_at_or_after(source, BinlogPosition(first, 4), at, end.position)
     log.info("%s: the first transaction at or after it begins at %s", key, found or f"the binlog's end, {end.position}")
     return end.position if found is None else found
 
 
-_RESOLVERS: dict[str, Callable[[Any, PipelineConfig, str, Watermark], BinlogPosition]] = {
+_RESOLVERS: dict[str, Callable[[Any, SourceConfig, StartupConfig, str, Watermark], BinlogPosition]] = {
     "latest": _latest,
     "binlog_position": _at_position,
     "gtid": _at_gtid,
