@@ -22,7 +22,7 @@ from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.key_actions import act_on_changes
 from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.changes.rejects import split_rejected
-from ingest.config import PipelineConfig
+from ingest.config import StreamConfig, Targets
 from ingest.errors import SourceError
 from ingest.model.changes import ForeignKey, KeyAction, RejectedValue, RowChange, Transaction
 from ingest.model.position import BinlogPosition
@@ -234,7 +234,8 @@ class TableBatch:
 
 
 def prepare_batch(
-    config: PipelineConfig,
+    targets: Targets,
+    stream: StreamConfig,
     tables: Mapping[str, TableStream],
     filters: Mapping[str, HighWatermarkFilter],
     batch: Sequence[Transaction],
@@ -248,7 +249,7 @@ def prepare_batch(
     # For changelog rows: by the row event's place in the binlog, not by object (the high-watermark filter may
     # replace a change with one side of it).
     transaction_of: dict[BinlogPosition, Transaction] = {}
-    logged = {table_id for table_id, table in tables.items() if _logged(config, table)}
+    logged = {table_id for table_id, table in tables.items() if _logged(targets, table)}
     per_actions: dict[str, list[KeyAction]] = defaultdict(list)
     for tx in batch:
         for change in tx.changes:
@@ -281,17 +282,19 @@ def prepare_batch(
             prepared.append(held)
             continue
         actions = actions_to_apply(table, per_actions.get(table_id, []), floor)
-        part = finish_part(config, table, changes, actions, origin)
+        part = finish_part(targets, stream, table, changes, actions, origin)
         if part is not None:
             prepared.append(part)
     return prepared
 
 
-def _logged(config: PipelineConfig, table: TableStream) -> bool:
+def _logged(targets: Targets, table: TableStream) -> bool:
     """Whether the table's changes need their transaction's GTID and commit time: for its changelog, or for the
     values it rejects."""
     schema = table.schema
-    return table.changelog is not None or config.options_for(schema.database, schema.table).on_unrepresentable != "null"
+    return (
+        table.changelog is not None or targets.options_for(schema.database, schema.table).on_unrepresentable != "null"
+    )
 
 
 def _in_turn(acted_on: Iterable[str], chained: Mapping[str, Sequence[ForeignKey]]) -> set[str]:
@@ -312,7 +315,8 @@ def held_floor(table: TableStream) -> BinlogPosition | None:
 
 
 def finish_part(
-    config: PipelineConfig,
+    targets: Targets,
+    stream: StreamConfig,
     table: TableStream,
     changes: list[RowChange],
     actions: list[KeyAction],
@@ -326,7 +330,7 @@ def finish_part(
     changes = act_on_changes(changes, actions, schema.primary_key_positions(), reached)
     # Values Iceberg cannot hold exactly (on_unrepresentable); the rejected rows are kept whatever the
     # target or changelog hold: their MERGE adds only rows it does not have (ingest/sink/rejected.py).
-    policy = config.options_for(schema.database, schema.table).on_unrepresentable
+    policy = targets.options_for(schema.database, schema.table).on_unrepresentable
     changes, rejected = split_rejected(
         changes, schema.columns, schema.primary_key_positions(), policy, lambda c: origin(c.position)
     )
@@ -335,7 +339,7 @@ def finish_part(
     to_log = [c for c in changes if done is None or c.position > done] if table.changelog is not None else []
     if not (to_merge or to_log or rejected or actions):
         return None
-    rows, append, where = _target_rows(config, table, to_merge)
+    rows, append, where = _target_rows(targets, stream, table, to_merge)
     if actions and rows is None:
         rows = batch_arrow(schema, {})  # the target's rows the actions reach are added at commit
     changelog = _changelog_rows(table, to_log, origin) if to_log else None
@@ -377,7 +381,7 @@ def actions_to_apply(table: TableStream, actions: list[KeyAction], floor: Binlog
 
 
 def _target_rows(
-    config: PipelineConfig, table: TableStream, changes: list[RowChange]
+    targets: Targets, stream: StreamConfig, table: TableStream, changes: list[RowChange]
 ) -> tuple[pa.Table | None, bool, str | None]:
     """The target's rows of the batch, whether they are appended, and what of the target a MERGE reads."""
     if not changes:
@@ -393,11 +397,11 @@ def _target_rows(
     # when expiry hid the target's newest offset: it may hold this very batch (committed before a crash).
     append = (
         table.committed_known
-        and config.stream.on_schema_change != "ignore"
+        and stream.on_schema_change != "ignore"
         and all(row is not None for row in finals.values())
         and finals.keys() <= created_keys(folded, schema.primary_key_positions())
     )
-    where = None if append else batch_where(schema, finals.keys(), _partition_values(config, table, folded))
+    where = None if append else batch_where(schema, finals.keys(), _partition_values(targets, stream, table, folded))
     return batch_arrow(schema, finals), append, where
 
 
@@ -421,7 +425,9 @@ def _changelog_rows(
     )
 
 
-def _partition_values(config: PipelineConfig, table: TableStream, changes: list[Change]) -> dict[str, set[Any]] | None:
+def _partition_values(
+    targets: Targets, stream: StreamConfig, table: TableStream, changes: list[Change]
+) -> dict[str, set[Any]] | None:
     """Every value each partition column of the target may hold in the rows the batch changes: those of the rows'
     images before and after each change. The target holds the source's rows as of the batch's start (or, when a
     commit's outcome was unknown, its end), so the rows it matches hold one of them. Not under the `ignore` DDL
@@ -429,8 +435,8 @@ def _partition_values(config: PipelineConfig, table: TableStream, changes: list[
     schema = table.schema
     if (
         not table.partition_columns
-        or config.stream.on_schema_change == "ignore"
-        or config.options_for(schema.database, schema.table).on_unrepresentable == "dead_letter"
+        or stream.on_schema_change == "ignore"
+        or targets.options_for(schema.database, schema.table).on_unrepresentable == "dead_letter"
     ):
         return None
     names = schema.column_names

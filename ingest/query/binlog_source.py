@@ -374,7 +374,9 @@ class BinlogStreamReader:
         ddl = items[0] if items and isinstance(items[0], DdlStatement) else None
         batch = [item for item in items if isinstance(item, Transaction)]
         assert len(batch) + (ddl is not None) == len(items), "a DDL begins its batch"
-        tables = prepare_batch(self.spec.config, self._tables, self._filters, batch, self._chained)
+        tables = prepare_batch(
+            self.spec.config.targets, self.spec.config.stream, self._tables, self._filters, batch, self._chained
+        )
         for part in tables:
             table = self._tables[part.table_id]
             if part.rows is not None or part.pending is not None:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ingest.changes.key_actions import actions_in_turn, inexact_key
-from ingest.config import PipelineConfig
+from ingest.config import StreamConfig, Targets
 from ingest.errors import SourceError
 from ingest.model.changes import ForeignKey, KeyAction
 from ingest.model.position import BinlogPosition
@@ -43,7 +43,8 @@ Reached = list[tuple[KeyAction, tuple[Any, ...], tuple[Any, ...] | None]]
 
 def settle_chains(
     spark: Any,
-    config: PipelineConfig,
+    targets: Targets,
+    stream: StreamConfig,
     tables: Mapping[str, TableStream],
     prepared: Sequence[TableBatch],
     end: BinlogPosition,
@@ -64,7 +65,7 @@ def settle_chains(
             held = pending[table_id]
             actions = frozenset(held.actions) | derived.get(table_id, set())
             if table_id not in finished or finished[table_id][0] != actions:
-                finished[table_id] = (actions, *_finish(spark, config, tables[table_id], held, actions))
+                finished[table_id] = (actions, *_finish(spark, targets, stream, tables[table_id], held, actions))
         now: dict[str, set[KeyAction]] = defaultdict(set)
         for table_id in live:
             actions, _, reached = finished[table_id]
@@ -89,14 +90,19 @@ def settle_chains(
 
 
 def _finish(
-    spark: Any, config: PipelineConfig, table: TableStream, held: Pending, actions: frozenset[KeyAction]
+    spark: Any,
+    targets: Targets,
+    stream: StreamConfig,
+    table: TableStream,
+    held: Pending,
+    actions: frozenset[KeyAction],
 ) -> tuple[TableBatch | None, Reached]:
     """The table's part with `actions` applied to the batch's rows and to the target's, and every row they
     changed (before, after) with the action that changed it."""
     ordered = sorted(actions, key=lambda a: a.order)
     applied = actions_to_apply(table, ordered, held_floor(table))
     reached: Reached = []
-    part = finish_part(config, table, list(held.changes), applied, held.origins.__getitem__, reached)
+    part = finish_part(targets, stream, table, list(held.changes), applied, held.origins.__getitem__, reached)
     if part is None or not applied:
         return part, reached
     assert part.rows is not None

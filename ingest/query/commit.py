@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from ingest import metrics
-from ingest.config import PipelineConfig
+from ingest.config import StreamConfig, Targets
 from ingest.faults import crash_point
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.query.batch import TableBatch, TableStream
@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 def commit_prepared(
     spark: Any,
-    config: PipelineConfig,
+    targets: Targets,
+    stream: StreamConfig,
     state: StateTable,
     tables: dict[str, TableStream],
     prepared: Sequence[TableBatch],
@@ -48,21 +49,22 @@ def commit_prepared(
     as at a run's start, so that a commit that landed unknown to the job is not applied twice."""
     started = time.monotonic() if started is None else started
     if settle:
-        _look_at_tables(config, tables, prepared, end)
+        _look_at_tables(targets, tables, prepared, end)
 
     # Foreign key actions that act in turn are worked out from the rows they reached, read before any commit.
     chained = any(p.pending is not None for p in prepared)
-    prepared = settle_chains(spark, config, tables, prepared, end.position)
+    prepared = settle_chains(spark, targets, stream, tables, prepared, end.position)
     # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
-    with snapshot_properties(spark, stream_offset_properties(config.name, end)):
+    with snapshot_properties(spark, stream_offset_properties(targets.pipeline, end)):
         # Tables actions reached in turn commit in order (ingest.query.chains), one after the other.
-        workers = 1 if chained else min(len(prepared), config.stream.concurrent_merges)
+        workers = 1 if chained else min(len(prepared), stream.concurrent_merges)
         if workers <= 1:
-            results = [_commit_part(spark, config, tables[p.table_id], p, end) for p in prepared]
+            results = [_commit_part(spark, targets, stream, tables[p.table_id], p, end) for p in prepared]
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
                 futures = [
-                    pool.submit(_commit_part, spark, config, tables[part.table_id], part, end) for part in prepared
+                    pool.submit(_commit_part, spark, targets, stream, tables[part.table_id], part, end)
+                    for part in prepared
                 ]
                 wait(futures)
                 results = [f.result() for f in futures]  # the first failure is raised; the state is not written
@@ -77,15 +79,17 @@ def commit_prepared(
         sum(results),
         end.position,
     )
-    _maintain_due(spark, config, [tables[p.table_id] for p in prepared], end)
+    _maintain_due(spark, targets, [tables[p.table_id] for p in prepared], end)
 
 
-def _commit_part(spark: Any, config: PipelineConfig, table: TableStream, part: TableBatch, end: Watermark) -> bool:
+def _commit_part(
+    spark: Any, targets: Targets, stream: StreamConfig, table: TableStream, part: TableBatch, end: Watermark
+) -> bool:
     """One table's part of a batch: its rejected values, its target, its changelog (each skipped when it holds the
     batch already). True when the target was committed now."""
     merged = False
     if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
-        name = ensure_rejected(spark, config.targets, table.schema.database, table.schema.table)
+        name = ensure_rejected(spark, targets, table.schema.database, table.schema.table)
         assert name is not None
         merge_rejected(spark, name, part.rejected)
         crash_point("stream.after_rejected_commit")
@@ -105,13 +109,13 @@ def _commit_part(spark: Any, config: PipelineConfig, table: TableStream, part: T
     def commit_changelog() -> None:
         if changelog is not None:
             crash_point("stream.before_changelog_commit")
-            _append_changelog(spark, config, table, changelog, end)
+            _append_changelog(spark, targets, table, changelog, end)
             crash_point("stream.after_changelog_commit")
 
     if log_first:
         commit_changelog()
     if rows is not None:
-        merged = _merge_table(spark, config, table, rows, where, part.append, end)
+        merged = _merge_table(spark, targets, stream, table, rows, where, part.append, end)
         crash_point("stream.after_table_commit")
     if not log_first:
         commit_changelog()
@@ -119,23 +123,23 @@ def _commit_part(spark: Any, config: PipelineConfig, table: TableStream, part: T
 
 
 def _look_at_tables(
-    config: PipelineConfig, tables: dict[str, TableStream], prepared: Sequence[TableBatch], end: Watermark
+    targets: Targets, tables: dict[str, TableStream], prepared: Sequence[TableBatch], end: Watermark
 ) -> None:
     for part in prepared:
         table = tables[part.table_id]
-        names = config.target_for(table.schema.database, table.schema.table)
-        table.committed = committed_in(config, names, end, table.committed)
+        names = targets.target_for(table.schema.database, table.schema.table)
+        table.committed = committed_in(targets, names, end, table.committed)
         if table.changelog is not None:
-            table.changelog_committed = committed_in(config, table.changelog, end, table.changelog_committed)
+            table.changelog_committed = committed_in(targets, table.changelog, end, table.changelog_committed)
 
 
-def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream], end: Watermark) -> None:
+def _maintain_due(spark: Any, targets: Targets, tables: list[TableStream], end: Watermark) -> None:
     """Compact (and expire) each target and changelog table of the batch that reached its commit count."""
-    every = config.sink.maintenance.every_commits
+    every = targets.sink.maintenance.every_commits
     if every == 0:
         return
     for table in tables:
-        changelog = None if table.changelog is None else qualified(config.targets, *table.changelog)
+        changelog = None if table.changelog is None else qualified(targets, *table.changelog)
         for name, held in ((table.target, table.committed), (changelog, table.changelog_committed)):
             if name is None or held != end.position:
                 continue  # no changelog, or nothing of this batch committed to it
@@ -143,13 +147,14 @@ def _maintain_due(spark: Any, config: PipelineConfig, tables: list[TableStream],
                 continue  # copied into its branch: main is what readers see, and expiry must keep the branch
             table.since_compaction[name] = table.since_compaction.get(name, 0) + 1
             if table.since_compaction[name] >= every:
-                maintain(spark, name, config.name, end, config.sink.maintenance)
+                maintain(spark, name, targets.pipeline, end, targets.sink.maintenance)
                 table.since_compaction[name] = 0
 
 
 def _merge_table(
     spark: Any,
-    config: PipelineConfig,
+    targets: Targets,
+    stream: StreamConfig,
     table: TableStream,
     rows: Any,
     where: str | None,
@@ -157,7 +162,7 @@ def _merge_table(
     end: Watermark,
 ) -> bool:
     attempts = 0
-    names = config.target_for(table.schema.database, table.schema.table)
+    names = targets.target_for(table.schema.database, table.schema.table)
 
     def read_offset() -> BinlogPosition | None:
         # This run knows what the table holds (read from it at start, then kept by its own commits): only a
@@ -166,12 +171,12 @@ def _merge_table(
         attempts += 1
         if attempts == 1 or (table.committed is not None and table.committed >= end.position):
             return table.committed
-        return committed_in(config, names, end, table.committed)
+        return committed_in(targets, names, end, table.committed)
 
-    catalog, most = cached_pyiceberg_catalog(config.sink), config.stream.driver_apply_max_rows
+    catalog, most = cached_pyiceberg_catalog(targets.sink), stream.driver_apply_max_rows
     small = driver_target(catalog, names, table.target, table.schema, most, rows, append)
     if small is not None:
-        properties = stream_offset_properties(config.name, end)
+        properties = stream_offset_properties(targets.pipeline, end)
         done = apply_in_driver(small, table.target, table.schema, rows, end, properties, read_offset, append)
     else:
         done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, append)
@@ -179,7 +184,7 @@ def _merge_table(
     return done
 
 
-def _append_changelog(spark: Any, config: PipelineConfig, table: TableStream, rows: Any, end: Watermark) -> None:
+def _append_changelog(spark: Any, targets: Targets, table: TableStream, rows: Any, end: Watermark) -> None:
     assert table.changelog is not None
     names = table.changelog
     attempts = 0
@@ -190,14 +195,14 @@ def _append_changelog(spark: Any, config: PipelineConfig, table: TableStream, ro
         done = table.changelog_committed
         if attempts == 1 or (done is not None and done >= end.position):
             return done
-        return committed_in(config, names, end, done)
+        return committed_in(targets, names, end, done)
 
-    append_changelog(spark, qualified(config.targets, *names), rows, config.name, end, read_offset)
+    append_changelog(spark, qualified(targets, *names), rows, targets.pipeline, end, read_offset)
     table.changelog_committed = end.position
 
 
 def committed_in(
-    config: PipelineConfig, names: tuple[str, str], now: Watermark, known: BinlogPosition | None
+    targets: Targets, names: tuple[str, str], now: Watermark, known: BinlogPosition | None
 ) -> BinlogPosition | None:
     """The newest batch end the Iceberg table `names` holds, read from its current metadata.
 
@@ -205,7 +210,7 @@ def committed_in(
     the start of the run, as a position of this server: a newest commit made on another server (before a
     failover) is that one, since a commit of this run would carry this server's id.
     """
-    held = committed_offset(cached_pyiceberg_catalog(config.sink).load_table(names), config.name)
+    held = committed_offset(cached_pyiceberg_catalog(targets.sink).load_table(names), targets.pipeline)
     if held is None or (held.server_id is not None and held.server_id != now.server_id):
         return known if held is not None else None
     return held.position

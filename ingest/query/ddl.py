@@ -388,7 +388,9 @@ def _statement_commit(
     the statement's end as the table's offset, and SUMMARY_SCHEMA_CHANGE. None when the target holds it already
     (the commit was made before a crash)."""
     mark = Watermark(ddl.end, ddl.gtid_after, here)
-    held = committed_in(config, config.target_for(table.schema.database, table.schema.table), mark, table.committed)
+    held = committed_in(
+        config.targets, config.target_for(table.schema.database, table.schema.table), mark, table.committed
+    )
     if held is not None and held >= ddl.end:
         return None
     return {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}

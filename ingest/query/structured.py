@@ -160,7 +160,15 @@ class _Sink:
 
             def commit(again: bool) -> None:
                 commit_prepared(
-                    self.spark, self.config, self.state, begin.by_id, batch.tables, end, source_time, settle=again
+                    self.spark,
+                    self.config.targets,
+                    self.config.stream,
+                    self.state,
+                    begin.by_id,
+                    batch.tables,
+                    end,
+                    source_time,
+                    settle=again,
                 )
 
             self.outage.run(f"committing the batch up to {end.position}", commit)

@@ -61,7 +61,9 @@ def _tx(pos: int, *changes: tuple[Any, Any]) -> Transaction:
 
 def _prepare(table: TableStream, *batch: Transaction, **stream: Any) -> list[Any]:
     tables = {"db.t": table}
-    return prepare_batch(_config(**stream), tables, {"db.t": HighWatermarkFilter(None, table)}, list(batch))
+    config = _config(**stream)
+    filters = {"db.t": HighWatermarkFilter(None, table)}
+    return prepare_batch(config.targets, config.stream, tables, filters, list(batch))
 
 
 def test_each_key_is_folded_to_its_final_row_and_a_delete_to_its_key() -> None:
