@@ -153,7 +153,7 @@ def test_partition_values_are_every_image_of_the_batch_unless_the_target_may_kee
                 **options,
             }
         )
-        return _partition_values(config, table, changes)
+        return _partition_values(config.targets, config.stream, table, changes)
 
     assert values() == {"day": {d1, d2, d3, None}}
     assert values(stream={"on_schema_change": "ignore"}) is None
