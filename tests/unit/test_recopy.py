@@ -104,11 +104,11 @@ def test_the_binlog_phase_does_not_maintain_a_target_copied_into_its_branch(monk
     """Compaction and expiry would rewrite main, which readers see, and could expire the branch's chunk commits."""
     maintained: list[str] = []
     monkeypatch.setattr(commit, "maintain", lambda spark, name, *rest: maintained.append(name))
-    config = SimpleNamespace(name="p", sink=SimpleNamespace(maintenance=SimpleNamespace(every_commits=1)))
+    targets = SimpleNamespace(pipeline="p", sink=SimpleNamespace(maintenance=SimpleNamespace(every_commits=1)))
     end = Watermark(BinlogPosition.parse("bin.000001:400"))
     main, copy = "`lake`.`db`.`t`", on_copy_branch("`lake`.`db`.`u`")
     tables = [TableStream(OLD, name, [], [], end.position) for name in (main, copy)]
-    commit._maintain_due(None, config, tables, end)  # type: ignore[arg-type]
+    commit._maintain_due(None, targets, tables, end)  # type: ignore[arg-type]
     assert maintained == [main]
 
 
