@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ingest import metrics
-from ingest.config import PipelineConfig
+from ingest.config import PipelineConfig, Targets
 from ingest.errors import ConfigError
 from ingest.faults import crash_point
 from ingest.model.changes import TablesNamed
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.batch import TableStream
-from ingest.query.snapshot import copy_chunks, finish_copy, plan_table, unfinished
+from ingest.query.snapshot import Copying, copy_chunks, finish_copy, plan_table, unfinished
 from ingest.query.stop import StopSignal
 from ingest.query.structured import PhaseHooks, stream_structured
 from ingest.sink.catalog import cached_pyiceberg_catalog
@@ -134,7 +134,8 @@ def stream_taking_requests(
     """The job's query, started again after each request with the tables it adds; return the tables of the last
     query. It reads the chunks of the tables added in chunk batches between its binlog batches."""
     watch = SignalWatch(state, config.stream.signal_poll_seconds)
-    copy = LiveCopy(spark, config, state, flavor, hook)
+    copying = Copying(config.source, config.snapshot, config.targets)
+    copy = LiveCopy(spark, copying, config.stream.on_schema_change != "ignore", state, flavor, hook)
     named: list[TablesNamed] = []
     recopied: list[str] = []
     while True:
@@ -151,12 +152,12 @@ def stream_taking_requests(
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
         found = discover(config.source, config.tables, config.table_options).schemas
         check_targets(config.targets, found)
-        schemas = take_requests(spark, config, state, flavor, schemas, found, asked, before)
+        schemas = take_requests(spark, copying, state, flavor, schemas, found, asked, before)
 
 
 def take_requests(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     state: StateTable,
     flavor: str,
     running: Sequence[TableSchema],
@@ -177,7 +178,7 @@ def take_requests(
             )
             state.drop_signals(table_id)
         elif again and state.plan(table_id) is not None:
-            start_copy_again(spark, config, live[table_id])
+            start_copy_again(spark, copying.targets, live[table_id])
             crash_point("adhoc.after_drop")  # the request stays until forget: a restart starts (nothing) over
             state.forget(table_id)  # its requests go with its plan and chunks, in one commit
             log.info("%s: copying it again", table_id)
@@ -186,56 +187,64 @@ def take_requests(
             state.drop_signals(table_id)
     for table_id, schema in sorted(live.items()):
         if state.plan(table_id) is None:
-            plan_table(spark, config, state, flavor, schema, schemas_read_after)
+            plan_table(spark, copying, state, flavor, schema, schemas_read_after)
             log.info("%s: its chunks are read between binlog batches", table_id)
             by_id[table_id] = schema
     return [by_id[t] for t in sorted(by_id)]
 
 
-def start_copy_again(spark: Any, config: PipelineConfig, schema: TableSchema) -> None:
+def start_copy_again(spark: Any, targets: Targets, schema: TableSchema) -> None:
     """Start copying a table again: into a branch of its target when its schema fits (readers keep the old rows,
     see sink/recopy.py), else by dropping the target. The changelog table is dropped either way (its history
     goes, as it always did); it starts again with the binlog phase."""
-    target = config.target_for(schema.database, schema.table)
-    branched = start_branch_copy(cached_pyiceberg_catalog(config.sink), target, schema, config.name)
+    target = targets.target_for(schema.database, schema.table)
+    branched = start_branch_copy(cached_pyiceberg_catalog(targets.sink), target, schema, targets.pipeline)
     if branched:
-        spark.sql(f"REFRESH TABLE {qualified(config.targets, *target)}")
-    _drop_targets(spark, config, schema, target=not branched)
+        spark.sql(f"REFRESH TABLE {qualified(targets, *target)}")
+    _drop_targets(spark, targets, schema, target=not branched)
 
 
 def copy_all_again(
-    spark: Any, config: PipelineConfig, state: StateTable, schemas: Sequence[TableSchema]
+    spark: Any, targets: Targets, state: StateTable, schemas: Sequence[TableSchema]
 ) -> list[TableSchema]:
     """`stream.on_purged: resnapshot`: start the copy of every table over and forget the job's offset, as `ingest
     resnapshot` of every table does (the caller then copies them); return `schemas`."""
     for schema in schemas:
         if state.plan(schema.table_id) is not None:
-            start_copy_again(spark, config, schema)
+            start_copy_again(spark, targets, schema)
             crash_point("purged.after_start_over")
             state.forget(schema.table_id)
     state.forget_offset()  # every table starts over from its new chunks: the purged offset describes none
     return list(schemas)
 
 
-def _drop_targets(spark: Any, config: PipelineConfig, schema: TableSchema, target: bool = True) -> None:
+def _drop_targets(spark: Any, targets: Targets, schema: TableSchema, target: bool = True) -> None:
     """Drop the target (unless `target` is False) and changelog table with their files, through Spark so that its
     catalog cache forgets them too (the same names are created again at once)."""
-    names = [config.changelog_for(schema.database, schema.table)]
+    names = [targets.changelog_for(schema.database, schema.table)]
     if target:
-        names.append(config.target_for(schema.database, schema.table))
+        names.append(targets.target_for(schema.database, schema.table))
     for name in names:
         if name is not None:
-            spark.sql(f"DROP TABLE IF EXISTS {qualified(config.targets, *name)} PURGE")
+            spark.sql(f"DROP TABLE IF EXISTS {qualified(targets, *name)} PURGE")
 
 
 class LiveCopy:
     """Reads chunks of tables still being copied while the binlog phase runs, in the chunk batches of the query."""
 
     def __init__(
-        self, spark: Any, config: PipelineConfig, state: StateTable, flavor: str, hook: ChunkHook | None = None
+        self,
+        spark: Any,
+        copying: Copying,
+        follows_ddl: bool,
+        state: StateTable,
+        flavor: str,
+        hook: ChunkHook | None = None,
     ) -> None:
-        self.spark, self.config, self.state, self.flavor, self.hook = spark, config, state, flavor, hook
-        self.throttle = source_throttle(config.source, config.snapshot.max_source_load)
+        self.spark, self.copying, self.state, self.flavor, self.hook = spark, copying, state, flavor, hook
+        self.follows_ddl = follows_ddl
+        """Not under `stream.on_schema_change: ignore`: chunks wait for the binlog phase to follow a DDL."""
+        self.throttle = source_throttle(copying.source, copying.snapshot.max_source_load)
         """`snapshot.max_source_load`: asked without waiting, so a busy source holds back chunks, not the binlog."""
 
     def copy(self, table: TableStream, chunks: Sequence[Chunk], conn: Any) -> Literal["load", "schema"] | None:
@@ -245,9 +254,8 @@ class LiveCopy:
         schema = table.schema
         if self.throttle is not None and not self.throttle.ready(f"{schema.table_id}: chunks read while streaming"):
             return "load"
-        options = self.config.options_for(schema.database, schema.table)
-        follows_ddl = self.config.stream.on_schema_change != "ignore"
-        if follows_ddl and load_schema(conn, schema.database, schema.table, options).columns != schema.columns:
+        options = self.copying.targets.options_for(schema.database, schema.table)
+        if self.follows_ddl and load_schema(conn, schema.database, schema.table, options).columns != schema.columns:
             log.info("%s: chunks wait until the binlog phase has followed a schema change", schema.table_id)
             return "schema"
         slot = {c.index: i for i, c in enumerate(table.chunks)}
@@ -257,13 +265,13 @@ class LiveCopy:
         crash_point("adhoc.before_copy")
         done = {c.index for c, h in zip(table.chunks, table.chunk_highs, strict=True) if h is not None}
         records = copy_chunks(
-            self.spark, self.config, self.state, self.flavor, schema, table.target, unread, done, self.hook
+            self.spark, self.copying, self.state, self.flavor, schema, table.target, unread, done, self.hook
         )
         for record in records:
             assert record.high_watermark is not None
             table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position
         if not table.unread:  # the last chunk: readers see the copy now, and the phase writes main again
-            finish_copy(self.spark, self.config, schema, table.target)
+            finish_copy(self.spark, self.copying.targets, schema, table.target)
             table.target = table_of(table.target)
         read = len(table.chunks) - len(table.unread)
         metrics.current().snapshot_progress(schema.table_id, read, len(table.chunks))

@@ -20,7 +20,7 @@ from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.adhoc import copy_all_again, stream_taking_requests, take_requests
 from ingest.query.ddl import gone_tables
-from ingest.query.snapshot import ready_table, snapshot_table
+from ingest.query.snapshot import Copying, ready_table, snapshot_table
 from ingest.query.stop import StopSignal
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.runtime.warm_up import start_warm_up
@@ -139,17 +139,18 @@ def _run(
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
         state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
-        schemas, gone, paused = _tables_to_read(spark, config, state, info, start)
+        copying = Copying(config.source, config.snapshot, config.targets)
+        schemas, gone, paused = _tables_to_read(spark, config, copying, state, info, start)
         while True:
             if snapshot_only or config.startup_mode == "snapshot_only":
                 # A table paused (`ingest snapshot --pause`) keeps its chunks unread.
-                _snapshot(spark, config, state, info.flavor, _not_paused(paused, schemas), stop, hook)
+                _snapshot(spark, copying, state, info.flavor, _not_paused(paused, schemas), stop, hook)
                 return
             # The query reads the chunks, in chunk batches between its binlog batches (a paused table's chunks stay
             # unread, and its keys' changes are held back until they are read).
             with state.one_commit():  # every table's plan in one state commit
                 for schema in schemas:
-                    ready_table(spark, config, state, info.flavor, schema)
+                    ready_table(spark, copying, state, info.flavor, schema)
             try:
                 stream_taking_requests(
                     spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook
@@ -161,7 +162,7 @@ def _run(
                 log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", e)
                 found = discover(config.source, config.tables, config.table_options).schemas
                 check_targets(config.targets, found)
-                schemas = copy_all_again(spark, config, state, found)
+                schemas = copy_all_again(spark, config.targets, state, found)
                 paused = state.requests().paused
     except OutageWaitStopped as e:  # what was committed before stays; the rest comes with the next run
         log.info("%s; stopping", e)
@@ -172,7 +173,12 @@ def _run(
 
 
 def _tables_to_read(
-    spark: Any, config: PipelineConfig, state: StateTable, info: SourceInfo, start: Watermark | None
+    spark: Any,
+    config: PipelineConfig,
+    copying: Copying,
+    state: StateTable,
+    info: SourceInfo,
+    start: Watermark | None,
 ) -> tuple[list[TableSchema], list[TableSchema], frozenset[str]]:
     """The tables the run reads: those captured (with the snapshots `ingest snapshot` asked while no job ran taken
     first), those gone that the binlog phase reads up to their DROP or RENAME, and those paused."""
@@ -182,13 +188,13 @@ def _tables_to_read(
         start_empty(spark, config, state, schemas, start)
     requests = state.requests()
     if requests.snapshot:
-        schemas = take_requests(spark, config, state, info.flavor, schemas, schemas, requests.snapshot)
+        schemas = take_requests(spark, copying, state, info.flavor, schemas, schemas, requests.snapshot)
     return schemas, gone, requests.paused
 
 
 def _snapshot(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     state: StateTable,
     flavor: str,
     schemas: Sequence[TableSchema],
@@ -199,11 +205,11 @@ def _snapshot(
     commit). Every table's plan is one state commit. Tables left with one chunk each (most small tables) share
     a state commit for their records, one per `RECORDS_HELD_S` seconds: it costs more than their copy."""
     with state.one_commit():
-        ready = [(schema, ready_table(spark, config, state, flavor, schema)) for schema in schemas]
+        ready = [(schema, ready_table(spark, copying, state, flavor, schema)) for schema in schemas]
     for small, tables in itertools.groupby(ready, key=lambda r: _chunks_left(r[1]) == 1):
         with state.one_commit(hold_s=RECORDS_HELD_S) if small else nullcontext():
             for schema, table in tables:
-                snapshot_table(spark, config, state, flavor, schema, table, hook=hook, stop=stop.event)
+                snapshot_table(spark, copying, state, flavor, schema, table, hook=hook, stop=stop.event)
                 if stop.event.is_set():
                     log.info("stopping after the current commit, as asked")
                     return

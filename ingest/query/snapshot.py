@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from ingest import errors, metrics
-from ingest.config import PipelineConfig
+from ingest.config import SnapshotConfig, SourceConfig, Targets
 from ingest.errors import IngestError, SinkError
 from ingest.faults import crash_point
 from ingest.model.changes import RejectedValue
@@ -68,6 +69,16 @@ SUMMARY_BATCH = "ingest.snapshot.batch"
 _source_counter = itertools.count()
 
 
+@dataclass(frozen=True)
+class Copying:
+    """What the snapshot's copy takes from the pipeline file: where it reads (`source`), how (`snapshot`), and
+    the tables it writes (`targets`)."""
+
+    source: SourceConfig
+    snapshot: SnapshotConfig
+    targets: Targets
+
+
 def unfinished(state: StateTable, table_id: str) -> bool:
     """The table is planned and some of its chunks are not copied yet."""
     return len(state.done(table_id)) < len(state.plan(table_id) or [])
@@ -80,7 +91,7 @@ def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:
 
 def snapshot_table(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     state: StateTable,
     flavor: str,
     schema: TableSchema,
@@ -98,14 +109,14 @@ def snapshot_table(
         return
     started = time.monotonic()
     rows_done = 0
-    throttle = source_throttle(config.source, config.snapshot.max_source_load)
+    throttle = source_throttle(copying.source, copying.snapshot.max_source_load)
     stop = stop or threading.Event()
-    for batch in _batched(todo, config.snapshot.chunks_per_commit):
+    for batch in _batched(todo, copying.snapshot.chunks_per_commit):
         # Between commits only: a pause delays the next read, never a commit or its watermarks.
         if stop.is_set() or (throttle and not throttle.wait(stop, f"{table_id}: chunks {len(done)}/{len(plan)}")):
             log.info("%s: stopping at chunks %d/%d, as asked", table_id, len(done), len(plan))
             return
-        records = copy_chunks(spark, config, state, flavor, schema, target, batch, done, hook)
+        records = copy_chunks(spark, copying, state, flavor, schema, target, batch, done, hook)
         done.update(r.chunk.index for r in records)
         rows_done += sum(r.row_count for r in records)
         metrics.current().snapshot_progress(table_id, len(done), len(plan))
@@ -120,29 +131,29 @@ def snapshot_table(
             rows_done / elapsed,
             paused,
         )
-    finish_copy(spark, config, schema, target)
+    finish_copy(spark, copying.targets, schema, target)
 
 
 def ready_table(
-    spark: Any, config: PipelineConfig, state: StateTable, flavor: str, schema: TableSchema
+    spark: Any, copying: Copying, state: StateTable, flavor: str, schema: TableSchema
 ) -> tuple[str, list[Chunk], set[int]]:
     """Make a table ready for its chunks to be read: planned (`plan_table`), the chunks a run that died committed
     recorded (`reconcile`), and, when every chunk is read, its copy made visible (a run that stopped between the
     last chunk and the swap). Returns where its chunks go, its plan, and the chunks done."""
     table_id = schema.table_id
-    target = plan_table(spark, config, state, flavor, schema)
+    target = plan_table(spark, copying, state, flavor, schema)
     plan = state.plan(table_id) or []
-    done = reconcile(config, state, schema)
+    done = reconcile(copying.targets, state, schema)
     metrics.current().snapshot_progress(table_id, len(done), len(plan))
     if len(done) == len(plan):
         log.info("%s: snapshot complete (%s)", table_id, counted(len(plan), "chunk"))
-        finish_copy(spark, config, schema, target)
+        finish_copy(spark, copying.targets, schema, target)
     return target, plan, done
 
 
 def plan_table(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     state: StateTable,
     flavor: str,
     schema: TableSchema,
@@ -158,12 +169,12 @@ def plan_table(
     table_id = schema.table_id
 
     def partitions() -> str | None:  # kept for the rows a later DROP or TRUNCATE PARTITION removes
-        with connect(config.source) as conn:
+        with connect(copying.source) as conn:
             layout = read_layout(conn, schema.database, schema.table)
         return None if layout is None else layout.to_json()
 
-    target, created = ensure_target_created(spark, config.targets, schema, partitions)
-    if _copying_into_branch(config, state, schema):
+    target, created = ensure_target_created(spark, copying.targets, schema, partitions)
+    if _copying_into_branch(copying.targets, state, schema):
         target = on_copy_branch(target)
     if created and state.done(table_id):
         raise SinkError(
@@ -171,10 +182,12 @@ def plan_table(
             f"did not exist (dropped?): the rows they hold are gone. Snapshot the table again: `ingest resnapshot "
             f"--config ... --table {table_id}`, then `ingest run`"
         )
-    ensure_changelog(spark, config.targets, schema)  # the changelog starts with the binlog phase (docs/config.md)
+    ensure_changelog(spark, copying.targets, schema)  # the changelog starts with the binlog phase (docs/config.md)
     if state.plan(table_id) is None:
-        chunk_size = config.options_for(schema.database, schema.table).chunk_size or config.snapshot.chunk_size
-        with connect(config.source) as conn:
+        chunk_size = (
+            copying.targets.options_for(schema.database, schema.table).chunk_size or copying.snapshot.chunk_size
+        )
+        with connect(copying.source) as conn:
             planned_at = schema_read_after or read_watermark(conn, flavor)
             plan = split_table(conn, schema, chunk_size)
         state.save_plan(table_id, plan, planned_at)
@@ -183,35 +196,35 @@ def plan_table(
     return target
 
 
-def _copying_into_branch(config: PipelineConfig, state: StateTable, schema: TableSchema) -> bool:
+def _copying_into_branch(targets: Targets, state: StateTable, schema: TableSchema) -> bool:
     """Whether the target is being copied again into its branch. A branch that lacks chunks the state table
     records was started over (`ingest resnapshot` stopped between its two steps, see resnapshot.py): those
     records describe the old copy, so they are forgotten here and the caller plans the table again."""
     table_id = schema.table_id
-    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    table = cached_pyiceberg_catalog(targets.sink).load_table(targets.target_for(schema.database, schema.table))
     if not copy_under_way(table):
         return False
-    stale = set(state.done(table_id)) - chunks_done_in_target(table, config.name)
+    stale = set(state.done(table_id)) - chunks_done_in_target(table, targets.pipeline)
     if stale:
         log.info("%s: the copy branch was started over; forgetting %d chunks of the old copy", table_id, len(stale))
         state.forget(table_id)
     return True
 
 
-def finish_copy(spark: Any, config: PipelineConfig, schema: TableSchema, target: str) -> None:
+def finish_copy(spark: Any, targets: Targets, schema: TableSchema, target: str) -> None:
     """Every chunk is in the target: if it was copied into its branch, let readers see the copy (the swap).
 
     `target` is the name the chunks were written to (`plan_table`'s): only a branch name can need the swap, so
     a table copied into main costs no look at the catalog."""
     if target == table_of(target):
         return
-    names = config.target_for(schema.database, schema.table)
-    finish_branch_copy(cached_pyiceberg_catalog(config.sink), names, spark, target)
+    names = targets.target_for(schema.database, schema.table)
+    finish_branch_copy(cached_pyiceberg_catalog(targets.sink), names, spark, target)
 
 
 def copy_chunks(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     state: StateTable,
     flavor: str,
     schema: TableSchema,
@@ -223,12 +236,12 @@ def copy_chunks(
     """Read `chunks` on the executors, append them to the target in one commit, then record them (`done`: the
     table's chunks committed before). While the sink cannot be reached the commit waits (`state.outage`), and a
     commit cut off is looked for in the target before the chunks are read and committed again."""
-    policy = config.options_for(schema.database, schema.table).on_unrepresentable
-    tasks = [ChunkTask(config.source, flavor, schema, c, hook, config.snapshot.driver, policy) for c in chunks]
+    policy = copying.targets.options_for(schema.database, schema.table).on_unrepresentable
+    tasks = [ChunkTask(copying.source, flavor, schema, c, hook, copying.snapshot.driver, policy) for c in chunks]
 
     def commit(again: bool) -> list[ChunkRecord]:
-        landed = _landed(config, state, schema, chunks) if again else []
-        return landed or _commit_chunks(spark, config, flavor, schema, target, tasks, done)
+        landed = _landed(copying.targets, state, schema, chunks) if again else []
+        return landed or _commit_chunks(spark, copying, flavor, schema, target, tasks, done)
 
     records = state.outage.run(f"committing {schema.table_id}'s {counted(len(chunks), 'chunk')}", commit)
     crash_point("snapshot.after_commit")  # data committed, state table not yet written
@@ -263,18 +276,18 @@ def _executor_errors() -> Iterator[None]:
         raise ours from None
 
 
-def reconcile(config: PipelineConfig, state: StateTable, schema: TableSchema) -> set[int]:
+def reconcile(targets: Targets, state: StateTable, schema: TableSchema) -> set[int]:
     """Chunks done = recorded in the state table, or committed to the target by a run that died before
     recording them (those are recorded now, from the target's snapshot summaries)."""
     table_id = schema.table_id
     recorded = set(state.done(table_id))
-    namespace, name = config.target_for(schema.database, schema.table)
-    table = cached_pyiceberg_catalog(config.sink).load_table((namespace, name))
-    committed = chunks_done_in_target(table, config.name)
+    namespace, name = targets.target_for(schema.database, schema.table)
+    table = cached_pyiceberg_catalog(targets.sink).load_table((namespace, name))
+    committed = chunks_done_in_target(table, targets.pipeline)
     missing = committed - recorded
     if missing:
         plan = {c.index: c for c in state.plan(table_id) or []}
-        records = _records_in_target(table, config.name, {i: plan[i] for i in missing}, state.planned_at(table_id))
+        records = _records_in_target(table, targets.pipeline, {i: plan[i] for i in missing}, state.planned_at(table_id))
         log.info(
             "%s: recording %d chunks committed by an earlier run that stopped before recording them",
             table_id,
@@ -335,7 +348,7 @@ def _batch_records_in_target(table: Any, pipeline: str) -> dict[int, ChunkRecord
 
 def _commit_chunks(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     flavor: str,
     schema: TableSchema,
     target: str,
@@ -343,29 +356,29 @@ def _commit_chunks(
     done: set[int],
 ) -> list[ChunkRecord]:
     """The chunks of `tasks` read and appended to `target` in one commit, on the path their types allow."""
-    table = _arrow_writable(config, schema, tasks[0])
+    table = _arrow_writable(copying.targets, schema, tasks[0])
     if table is not None and len(tasks) == 1:
-        return [_commit_in_driver(config, table, target, tasks[0], set(done))]
+        return [_commit_in_driver(copying.targets, table, target, tasks[0], set(done))]
     if table is not None:
-        return _commit_files(spark, config, table, target, tasks, set(done))
-    with connect(config.source) as conn:
+        return _commit_files(spark, copying, table, target, tasks, set(done))
+    with connect(copying.source) as conn:
         floor = read_watermark(conn, flavor)
-    return _commit_batch(spark, config, target, tasks, target_columns(schema), set(done), floor)
+    return _commit_batch(spark, copying, target, tasks, target_columns(schema), set(done), floor)
 
 
-def _landed(config: PipelineConfig, state: StateTable, schema: TableSchema, chunks: list[Chunk]) -> list[ChunkRecord]:
+def _landed(targets: Targets, state: StateTable, schema: TableSchema, chunks: list[Chunk]) -> list[ChunkRecord]:
     """The records of `chunks` if the target holds them (one commit has them all, or none): a commit whose outcome
     the sink's outage hid."""
-    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
-    if not {c.index for c in chunks} & chunks_done_in_target(table, config.name):
+    table = cached_pyiceberg_catalog(targets.sink).load_table(targets.target_for(schema.database, schema.table))
+    if not {c.index for c in chunks} & chunks_done_in_target(table, targets.pipeline):
         return []
     log.info("%s: the commit cut off by the sink landed; its chunks are not read again", schema.table_id)
-    return _records_in_target(table, config.name, {c.index: c for c in chunks}, state.planned_at(schema.table_id))
+    return _records_in_target(table, targets.pipeline, {c.index: c for c in chunks}, state.planned_at(schema.table_id))
 
 
 def _commit_batch(
     spark: Any,
-    config: PipelineConfig,
+    copying: Copying,
     target: str,
     tasks: list[ChunkTask],
     targets: list[Any],
@@ -382,21 +395,21 @@ def _commit_batch(
     """
     reports = chunk_reports(spark)
     source = make_chunk_source(
-        f"ingest_chunks_{next(_source_counter)}", tasks, targets, config.snapshot.parallelism, reports
+        f"ingest_chunks_{next(_source_counter)}", tasks, targets, copying.snapshot.parallelism, reports
     )
     spark.dataSource.register(source)
     data = spark.read.format(source.name()).load()
     by_index = {t.chunk.index: t.chunk for t in tasks}
     with _executor_errors():
         if tasks[0].on_unrepresentable == "dead_letter":
-            data = _commit_rejected(spark, config, tasks[0].schema, data)
+            data = _commit_rejected(spark, copying.targets, tasks[0].schema, data)
         crash_point("snapshot.before_commit")
         writer = data.writeTo(target)
-        for key, value in _batch_properties(config, done_before, sorted(by_index), floor).items():
+        for key, value in _batch_properties(copying.targets, done_before, sorted(by_index), floor).items():
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.append()
     metas: dict[int, dict[str, Any]] = reports.value
-    snapshot_id = _current_snapshot_id(config, tasks[0].schema)
+    snapshot_id = _current_snapshot_id(copying.targets, tasks[0].schema)
     records = []
     for index, chunk in sorted(by_index.items()):
         m = metas.get(index)
@@ -411,19 +424,17 @@ def _commit_batch(
     return records
 
 
-def _arrow_writable(config: PipelineConfig, schema: TableSchema, task: ChunkTask) -> Any:
+def _arrow_writable(targets: Targets, schema: TableSchema, task: ChunkTask) -> Any:
     """The target's pyiceberg table when the chunks' Arrow may go to its data files without Spark's writer
     (`writable_from_arrow`), else None: also where rejected values are kept (`dead_letter`), which Spark splits
     from the rows."""
     if task.on_unrepresentable == "dead_letter":
         return None
-    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+    table = cached_pyiceberg_catalog(targets.sink).load_table(targets.target_for(schema.database, schema.table))
     return table if writable_from_arrow(table) else None
 
 
-def _commit_in_driver(
-    config: PipelineConfig, table: Any, target: str, task: ChunkTask, done_before: set[int]
-) -> ChunkRecord:
+def _commit_in_driver(targets: Targets, table: Any, target: str, task: ChunkTask, done_before: set[int]) -> ChunkRecord:
     """Read one chunk here, in the driver, and append it to the target with pyiceberg: a commit of one chunk has
     nothing to read in parallel, and a Spark job would cost it seconds (a Python data source, its workers, a
     Spark job) where the read and the append take milliseconds. Most small tables are one chunk. The commit
@@ -433,12 +444,12 @@ def _commit_in_driver(
     result = read_chunk(task)
     files = DataFileWriter(table).write([result.table], ROWS_PER_BATCH)
     crash_point("snapshot.before_commit")
-    append_files(table, files, _batch_properties(config, done_before, [chunk.index], result.low), _branch(target))
+    append_files(table, files, _batch_properties(targets, done_before, [chunk.index], result.low), _branch(target))
     return ChunkRecord(chunk, result.high, result.low, result.table.num_rows, result.window_events, _head_id(table))
 
 
 def _commit_files(
-    spark: Any, config: PipelineConfig, table: Any, target: str, tasks: list[ChunkTask], done_before: set[int]
+    spark: Any, copying: Copying, table: Any, target: str, tasks: list[ChunkTask], done_before: set[int]
 ) -> list[ChunkRecord]:
     """Read a batch of chunks on the executors, which write their rows to data files of the target themselves
     (ingest/sink/data_files.py), and append the files in one commit from here: Spark's JVM never converts the rows.
@@ -448,7 +459,7 @@ def _commit_files(
     # processes of their own before the read, and the rows returned here are only the partitions' files. The RDD
     # holds the groups' numbers; the tasks, which hold the source's password, travel in the function, as a data
     # source's partitions do (PySpark writes the elements of `parallelize` to a temporary file).
-    groups = group_tasks(tasks, config.snapshot.parallelism)
+    groups = group_tasks(tasks, copying.snapshot.parallelism)
     writer = DataFileWriter(table)
     with _executor_errors():
         written = (
@@ -462,7 +473,9 @@ def _commit_files(
     lows = [Watermark.from_json(m["low"]) for m in reports.values()]
     floor = min(lows, key=lambda w: w.position)
     crash_point("snapshot.before_commit")
-    append_files(table, files, _batch_properties(config, done_before, sorted(by_index), floor), _branch(target))
+    append_files(
+        table, files, _batch_properties(copying.targets, done_before, sorted(by_index), floor), _branch(target)
+    )
     snapshot_id = _head_id(table)
     return [
         ChunkRecord(
@@ -477,14 +490,12 @@ def _commit_files(
     ]
 
 
-def _batch_properties(
-    config: PipelineConfig, done_before: set[int], chunks: list[int], floor: Watermark
-) -> dict[str, str]:
+def _batch_properties(targets: Targets, done_before: set[int], chunks: list[int], floor: Watermark) -> dict[str, str]:
     """The summary of a commit of chunks: the pipeline, every chunk done with these, and the floor of their
     watermarks (what `reconcile` reads back)."""
     batch_info = {"floor": floor.to_json(), "chunks": chunks}
     return {
-        SUMMARY_PIPELINE: config.name,
+        SUMMARY_PIPELINE: targets.pipeline,
         SUMMARY_CHUNKS_DONE: encode_ranges(done_before | set(chunks)),
         SUMMARY_BATCH: json.dumps(batch_info, separators=(",", ":")),
     }
@@ -503,7 +514,7 @@ def _head_id(table: Any) -> int | None:
     return None if head is None else int(head.snapshot_id)
 
 
-def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, data: Any) -> Any:
+def _commit_rejected(spark: Any, targets: Targets, schema: TableSchema, data: Any) -> Any:
     """`on_unrepresentable: dead_letter`: read the chunks once (kept on the executors), MERGE their rejected values
     into the rejected table, and return the other rows, for the target. The rejected rows commit first, as in the
     binlog phase: a target that holds a chunk holds its rejected values too, and a chunk read again after a crash
@@ -515,16 +526,16 @@ def _commit_rejected(spark: Any, config: PipelineConfig, schema: TableSchema, da
     found = data.where(F.col(REJECTED_COLUMN).isNotNull()).select(REJECTED_COLUMN).collect()
     rows = [RejectedValue(**item) for (text,) in found for item in json.loads(text)]
     if rows:
-        name = ensure_rejected(spark, config.targets, schema.database, schema.table)
+        name = ensure_rejected(spark, targets, schema.database, schema.table)
         assert name is not None, "dead_letter tables have a rejected table"
         merge_rejected(spark, name, rows)
         crash_point("snapshot.after_rejected_commit")
     return data.where(F.col(REJECTED_COLUMN).isNull()).drop(REJECTED_COLUMN)
 
 
-def _current_snapshot_id(config: PipelineConfig, schema: TableSchema) -> int | None:
+def _current_snapshot_id(targets: Targets, schema: TableSchema) -> int | None:
     """The target's head the job writes (its copy branch's while one exists), read with pyiceberg (a Spark query of
     `.snapshots` costs a Spark job)."""
-    namespace, name = config.target_for(schema.database, schema.table)
-    snapshot = job_head(cached_pyiceberg_catalog(config.sink).load_table((namespace, name)))
+    namespace, name = targets.target_for(schema.database, schema.table)
+    snapshot = job_head(cached_pyiceberg_catalog(targets.sink).load_table((namespace, name)))
     return None if snapshot is None else int(snapshot.snapshot_id)
