@@ -27,7 +27,7 @@ from ingest.faults import crash_point
 from ingest.model.changes import TablesNamed
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
-from ingest.query.batch import TableStream
+from ingest.query.batch import Streaming, TableStream
 from ingest.query.snapshot import Copying, copy_chunks, finish_copy, plan_table, unfinished
 from ingest.query.stop import StopSignal
 from ingest.query.structured import PhaseHooks, stream_structured
@@ -123,7 +123,8 @@ class SignalWatch:
 
 def stream_taking_requests(
     spark: Any,
-    config: PipelineConfig,
+    streaming: Streaming,
+    copying: Copying,
     state: StateTable,
     flavor: str,
     schemas: list[TableSchema],
@@ -133,14 +134,13 @@ def stream_taking_requests(
 ) -> list[TableSchema]:
     """The job's query, started again after each request with the tables it adds; return the tables of the last
     query. It reads the chunks of the tables added in chunk batches between its binlog batches."""
-    watch = SignalWatch(state, config.stream.signal_poll_seconds)
-    copying = Copying(config.source, config.snapshot, config.targets)
-    copy = LiveCopy(spark, copying, config.stream.on_schema_change != "ignore", state, flavor, hook)
+    watch = SignalWatch(state, streaming.stream.signal_poll_seconds)
+    copy = LiveCopy(spark, copying, streaming.stream.on_schema_change != "ignore", state, flavor, hook)
     named: list[TablesNamed] = []
     recopied: list[str] = []
     while True:
         hooks = PhaseHooks(watch.look, named.append, recopied.extend, copy.copy, lambda: watch.paused)
-        end = stream_structured(spark, config, state, schemas, flavor, until_caught_up, stop, hooks)
+        end = stream_structured(spark, streaming, state, schemas, flavor, until_caught_up, stop, hooks)
         log.info("binlog phase stopped at %s", end)
         if stop.event.is_set() or not (watch.asked or named or recopied):
             return schemas
@@ -148,10 +148,10 @@ def stream_taking_requests(
             log.info("%s: named by a DDL statement at %s", ", ".join(f"{d}.{t}" for d, t in item.tables), item.end)
         asked = {**watch.asked, **dict.fromkeys(recopied, True)}
         watch.asked, named[:], recopied[:] = {}, [], []
-        with connect(config.source) as conn:
+        with connect(streaming.source) as conn:
             before = read_watermark(conn, flavor)  # before the schemas are loaded (see plan_table)
-        found = discover(config.source, config.tables, config.table_options).schemas
-        check_targets(config.targets, found)
+        found = discover(streaming.source, streaming.tables, streaming.targets.table_options).schemas
+        check_targets(streaming.targets, found)
         schemas = take_requests(spark, copying, state, flavor, schemas, found, asked, before)
 
 

@@ -22,7 +22,7 @@ from ingest.changes.changelog import SourceChange, changelog_rows
 from ingest.changes.key_actions import act_on_changes
 from ingest.changes.materializer import Change, created_keys, materialize
 from ingest.changes.rejects import split_rejected
-from ingest.config import StreamConfig, Targets
+from ingest.config import SourceConfig, StreamConfig, TableSelection, Targets
 from ingest.errors import SourceError
 from ingest.model.changes import ForeignKey, KeyAction, RejectedValue, RowChange, Transaction
 from ingest.model.position import BinlogPosition
@@ -35,6 +35,19 @@ from ingest.sink.merge import (
 )
 from ingest.source.snapshot.chunk_reader import in_chunk
 from ingest.source.snapshot.chunks import Chunk, Key
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """What the binlog phase takes from the pipeline file: the source it reads, the tables it captures (a DDL
+    naming another table they match adds it), how it batches and follows DDL (`stream`), how many chunks a chunk
+    batch reads (`snapshot.chunks_per_commit`), and the tables it writes."""
+
+    source: SourceConfig
+    tables: TableSelection
+    stream: StreamConfig
+    chunks_per_commit: int
+    targets: Targets
 
 
 @dataclass

@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.config import PipelineConfig, SourceConfig, TableSelection
+from ingest.config import SourceConfig, TableSelection
 from ingest.errors import SchemaChangeError
 from ingest.model.changes import DdlStatement, ForeignKey, TablesNamed, Transaction, changes_in
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
-from ingest.query.batch import HighWatermarkFilter, TableBatch, TableStream, catch_up_end, prepare_batch
+from ingest.query.batch import HighWatermarkFilter, Streaming, TableBatch, TableStream, catch_up_end, prepare_batch
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.source.binlog.prefetch import End, Idle, Prefetch
 from ingest.source.binlog.reader import FOLLOWED, BinlogReader, dump_server_id
@@ -74,7 +74,7 @@ OBSERVED = "ingest"
 class BinlogSourceSpec:
     """What the source process needs (pickled into it with the DataSource class)."""
 
-    config: PipelineConfig
+    streaming: Streaming
     flavor: str
     tables: tuple[TableStream, ...]
     """What each table holds at `resume`; its schema is the one its target mirrors."""
@@ -196,7 +196,7 @@ class BinlogStreamReader:
         self.spec = spec
         self._tables = {t.schema.table_id: dataclasses.replace(t) for t in spec.tables}
         """What each table holds, as of the batches handed over (each is committed before the next is asked)."""
-        self._conn = _LazyConnection(spec.config.source)
+        self._conn = _LazyConnection(spec.streaming.source)
         self._filters = {table_id: HighWatermarkFilter(self._conn, t) for table_id, t in self._tables.items()}
         self._reader: BinlogReader | None = None
         self._chained: dict[str, list[ForeignKey]] = {}
@@ -238,7 +238,7 @@ class BinlogStreamReader:
         # long): an offset that did not move would make Spark run an empty first batch (from no offset to the
         # initial one), a whole micro-batch for nothing. With chunks to read, only a batch due now goes first.
         first = self._batch.begin == self.spec.resume and not self._batch.moved
-        interval = self.spec.config.stream.batch_interval_seconds
+        interval = self.spec.streaming.stream.batch_interval_seconds
         wait = min(interval, FIRST_READ_WAIT_SECONDS) if first else READ_WAIT_SECONDS
         batch = self._take(time.monotonic() + (0.0 if after_chunks else wait))
         if batch is None or not batch.moved:
@@ -285,7 +285,7 @@ class BinlogStreamReader:
         ready = [(table_id, tuple(chunks)) for table_id, chunks in sorted(unread.items()) if table_id not in paused]
         if not ready:
             return None
-        per_commit = self.spec.config.snapshot.chunks_per_commit
+        per_commit = self.spec.streaming.chunks_per_commit
         first_id, first = ready[0]
         if len(first) > 1:
             return ChunkBatch(((first_id, first[:per_commit]),))
@@ -317,13 +317,13 @@ class BinlogStreamReader:
                     table.chunk_highs[slot[chunk.index]] = record.high_watermark.position
                     read += 1
         if read == 0:
-            self._held_until = time.monotonic() + self.spec.config.stream.batch_interval_seconds
+            self._held_until = time.monotonic() + self.spec.streaming.stream.batch_interval_seconds
         return True
 
     def _paused_tables(self) -> frozenset[str]:
         """The tables `ingest snapshot --pause` holds (looked up at most every `stream.signal_poll_seconds`)."""
         now = time.monotonic()
-        if now - self._paused_looked >= self.spec.config.stream.signal_poll_seconds:
+        if now - self._paused_looked >= self.spec.streaming.stream.signal_poll_seconds:
             self._paused_looked = now
             try:
                 self._paused = self._state_table().requests().paused
@@ -333,7 +333,7 @@ class BinlogStreamReader:
 
     def _state_table(self) -> StateTable:
         if self._state is None:
-            self._state = StateTable.open(self.spec.config.sink, self.spec.config.name)
+            self._state = StateTable.open(self.spec.streaming.targets.sink, self.spec.streaming.targets.pipeline)
         return self._state
 
     # -- reading
@@ -375,7 +375,7 @@ class BinlogStreamReader:
         batch = [item for item in items if isinstance(item, Transaction)]
         assert len(batch) + (ddl is not None) == len(items), "a DDL begins its batch"
         tables = prepare_batch(
-            self.spec.config.targets, self.spec.config.stream, self._tables, self._filters, batch, self._chained
+            self.spec.streaming.targets, self.spec.streaming.stream, self._tables, self._filters, batch, self._chained
         )
         for part in tables:
             table = self._tables[part.table_id]
@@ -401,7 +401,7 @@ class BinlogStreamReader:
         server_id: int | None = None,
         new_tables: TableSelection | None = None,
     ) -> BinlogReader:
-        stream, source = self.spec.config.stream, self.spec.config.source
+        stream, source = self.spec.streaming.stream, self.spec.streaming.source
         gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
         reader = BinlogReader(
             source if server_id is None else dataclasses.replace(source, server_id=server_id),
@@ -433,7 +433,7 @@ class BinlogStreamReader:
         self._reader = self._new_reader(begin, blocking=True, new_tables=self.spec.new_tables)
         self._prefetch = Prefetch(
             self._reader,
-            self.spec.config.stream.batch_max_changes,
+            self.spec.streaming.stream.batch_max_changes,
             changes_in,
             pause_after=lambda item: isinstance(item, DdlStatement),
         )
@@ -456,7 +456,7 @@ class BinlogStreamReader:
         assert self._prefetch is not None and self._reader is not None and self._batch is not None
         if self._failure is not None:
             raise self._failure
-        stream = self.spec.config.stream
+        stream = self.spec.streaming.stream
         batch, here, read_end = self._batch, self.spec.resume.server_id, self.spec.goal
         goal = None if read_end is None else catch_up_end(read_end, self._tables.values())
         due_at = self._last_batch + stream.batch_interval_seconds
@@ -525,17 +525,17 @@ class BinlogStreamReader:
         statement), is no longer read."""
         from ingest.source.binlog.schema_after import schema_after
 
-        config = self.spec.config
-        recopy = config.stream.on_unfollowable == "recopy"
-        with connect(config.source) as conn:
+        streaming = self.spec.streaming
+        recopy = streaming.stream.on_unfollowable == "recopy"
+        with connect(streaming.source) as conn:
             for key in ddl.tables:
                 table_id = ".".join(key)
                 if ddl.kind != "drop" and (ddl.kind in FOLLOWED or not recopy):
                     table = self._tables[table_id]
                     try:
                         table.schema = schema_after(
-                            config.source,
-                            config.options_for(table.schema.database, table.schema.table),
+                            streaming.source,
+                            streaming.targets.options_for(table.schema.database, table.schema.table),
                             conn,
                             self.spec.flavor,
                             table.schema,

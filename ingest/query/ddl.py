@@ -15,13 +15,13 @@ import pymysql.cursors
 from pyiceberg.exceptions import NoSuchTableError
 
 from ingest import metrics
-from ingest.config import PipelineConfig
+from ingest.config import Targets
 from ingest.faults import crash_point
 from ingest.model.changes import DdlStatement
 from ingest.model.columns import quote_identifier
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema, quote
-from ingest.query.batch import TableStream
+from ingest.query.batch import Streaming, TableStream
 from ingest.query.commit import committed_in
 from ingest.query.start import StreamStart
 from ingest.sink.catalog import cached_pyiceberg_catalog
@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 def follow_ddl(
     spark: Any,
-    config: PipelineConfig,
+    streaming: Streaming,
     state: StateTable,
     conn: Any,
     flavor: str,
@@ -87,16 +87,16 @@ def follow_ddl(
                     "no schema change can mirror"
                 )
             if ddl.kind == "drop":
-                end_capture(spark, config, table, ddl)
+                end_capture(spark, streaming, table, ddl)
                 state.forget(table.schema.table_id)  # a restart before the offset takes it as gone (gone_tables)
             elif ddl.kind == "partition":
-                remove_partition_rows(spark, config, conn, flavor, table, ddl, begin.here)
+                remove_partition_rows(spark, streaming, conn, flavor, table, ddl, begin.here)
                 continue
             else:
-                evolve_table(spark, config, conn, flavor, table, ddl, reader, begin.here)
+                evolve_table(spark, streaming, conn, flavor, table, ddl, reader, begin.here)
                 continue
         except SchemaChangeError as e:
-            if config.stream.on_unfollowable != "recopy":
+            if streaming.stream.on_unfollowable != "recopy":
                 raise
             log.warning("%s. With `stream.on_unfollowable: recopy` it is copied again; the other tables stream on", e)
             state.ask_snapshot([table.schema.table_id], again=True)
@@ -115,11 +115,11 @@ SOURCE_DROPPED_PROPERTY = "ingest.source-dropped"
 """Table property of a target kept after its source table was dropped or renamed away: the statement's position."""
 
 
-def end_capture(spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement) -> None:
+def end_capture(spark: Any, streaming: Streaming, table: TableStream, ddl: DdlStatement) -> None:
     """The table was dropped or renamed away: by `stream.on_drop_table`, its target is kept as it was at the
     statement (marked with SOURCE_DROPPED_PROPERTY) or dropped. Either step can be run again after a crash."""
     target = table_of(table.target)
-    if config.stream.on_drop_table == "drop":
+    if streaming.stream.on_drop_table == "drop":
         spark.sql(f"DROP TABLE IF EXISTS {target}")
         done = f"its target {target} dropped"
     else:
@@ -138,19 +138,19 @@ def end_capture(spark: Any, config: PipelineConfig, table: TableStream, ddl: Ddl
     )
 
 
-def gone_tables(config: PipelineConfig, state: StateTable, found: Sequence[TableSchema]) -> list[TableSchema]:
+def gone_tables(streaming: Streaming, state: StateTable, found: Sequence[TableSchema]) -> list[TableSchema]:
     """Tables the job captures that are no longer on the source: dropped or renamed away while no job ran (or
     before the job recorded it had followed that). Their changes up to that statement are read with the schema
     their target mirrors, and the statement ends their capture (`end_capture`)."""
-    catalog = cached_pyiceberg_catalog(config.sink)
+    catalog = cached_pyiceberg_catalog(streaming.targets.sink)
     present = {s.table_id for s in found}
     gone = []
     for table_id in state.tables():
         db, name = table_id.split(".", 1)
-        if table_id in present or not config.tables.matches(db, name):
+        if table_id in present or not streaming.tables.matches(db, name):
             continue  # there, or left out of the pipeline by its patterns (its target is left as it is)
         try:
-            target = catalog.load_table(config.target_for(db, name))
+            target = catalog.load_table(streaming.targets.target_for(db, name))
         except NoSuchTableError:
             continue  # dropped by `on_drop_table: drop`
         if SOURCE_DROPPED_PROPERTY in target.properties or SOURCE_SCHEMA_PROPERTY not in target.properties:
@@ -178,7 +178,7 @@ def _refuse_during_snapshot(table: TableStream, ddl: DdlStatement) -> None:
 
 def evolve_table(
     spark: Any,
-    config: PipelineConfig,
+    streaming: Streaming,
     conn: Any,
     flavor: str,
     table: TableStream,
@@ -196,9 +196,11 @@ def evolve_table(
     """
     old = table.schema
     if ddl.kind == "truncate":
-        truncate_table(spark, config, table, ddl, here)
+        truncate_table(spark, streaming, table, ddl, here)
         return
-    live = schema_after(config.source, config.options_for(old.database, old.table), conn, flavor, old, ddl)
+    live = schema_after(
+        streaming.source, streaming.targets.options_for(old.database, old.table), conn, flavor, old, ddl
+    )
     said = ddl.said
     if said is not None and said.reads_again:
         raise _values_not_derived(old, ddl, said.reads_again)
@@ -214,16 +216,16 @@ def evolve_table(
     if table.changelog is not None:
         # Its rows are written with the columns of their moment: it follows the same renames, drops and additions
         # (a dropped column's history stays in the snapshots before the drop), with no backfill of old changes.
-        done += apply_plan(spark, qualified(config.targets, *table.changelog), old.table_id, plan)
+        done += apply_plan(spark, qualified(streaming.targets, *table.changelog), old.table_id, plan)
     crash_point("stream.after_schema_change")
     if values:
-        props = _statement_commit(config, table, ddl, here)
+        props = _statement_commit(streaming.targets, table, ddl, here)
         if props is not None:
             backfill(spark, table.target, old.table_id, values, live.columns, props)
             done.append(f"backfill of {sorted(values)}")
             table.committed = ddl.end
     crash_point("stream.after_backfill")
-    _follow_partitions(spark, config, table, ddl)
+    _follow_partitions(spark, streaming, table, ddl)
     store_source_schema(spark, table_of(table.target), live)
     table.schema = live
     if reader is not None:
@@ -279,7 +281,7 @@ def _refuse_partition_source_change(table: TableStream, plan: SchemaPlan, ddl: D
 
 
 def truncate_table(
-    spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None = None
+    spark: Any, streaming: Streaming, table: TableStream, ddl: DdlStatement, here: int | None = None
 ) -> None:
     """Follow a TRUNCATE: every row of the target is deleted in one commit carrying the statement's end as its
     offset (Iceberg drops whole files, a metadata-only commit). A target that holds it already is left alone."""
@@ -291,7 +293,7 @@ def truncate_table(
             "truncate must not delete. Everything before it is committed. Re-snapshot the table: "
             f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
         )
-    props = _statement_commit(config, table, ddl, here)
+    props = _statement_commit(streaming.targets, table, ddl, here)
     if props is None:
         return
     delete_every_row(spark, table.target, props)
@@ -302,7 +304,7 @@ def truncate_table(
 
 def remove_partition_rows(
     spark: Any,
-    config: PipelineConfig,
+    streaming: Streaming,
     conn: Any,
     flavor: str,
     table: TableStream,
@@ -320,9 +322,9 @@ def remove_partition_rows(
             f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) moves rows between "
             "tables, partitions or tablespaces without logging them, and the job does not know which"
         )
-    layout = _kept_partitions(config, schema)
+    layout = _kept_partitions(streaming.targets, schema)
     if layout is None and found[0] == "truncate":
-        layout = _partitions_now(config, conn, flavor, schema, ddl)  # a TRUNCATE leaves the bounds as they were
+        layout = _partitions_now(streaming, conn, flavor, schema, ddl)  # a TRUNCATE leaves the bounds as they were
     if layout is None:
         raise SchemaChangeError(
             f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) removes the rows "
@@ -336,7 +338,7 @@ def remove_partition_rows(
             f"{ddl.end}, before the high watermark {last_read} of its last chunk: chunks read after the statement "
             "hold rows it must not delete"
         )
-    props = _statement_commit(config, table, ddl, here)
+    props = _statement_commit(streaming.targets, table, ddl, here)
     if props is not None:
         try:
             where = removed_rows(layout, found[1], lambda column: f"t.{quote_identifier(column)}")
@@ -353,47 +355,45 @@ def remove_partition_rows(
 
 
 def _partitions_now(
-    config: PipelineConfig, conn: Any, flavor: str, schema: TableSchema, ddl: DdlStatement
+    streaming: Streaming, conn: Any, flavor: str, schema: TableSchema, ddl: DdlStatement
 ) -> PartitionLayout | None:
     """The server's partitions now, when no partition statement on the table came after `ddl`: they are then the
     bounds right after it (None otherwise)."""
     end = read_watermark(conn, flavor).position  # read before the layout: a later statement is in the range
-    later = ddl_between(config.source, [(schema.database, schema.table)], ddl.end, end)
+    later = ddl_between(streaming.source, [(schema.database, schema.table)], ddl.end, end)
     if any(re.search(r"\bPARTITION", query, re.I) for _, query, _ in later):
         return None
     return read_layout(conn, schema.database, schema.table)
 
 
-def _kept_partitions(config: PipelineConfig, schema: TableSchema) -> PartitionLayout | None:
-    target = cached_pyiceberg_catalog(config.sink).load_table(config.target_for(schema.database, schema.table))
+def _kept_partitions(targets: Targets, schema: TableSchema) -> PartitionLayout | None:
+    target = cached_pyiceberg_catalog(targets.sink).load_table(targets.target_for(schema.database, schema.table))
     kept = target.properties.get(PARTITIONS_PROPERTY)
     return None if kept is None else PartitionLayout.from_json(kept)
 
 
-def _follow_partitions(spark: Any, config: PipelineConfig, table: TableStream, ddl: DdlStatement) -> None:
+def _follow_partitions(spark: Any, streaming: Streaming, table: TableStream, ddl: DdlStatement) -> None:
     """Carry the partition bounds the job keeps through an ALTER that may change partitions (ADD PARTITION adds
     bounds; any other partition clause makes them unknown)."""
     if not re.search(r"\bPARTITION", ddl.query, re.I):
         return
-    kept = _kept_partitions(config, table.schema)
+    kept = _kept_partitions(streaming.targets, table.schema)
     after = after_statement(kept, ddl.query)
     if after != kept:
         store_partitions(spark, table_of(table.target), after)
 
 
 def _statement_commit(
-    config: PipelineConfig, table: TableStream, ddl: DdlStatement, here: int | None
+    targets: Targets, table: TableStream, ddl: DdlStatement, here: int | None
 ) -> dict[str, str] | None:
     """The snapshot properties of the one commit that applies `ddl` to the target's rows (a backfill, a TRUNCATE):
     the statement's end as the table's offset, and SUMMARY_SCHEMA_CHANGE. None when the target holds it already
     (the commit was made before a crash)."""
     mark = Watermark(ddl.end, ddl.gtid_after, here)
-    held = committed_in(
-        config.targets, config.target_for(table.schema.database, table.schema.table), mark, table.committed
-    )
+    held = committed_in(targets, targets.target_for(table.schema.database, table.schema.table), mark, table.committed)
     if held is not None and held >= ddl.end:
         return None
-    return {**stream_offset_properties(config.name, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
+    return {**stream_offset_properties(targets.pipeline, mark), SUMMARY_SCHEMA_CHANGE: str(ddl.end)}
 
 
 SUMMARY_SCHEMA_CHANGE = "ingest.schema-change"

@@ -19,6 +19,7 @@ from ingest.metrics import JobMetrics, MetricsServer, recording
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.adhoc import copy_all_again, stream_taking_requests, take_requests
+from ingest.query.batch import Streaming
 from ingest.query.ddl import gone_tables
 from ingest.query.snapshot import Copying, ready_table, snapshot_table
 from ingest.query.stop import StopSignal
@@ -139,8 +140,8 @@ def _run(
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
         state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
-        copying = Copying(config.source, config.snapshot, config.targets)
-        schemas, gone, paused = _tables_to_read(spark, config, copying, state, info, start)
+        copying, streaming = copying_of(config), streaming_of(config)
+        schemas, gone, paused = _tables_to_read(spark, config, streaming, copying, state, info, start)
         while True:
             if snapshot_only or config.startup_mode == "snapshot_only":
                 # A table paused (`ingest snapshot --pause`) keeps its chunks unread.
@@ -153,7 +154,7 @@ def _run(
                     ready_table(spark, copying, state, info.flavor, schema)
             try:
                 stream_taking_requests(
-                    spark, config, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook
+                    spark, streaming, copying, state, info.flavor, [*schemas, *gone], until_caught_up, stop, hook
                 )
                 return
             except BinlogPurgedError as e:
@@ -172,9 +173,20 @@ def _run(
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop() (see _run's docstring)
 
 
+def copying_of(config: PipelineConfig) -> Copying:
+    """The snapshot's copy's part of the pipeline file."""
+    return Copying(config.source, config.snapshot, config.targets)
+
+
+def streaming_of(config: PipelineConfig) -> Streaming:
+    """The binlog phase's part of the pipeline file."""
+    return Streaming(config.source, config.tables, config.stream, config.snapshot.chunks_per_commit, config.targets)
+
+
 def _tables_to_read(
     spark: Any,
     config: PipelineConfig,
+    streaming: Streaming,
     copying: Copying,
     state: StateTable,
     info: SourceInfo,
@@ -183,7 +195,7 @@ def _tables_to_read(
     """The tables the run reads: those captured (with the snapshots `ingest snapshot` asked while no job ran taken
     first), those gone that the binlog phase reads up to their DROP or RENAME, and those paused."""
     schemas = list(info.schemas)
-    gone = gone_tables(config, state, schemas)
+    gone = gone_tables(streaming, state, schemas)
     if start is not None:  # a startup mode that copies nothing
         start_empty(spark, config, state, schemas, start)
     requests = state.requests()

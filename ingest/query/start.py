@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest import metrics
-from ingest.config import PipelineConfig
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.model.schema import TableSchema
-from ingest.query.batch import HighWatermarkFilter, TableStream
+from ingest.query.batch import HighWatermarkFilter, Streaming, TableStream
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json
 from ingest.sink.maintenance import commits_since_compaction
@@ -30,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def _table_streams(
-    config: PipelineConfig,
+    streaming: Streaming,
     state: StateTable,
     schemas: Sequence[TableSchema],
     recorded: Watermark | None,
@@ -41,38 +40,40 @@ def _table_streams(
 
     Points recorded on another server (before a failover) are found again by their GTIDs, all at once.
     """
-    catalog = cached_pyiceberg_catalog(config.sink)
+    catalog = cached_pyiceberg_catalog(streaming.targets.sink)
     found: list[tuple[TableStream, list[Watermark | None], Watermark | None, Watermark | None, Watermark | None]] = []
     for schema in schemas:
         done = state.done(schema.table_id)
         plan = state.plan(schema.table_id) or []
         # A chunk not read yet (a snapshot asked of the running job) has none.
         highs = [record.high_watermark if (record := done.get(chunk.index)) else None for chunk in plan]
-        namespace, name = config.target_for(schema.database, schema.table)
+        namespace, name = streaming.targets.target_for(schema.database, schema.table)
         table = catalog.load_table((namespace, name))
         stored = table.properties.get(SOURCE_SCHEMA_PROPERTY)
-        if stored and config.stream.on_schema_change != "ignore":
+        if stored and streaming.stream.on_schema_change != "ignore":
             # Rows between the committed offset and a DDL not yet followed were written with the schema the
             # target mirrors, not with the live one (which may already be past that DDL).
             schema = schema_from_json(schema.database, schema.table, stored)
-        changelog = config.changelog_for(schema.database, schema.table)
+        changelog = streaming.targets.changelog_for(schema.database, schema.table)
         log_table = None if changelog is None else catalog.load_table(changelog)
-        logged = None if log_table is None else committed_offset(log_table, config.name)
-        history = stream_history(table, config.name)
-        target = qualified(config.targets, namespace, name)
+        logged = None if log_table is None else committed_offset(log_table, streaming.targets.pipeline)
+        history = stream_history(table, streaming.targets.pipeline)
+        target = qualified(streaming.targets, namespace, name)
         if copy_under_way(table):  # copied again: written to its branch, main left to readers until the swap
             target = on_copy_branch(target)
         stream = TableStream(schema, target, plan, [], None, changelog)
         stream.committed_known = history.complete
         stream.partition_columns = partition_source_columns(table, schema)
-        every = config.sink.maintenance.every_commits
+        every = streaming.targets.sink.maintenance.every_commits
         stream.since_compaction[stream.target] = commits_since_compaction(table, every)
         if changelog is not None and log_table is not None:
-            stream.since_compaction[qualified(config.targets, *changelog)] = commits_since_compaction(log_table, every)
+            stream.since_compaction[qualified(streaming.targets, *changelog)] = commits_since_compaction(
+                log_table, every
+            )
         found.append((stream, highs, history.offset, logged, state.planned_at(schema.table_id)))
     marks = [recorded, *(m for _, highs, *others in found for m in (*highs, *others))]
     points = [m for m in marks if m is not None]
-    here = dict(zip(map(id, points), to_this_server(conn, config.source, flavor, points), strict=True))
+    here = dict(zip(map(id, points), to_this_server(conn, streaming.source, flavor, points), strict=True))
 
     def at(mark: Watermark | None) -> BinlogPosition | None:
         return None if mark is None else here[id(mark)]
@@ -132,7 +133,7 @@ class StreamStart:
 
 
 def prepare(
-    config: PipelineConfig,
+    streaming: Streaming,
     state: StateTable,
     schemas: Sequence[TableSchema],
     conn: Any,
@@ -141,7 +142,7 @@ def prepare(
 ) -> StreamStart:
     """Read what every table and the state table hold, and where on the server read now that is."""
     recorded = state.stream_offset()
-    tables, resumed = _table_streams(config, state, schemas, recorded, conn, flavor)
+    tables, resumed = _table_streams(streaming, state, schemas, recorded, conn, flavor)
     start = _resume_at(tables, resumed) or read_watermark(conn, flavor).position
     check_not_purged(conn, start)
     here = server_id(conn)

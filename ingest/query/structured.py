@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ingest import errors, metrics
-from ingest.config import PipelineConfig
 from ingest.errors import ConfigError
 from ingest.model.changes import TablesNamed
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
-from ingest.query.batch import TableStream, catch_up_end
+from ingest.query.batch import Streaming, TableStream, catch_up_end
 from ingest.query.binlog_source import (
     OBSERVED,
     BinlogSourceSpec,
@@ -89,7 +88,7 @@ class _Sink:
     def __init__(
         self,
         spark: Any,
-        config: PipelineConfig,
+        streaming: Streaming,
         state: StateTable,
         conn: Any,
         flavor: str,
@@ -97,8 +96,8 @@ class _Sink:
         hooks: PhaseHooks,
         stopping: Callable[[], bool],
     ) -> None:
-        self.spark, self.config, self.state, self.conn, self.flavor = spark, config, state, conn, flavor
-        self.outage = SinkOutage(config.sink.reconnect_seconds, stopping)
+        self.spark, self.streaming, self.state, self.conn, self.flavor = spark, streaming, state, conn, flavor
+        self.outage = SinkOutage(streaming.targets.sink.reconnect_seconds, stopping)
         """Waits out a catalog or object store that cannot be reached while a batch commits."""
         self.begin, self.hooks = begin, hooks
         self.committed = begin.start
@@ -146,7 +145,7 @@ class _Sink:
             self._read_chunks(batch.chunks)
         if batch.ddl is not None:
             # The source begins a batch with a DDL: every change before it is committed already.
-            recopy = follow_ddl(self.spark, self.config, self.state, self.conn, self.flavor, begin, batch.ddl, None)
+            recopy = follow_ddl(self.spark, self.streaming, self.state, self.conn, self.flavor, begin, batch.ddl, None)
             self.committed = batch.ddl.end
             if recopy:
                 # The phase ends at the statement; the rest of the batch is read again by the next one.
@@ -161,8 +160,8 @@ class _Sink:
             def commit(again: bool) -> None:
                 commit_prepared(
                     self.spark,
-                    self.config.targets,
-                    self.config.stream,
+                    self.streaming.targets,
+                    self.streaming.stream,
                     self.state,
                     begin.by_id,
                     batch.tables,
@@ -227,7 +226,7 @@ class _Sink:
 
 def stream_structured(
     spark: Any,
-    config: PipelineConfig,
+    streaming: Streaming,
     state: StateTable,
     schemas: Sequence[TableSchema],
     flavor: str,
@@ -239,30 +238,30 @@ def stream_structured(
     the chunk batches and say when the phase ends early, after a batch (a request found, a table named by a
     DDL, a table to copy again)."""
     hooks = hooks or PhaseHooks()
-    with connect(config.source) as conn:
-        begin = prepare(config, state, schemas, conn, flavor, until_caught_up)
+    with connect(streaming.source) as conn:
+        begin = prepare(streaming, state, schemas, conn, flavor, until_caught_up)
         if begin.goal is not None and begin.start >= begin.goal and not chunks_left(begin, hooks):
             return begin.start
         spec = BinlogSourceSpec(
-            config,
+            streaming,
             flavor,
             tuple(begin.tables),
             begin.mark,
             begin.contained_until,
             begin.planned_at,
             begin.goal,
-            config.tables if hooks.on_tables_named is not None else None,
+            streaming.tables if hooks.on_tables_named is not None else None,
             hooks.read_chunks is not None,
             reconnect_file=metrics.current().reconnect_file,
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
-        sink = _Sink(spark, config, state, conn, flavor, begin, hooks, stop.event.is_set if stop else lambda: False)
-        with _checkpoint(spark, config, begin) as (checkpoint, logs):
+        sink = _Sink(spark, streaming, state, conn, flavor, begin, hooks, stop.event.is_set if stop else lambda: False)
+        with _checkpoint(spark, streaming, begin) as (checkpoint, logs):
             with _without_adaptive_execution(spark):
                 query = (
                     _observed(spark.readStream.format(name).load())
-                    .writeStream.queryName(query_name(config))
+                    .writeStream.queryName(query_name(streaming.targets.pipeline))
                     .foreachBatch(sink)
                     # The source says when a batch is due (batch_max_changes, batch_interval_seconds); a trigger
                     # interval would hold a ready batch back until its next tick.
@@ -270,15 +269,15 @@ def stream_structured(
                     .option("checkpointLocation", checkpoint)
                     .start()
                 )
-            _run_until_done(query, sink, stop, lambda: _source_position(config, flavor), logs)
+            _run_until_done(query, sink, stop, lambda: _source_position(streaming, flavor), logs)
         return sink.committed
 
 
 @contextmanager
-def _checkpoint(spark: Any, config: PipelineConfig, begin: StreamStart) -> Iterator[tuple[str, _CheckpointLogs]]:
+def _checkpoint(spark: Any, streaming: Streaming, begin: StreamStart) -> Iterator[tuple[str, _CheckpointLogs]]:
     """The query's checkpoint location and its logs: `stream.checkpoint_location` (refused when it is ahead of the
     Iceberg tables), else a scratch directory removed afterwards."""
-    kept = config.stream.checkpoint_location
+    kept = streaming.stream.checkpoint_location
     scratch: Path | None = None
     if kept:
         checkpoint = kept
@@ -321,9 +320,9 @@ def _without_adaptive_execution(spark: Any) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def query_name(config: PipelineConfig) -> str:
+def query_name(pipeline: str) -> str:
     """The job's query as Spark names it (its UI, `spark.streams`, a StreamingQueryListener's events)."""
-    return f"ingest_{config.name}"
+    return f"ingest_{pipeline}"
 
 
 def chunks_left(begin: StreamStart, hooks: PhaseHooks) -> bool:
@@ -398,9 +397,9 @@ class _CheckpointLogs:
         return offset_mark(json.loads(text.strip().splitlines()[-1]))
 
 
-def _source_position(config: PipelineConfig, flavor: str) -> BinlogPosition:
+def _source_position(streaming: Streaming, flavor: str) -> BinlogPosition:
     # A connection of its own: the sink's is in use on Spark's callback thread.
-    with connect(config.source) as conn:
+    with connect(streaming.source) as conn:
         return read_watermark(conn, flavor).position
 
 

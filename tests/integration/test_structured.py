@@ -22,7 +22,7 @@ from ingest.errors import ConfigError, SchemaChangeError
 from ingest.model.position import Watermark
 from ingest.query.adhoc import ask_snapshot
 from ingest.query.binlog_source import OBSERVED, BinlogSourceSpec, BinlogStreamReader, decode_batch
-from ingest.query.pipeline import run
+from ingest.query.pipeline import run, streaming_of
 from ingest.query.start import prepare
 from ingest.query.structured import query_name
 from ingest.source.discovery import discover
@@ -198,7 +198,7 @@ def test_a_paused_table_keeps_its_chunks_unread_and_a_run_until_caught_up_ends_w
     ask_snapshot(config, [f"{db}.tag"], "pause")
     write_dml(mariadb, db)
     started = _watched_run(spark, config)
-    assert started.names == [query_name(config)] == [f"ingest_{config.name}"]  # the snapshot and binlog: one query
+    assert started.names == [query_name(config.name)] == [f"ingest_{config.name}"]  # the snapshot and binlog: one query
     state = StateTable.open(config.sink, config.name)
     assert len(state.done(f"{db}.acct")) == len(state.plan(f"{db}.acct") or []) > 0
     assert state.done(f"{db}.tag") == {} and len(state.plan(f"{db}.tag") or []) > 0
@@ -249,10 +249,12 @@ def test_a_replayed_batch_reads_the_same_events_as_the_first_read(
     )
     info = discover(config.source, config.tables, config.table_options)
     with connect(config.source) as conn:
-        begin = prepare(config, StateTable.open(config.sink, config.name), info.schemas, conn, info.flavor, True)
+        begin = prepare(
+            streaming_of(config), StateTable.open(config.sink, config.name), info.schemas, conn, info.flavor, True
+        )
     assert begin.goal is not None
     spec = BinlogSourceSpec(
-        config, info.flavor, tuple(begin.tables), begin.mark, begin.contained_until, goal=begin.goal
+        streaming_of(config), info.flavor, tuple(begin.tables), begin.mark, begin.contained_until, goal=begin.goal
     )
     live = BinlogStreamReader(spec)
     batches = []

@@ -32,6 +32,7 @@ from ingest.query.binlog_source import (
     offset_parts,
     source_offset,
 )
+from ingest.query.pipeline import streaming_of
 from ingest.query.structured import _as_ingest_error, checkpoint_problem
 from ingest.source.binlog.prefetch import Idle
 from ingest.source.snapshot.chunks import Chunk
@@ -140,7 +141,9 @@ def _reader(monkeypatch: pytest.MonkeyPatch) -> tuple[BinlogStreamReader, _State
         highs = [BinlogPosition("b.000001", 100)] * read + [None] * (3 - read)
         tables.append(TableStream(schema, f"lake.db.{name}", chunks, highs, None))
     mark = Watermark(BinlogPosition("b.000001", 50), None, 1)
-    reader = BinlogStreamReader(BinlogSourceSpec(config, "mariadb", tuple(tables), mark, {}, read_chunks=True))
+    reader = BinlogStreamReader(
+        BinlogSourceSpec(streaming_of(config), "mariadb", tuple(tables), mark, {}, read_chunks=True)
+    )
     state = _State()
     reader._state = state  # type: ignore[assignment]
     return reader, state
@@ -181,7 +184,7 @@ def test_a_chunk_batch_the_sink_read_none_of_is_offered_again_only_after_a_binlo
     reader._hand_chunks(Watermark(BinlogPosition("b.000001", 70), None, 1), offered)
     assert reader._learn()  # the sink read none: the source's load, or a DDL not followed yet
     assert reader._next_chunks() is None
-    reader._held_until -= reader.spec.config.stream.batch_interval_seconds  # the interval passed
+    reader._held_until -= reader.spec.streaming.stream.batch_interval_seconds  # the interval passed
     assert reader._next_chunks() == offered
 
 
