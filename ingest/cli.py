@@ -180,7 +180,7 @@ def _verify(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 
 def _snapshot(args: argparse.Namespace, config: PipelineConfig) -> int:
-    from ingest.query.adhoc import Action, ask_snapshot
+    from ingest.commands.snapshot import Action, ask_snapshot
 
     action: Action = "again" if args.again else "pause" if args.pause else "resume" if args.resume else "snapshot"
     done = ask_snapshot(config, args.table, action)

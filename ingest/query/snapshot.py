@@ -79,11 +79,6 @@ class Copying:
     targets: Targets
 
 
-def unfinished(state: StateTable, table_id: str) -> bool:
-    """The table is planned and some of its chunks are not copied yet."""
-    return len(state.done(table_id)) < len(state.plan(table_id) or [])
-
-
 def _batched(items: Sequence[Chunk], size: int) -> Iterator[list[Chunk]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])

@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from ingest.commands.resnapshot import resnapshot
+from ingest.commands.snapshot import ask_snapshot
 from ingest.commands.status import table_status
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
-from ingest.query.adhoc import ask_snapshot
 from ingest.query.pipeline import run
 from ingest.query.snapshot import SUMMARY_BATCH
 from ingest.sink.catalog import load_pyiceberg_catalog

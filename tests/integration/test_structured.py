@@ -15,12 +15,12 @@ import yaml
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ingest import metrics
+from ingest.commands.snapshot import ask_snapshot
 from ingest.commands.verify import verify
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import ConfigError, SchemaChangeError
 from ingest.model.position import Watermark
-from ingest.query.adhoc import ask_snapshot
 from ingest.query.binlog_source import OBSERVED, BinlogSourceSpec, BinlogStreamReader, decode_batch
 from ingest.query.pipeline import run, streaming_of
 from ingest.query.start import prepare
