@@ -17,8 +17,8 @@ import pymysql.cursors
 from ingest.config import SourceConfig, TableOptions, TableSelection
 from ingest.errors import MissingPrivilegeError, SourceConnectError, SourceError, UnsupportedTableError
 from ingest.model.columns import SourceColumn
+from ingest.model.osc_tables import osc_helper
 from ingest.model.schema import OCCURRENCE_COLUMN, TableSchema, quote
-from ingest.source.osc_tables import osc_helper
 from ingest.source.reconnect import LOST_CONNECTION_CODES
 
 log = logging.getLogger(__name__)

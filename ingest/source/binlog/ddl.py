@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ingest.model.changes import AlterColumns, TableName
+from ingest.model.osc_tables import OscHelper, osc_helper
 from ingest.source.binlog.alter_rule import NAME, read_alter, unquote
-from ingest.source.osc_tables import OscHelper, osc_helper
 
 """(database, table)"""
 
