@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
-from typing import Any, NamedTuple
+from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -63,13 +63,12 @@ from ingest.source.binlog.event_groups import (
     XaId,
     control_statement,
     group_flags,
-    one_phase,
     refuse_event,
     refuse_rolled_back,
-    xa_statement_id,
 )
 from ingest.source.binlog.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
 from ingest.source.binlog.row_events import RowEvents, event_kind
+from ingest.source.binlog.xa import Prepared, XaHold
 from ingest.source.mysql import binlog_files, connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.reconnect import Reconnect, lost_connection, stall_timeout
 
@@ -282,13 +281,6 @@ def scan(
         stream.close()
 
 
-class Prepared(NamedTuple):
-    """What the first half of an XA transaction did to captured tables, held until its decision."""
-
-    changes: list[RowChange]
-    actions: list[KeyAction]
-
-
 def read_prepared(
     source: SourceConfig, schemas: Iterable[TableSchema], xid: XaId, before: BinlogPosition, end: BinlogPosition
 ) -> Prepared:
@@ -305,13 +297,13 @@ def read_prepared(
         )
     # A dump connection of its own: the server would drop the running reader's, which has the pipeline's id.
     reader = BinlogReader(dataclasses.replace(source, server_id=dump_server_id()), list(schemas), found)
-    reader._stop_after_prepare = xid
+    reader._xa.stop_after = xid
     try:
         for _ in reader.transactions():
             pass
     finally:
         reader.close()
-    return reader._prepared.get(xid, Prepared([], []))
+    return reader._xa.held(xid)
 
 
 def open_stream(
@@ -380,11 +372,7 @@ class BinlogReader:
         statements (SAVEPOINT, XA END, DML of tables not captured) belong to it until its commit."""
         self._xa_group = False
         """The group being read is an XA transaction's first half, which ends at XA PREPARE."""
-        self._prepared: dict[XaId, Prepared] = {}
-        """The captured changes and foreign key actions of each XA transaction prepared in the binlog read so far and
-        not yet decided: applied at its XA COMMIT (at the commit's position), dropped at its XA ROLLBACK."""
-        self._stop_after_prepare: XaId | None = None
-        """Set on a reader that only reads back one prepared XA transaction (`read_prepared`)."""
+        self._xa = XaHold(lambda xid, end: read_prepared(self.source, self.schemas.values(), xid, self.start, end))
         self._contained_until = dict(contained_until or {})
         """Per table, a position up to which every row change is already in the snapshot's chunks (the lowest
         chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
@@ -644,10 +632,13 @@ class BinlogReader:
     def _xa_prepared(self, event: XAPrepareEvent, end: BinlogPosition, current: Transaction | None) -> bool:
         """XA PREPARE ends the first half of an XA transaction: its changes are held until it is decided. True:
         the reader was only to read back this one (`read_prepared`)."""
-        xid = XaId.of(event)
-        self._prepared[xid] = Prepared([], []) if current is None else Prepared(current.changes, current.actions)
         self._boundary(end)
-        return xid == self._stop_after_prepare
+        return self._xa.prepare(XaId.of(event), current)
+
+    def _contained_at(self, table_id: str) -> BinlogPosition | None:
+        """Up to where the snapshot's chunks hold every row change of a captured table (None: no bound)."""
+        key = next((key for key, schema in self.schemas.items() if schema.table_id == table_id), None)
+        return None if key is None else self._contained_until.get(key)
 
     def _completed(
         self, event: Any, end: BinlogPosition, current: Transaction | None, idle: Callable[[float], bool] | None
@@ -687,7 +678,7 @@ class BinlogReader:
             if (contained := self._contained_until.get(t)) is None or end > contained:
                 raise refuse_statement(f"{t[0]}.{t[1]}", end, query)
         if control in ("xa commit", "xa rollback"):
-            current = self._decided(query, control, current, end)
+            current = self._xa.decide(query, control, current, end, self._contained_at)
         elif self._in_group and control not in ("commit", "rollback"):
             return current, _NEXT  # a statement inside the group (DML of other tables logged as text): not its end
         if (yield from self._schema_statement(event, query, default_db, end)):
@@ -767,42 +758,6 @@ class BinlogReader:
         self._last_idle = now
         self.idle_at_end = False
         return idle(at)
-
-    def _decided(
-        self, query: str, control: str, current: Transaction | None, end: BinlogPosition
-    ) -> Transaction | None:
-        """XA COMMIT or XA ROLLBACK of a prepared XA transaction: its held changes, as a transaction ending here
-        (a commit), or none (a rollback)."""
-        transaction = current if current is not None else Transaction(end)
-        if one_phase(query):  # XA COMMIT ... ONE PHASE: the group's own changes, never prepared
-            held = Prepared(list(transaction.changes), list(transaction.actions))
-            transaction.changes.clear()
-            transaction.actions.clear()
-        else:
-            xid = xa_statement_id(query, end)
-            found = self._prepared.pop(xid, None)
-            if control == "xa rollback":
-                return current
-            if found is None:  # prepared before this reader's start (it resumed between prepare and decision)
-                found = read_prepared(self.source, self.schemas.values(), xid, self.start, end)
-            held = found
-        by_table = {s.table_id: key for key, s in self.schemas.items()}
-        # The changes and actions count at the commit, in their order: renumbered there, so that the actions stay
-        # between the changes they came between (ingest.changes.key_actions orders by position and row).
-        ordered = sorted(
-            [(c.position, c.row_index, 0, c) for c in held.changes]
-            + [(a.position, a.row_index, 1, a) for a in held.actions],
-            key=lambda item: item[:3],
-        )
-        for *_, item in ordered:
-            row = len(transaction.changes) + len(transaction.actions)
-            if isinstance(item, KeyAction):
-                transaction.actions.append(item._replace(position=end, row_index=row))
-                continue
-            contained = self._contained_until.get(by_table.get(item.table_id, ("", "")))
-            if contained is None or end > contained:  # else committed before the chunks that hold it were read
-                transaction.changes.append(RowChange(item.table_id, end, row, item.before, item.after))
-        return transaction
 
     def _load_actions(self) -> Actions:
         """The foreign key actions that can reach the captured tables, as the server shows them now."""
