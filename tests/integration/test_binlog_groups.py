@@ -333,7 +333,7 @@ def test_a_system_versioned_table_or_a_sequence_the_patterns_match_is_refused_by
         }
     )
     with caplog.at_level(logging.INFO, logger="ingest.source.mysql"):
-        assert [s.table for s in discover(excluded).schemas] == ["t"]
+        assert [s.table for s in discover(excluded.source, excluded.tables, excluded.table_options).schemas] == ["t"]
     assert f"not copied, views have no rows of their own: {DB}.v" in caplog.text
 
 
