@@ -121,8 +121,6 @@ def _run(
     """The run on `spark`, or on a session of its own. The warm-up read (a head start for Spark's Python processes)
     is joined before returning into a caller's session; a session of the job's own ends with its process, warm-up
     and all, so a run with little to do (a restart that finds nothing new) does not wait for it."""
-    from ingest.runtime.spark import attach_catalog, spark_session
-
     # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
     cached_pyiceberg_catalog(config.sink)
     start = _first_start(config, info)
@@ -131,11 +129,7 @@ def _run(
     warm_up = None
     own_session = spark is None
     try:
-        spark = (
-            spark_session(config.spark, config.sink, f"ingest-{config.name}")
-            if spark is None
-            else attach_catalog(spark, config.sink)
-        )
+        spark = _session(config, spark)
         # Before the state table is open, to overlap that too; a binlog-only restart wastes one empty job
         # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
         warm_up = start_warm_up(spark)
@@ -171,6 +165,15 @@ def _run(
         stop.uninstall()
         if warm_up is not None and not own_session:
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop() (see _run's docstring)
+
+
+def _session(config: PipelineConfig, spark: Any) -> Any:
+    """The job's own Spark session, or the caller's `spark` with the sink's catalog attached."""
+    from ingest.runtime.spark import attach_catalog, spark_session
+
+    if spark is None:
+        return spark_session(config.spark, config.sink, f"ingest-{config.name}")
+    return attach_catalog(spark, config.sink)
 
 
 def copying_of(config: PipelineConfig) -> Copying:

@@ -13,25 +13,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import time
-import uuid
-import warnings
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from ingest import metrics
 from ingest.config import SinkConfig
 from ingest.errors import SinkError
-from ingest.faults import crash_point
 from ingest.model.position import Watermark
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.outage import SinkOutage
 from ingest.source.snapshot.chunks import Chunk, decode_key, encode_key
+from ingest.state.writes import KEEP_SNAPSHOTS, MAX_SNAPSHOTS, StateWrites, retry_commit
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +51,6 @@ MAINTENANCE_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "8",
 }
-# Expire state-table snapshots once there are more than MAX_SNAPSHOTS, down to the newest KEEP_SNAPSHOTS.
-# Only the current snapshot is ever read, so this loses nothing; keeping a few helps debugging.
-MAX_SNAPSHOTS = 24
-KEEP_SNAPSHOTS = 4
-COMMIT_ATTEMPTS = 4
-SUMMARY_WRITE = "ingest.state.write"
-"""The snapshot summary key of a state-table append's own id (`StateTable._write`)."""
-
 STATE_ARROW_SCHEMA = pa.schema(
     [
         pa.field("pipeline", pa.string(), nullable=False),
@@ -121,22 +109,20 @@ class StateTable:
     ) -> None:
         self._table = table
         self.pipeline = pipeline
-        self.outage = outage or SinkOutage(0)
-        """Waits out a catalog or object store that cannot be reached while this table, or a snapshot chunk's
-        target, is written (the job's `sink.reconnect_seconds`; none by default)."""
-        self.max_snapshots = max_snapshots
-        self.keep_snapshots = keep_snapshots
+        self._writes = StateWrites(table, STATE_ARROW_SCHEMA, outage or SinkOutage(0), max_snapshots, keep_snapshots)
         self._plans: dict[str, list[Chunk]] = {}
         self._planned_at: dict[str, Watermark | None] = {}
         self._offset: Watermark | None = None
         self._offset_source_time: int | None = None
         self._offset_recorded_at: dt.datetime | None = None
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
-        self._pending: list[dict[str, Any]] | None = None
-        """Rows appended inside `one_commit`, written when it ends."""
-        self._hold: tuple[float, float] | None = None
-        """Inside `one_commit(hold_s=...)`: how long rows may wait, and since when the oldest waits."""
         self._load()
+
+    @property
+    def outage(self) -> SinkOutage:
+        """Waits out a catalog or object store that cannot be reached while this table, or a snapshot chunk's
+        target, is written (the job's `sink.reconnect_seconds`; none by default)."""
+        return self._writes.outage
 
     @classmethod
     def open(cls, sink: SinkConfig, pipeline: str, stopping: Callable[[], bool] = lambda: False) -> StateTable:
@@ -144,34 +130,7 @@ class StateTable:
         and reload after, waits out a sink that cannot be reached for `sink.reconnect_seconds`; `stopping` is polled
         meanwhile, and true ends the wait (`OutageWaitStopped`)."""
         outage = SinkOutage(sink.reconnect_seconds, stopping)
-        return outage.run("opening the state table", lambda _: cls._open(sink, pipeline, outage))
-
-    @classmethod
-    def _open(cls, sink: SinkConfig, pipeline: str, outage: SinkOutage) -> StateTable:
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
-
-        catalog = cached_pyiceberg_catalog(sink)  # the one run() opened first, before Spark
-        namespace, _, name = sink.state_table.rpartition(".")
-        try:
-            table = catalog.load_table((namespace, name))
-        except NoSuchTableError:
-            try:
-                catalog.create_namespace(namespace)
-            except NamespaceAlreadyExistsError:
-                pass
-            try:
-                table = catalog.create_table(
-                    (namespace, name),
-                    schema=STATE_ARROW_SCHEMA,
-                    properties={"format-version": "2", **MAINTENANCE_PROPERTIES},
-                )
-            except TableAlreadyExistsError:
-                table = catalog.load_table((namespace, name))
-        _add_missing_columns(table)
-        missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if table.properties.get(k) != v}
-        if missing:  # a state table created by an older version
-            _retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
-        return cls(table, pipeline, outage=outage)
+        return outage.run("opening the state table", lambda _: cls(_load_or_create(sink), pipeline, outage=outage))
 
     @classmethod
     def is_new(cls, sink: SinkConfig, pipeline: str) -> bool:
@@ -268,62 +227,23 @@ class StateTable:
             row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
         rows = pa.Table.from_pylist([row], schema=STATE_ARROW_SCHEMA)
         ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
-        self._flush()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first offset
-            # Run again whole if the sink was away: the offset row is replaced, so landing twice leaves one.
-            self._commit("recording the offset", lambda: self._table.overwrite(rows, overwrite_filter=ours))
+        self._writes.replace("recording the offset", rows, ours)
         self._offset = offset
         self._offset_source_time = source_time
         self._offset_recorded_at = now
         try:
-            self.expire_snapshots()
+            self._writes.expire_snapshots()
         except Exception as e:  # noqa: BLE001 - maintenance must never fail a batch that is already recorded
             log.warning("state table: maintenance failed, will try again after a later batch: %s", e)
 
-    def expire_snapshots(self) -> list[int]:
-        """Expire old state-table snapshots once there are too many; return the ids expired.
-
-        Best effort: expiry is one commit that only drops history (the current snapshot, which holds every
-        row this class reads, is never expired), so a crash or a conflict here loses nothing.
-        """
-        from pyiceberg.exceptions import CommitFailedException
-
-        table = self._table
-        protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
-        expired = snapshots_to_expire(
-            [(s.snapshot_id, s.sequence_number) for s in table.snapshots()],
-            protected,
-            self.keep_snapshots,
-            self.max_snapshots,
-        )
-        if not expired:
-            return []
-        gone = set(expired)
-        unreferenced = _files_of(table, [s for s in table.snapshots() if s.snapshot_id in gone]) - _files_of(
-            table, [s for s in table.snapshots() if s.snapshot_id not in gone]
-        )
-        crash_point("state.before_expire")
-        try:
-            table.maintenance.expire_snapshots().by_ids(expired).commit()
-        except CommitFailedException as e:
-            log.info("state table: snapshot expiry skipped this time (%s)", e)
-            table.refresh()
-            return []
-        crash_point("state.after_expire")
-        # pyiceberg's expiry only edits metadata; the files no retained snapshot references are ours to delete.
-        # A crash before (or during) this loop leaves orphans behind, never a missing file.
-        for path in sorted(unreferenced):
-            try:
-                table.io.delete(path)
-            except Exception as e:  # noqa: BLE001 - an orphan left behind is harmless
-                log.debug("state table: could not delete %s: %s", path, e)
-        log.debug("state table: expired %d snapshots, deleted %d files", len(expired), len(unreferenced))
-        return expired
-
     def live_files(self) -> int:
         """Data files of the current state-table snapshot (for status and tests)."""
-        return len(self._table.scan().plan_files())
+        return self._writes.live_files()
+
+    def one_commit(self, hold_s: float | None = None) -> AbstractContextManager[None]:
+        """Plans, chunk records and requests made inside are written in one commit (`StateWrites.one_commit`);
+        inside, what this object says is already up to date."""
+        return self._writes.one_commit(hold_s)
 
     def planned_at(self, table_id: str) -> Watermark | None:
         """The binlog position when the table was split: earlier than every chunk's high watermark."""
@@ -332,7 +252,7 @@ class StateTable:
     def save_plan(self, table_id: str, chunks: list[Chunk], planned_at: Watermark) -> None:
         now = dt.datetime.now(dt.UTC)
         marker = ChunkRecord(chunks[0], None, planned_at)
-        self._append([_row(self.pipeline, KIND_PLAN, c, now, marker) for c in chunks])
+        self._writes.append([_row(self.pipeline, KIND_PLAN, c, now, marker) for c in chunks])
         self._plans[table_id] = list(chunks)
         self._planned_at[table_id] = planned_at
 
@@ -353,7 +273,7 @@ class StateTable:
             chunk = Chunk(table_id, 0, None, None)
             rows.append(_row(self.pipeline, KIND_PLAN, chunk, now, ChunkRecord(chunk, None, start)))
             rows.append(_row(self.pipeline, KIND_CHUNK, chunk, now, ChunkRecord(chunk, start, start)))
-        self._append(rows)
+        self._writes.append(rows)
         for table_id in table_ids:
             chunk = Chunk(table_id, 0, None, None)
             self._plans[table_id] = [chunk]
@@ -364,13 +284,13 @@ class StateTable:
         if not records:
             return
         now = dt.datetime.now(dt.UTC)
-        self._append([_row(self.pipeline, KIND_CHUNK, r.chunk, now, r) for r in records])
+        self._writes.append([_row(self.pipeline, KIND_CHUNK, r.chunk, now, r) for r in records])
         for r in records:
             self._done[r.chunk.table_id][r.chunk.index].append(r)
 
     def forget(self, table_id: str) -> None:
         """Delete the table's plan and chunk records (one commit): its next run plans and snapshots it again."""
-        self._delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)}")
+        self._writes.delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)}")
         self._plans.pop(table_id, None)
         self._planned_at.pop(table_id, None)
         self._done.pop(table_id, None)
@@ -379,7 +299,7 @@ class StateTable:
         """Ask the job to snapshot `table_ids` (again: drop what it holds of them first), in one commit."""
         now = dt.datetime.now(dt.UTC)
         kind = KIND_SIGNAL_AGAIN if again else KIND_SIGNAL_SNAPSHOT
-        self._append([_row(self.pipeline, kind, Chunk(t, 0, None, None), now) for t in table_ids])
+        self._writes.append([_row(self.pipeline, kind, Chunk(t, 0, None, None), now) for t in table_ids])
 
     def requests(self) -> Requests:
         """What `ingest snapshot` asked that no job has taken yet, read from the table's current snapshot (not
@@ -403,145 +323,57 @@ class StateTable:
         now = dt.datetime.now(dt.UTC)
         rows = [_row(self.pipeline, KIND_PAUSED, Chunk(t, 0, None, None), now) for t in table_ids if t not in paused]
         if rows:
-            self._append(rows)
+            self._writes.append(rows)
 
     def resume(self, table_ids: Sequence[str]) -> None:
         tables = ", ".join(_quote(t) for t in table_ids)
-        self._delete(f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_PAUSED)} AND table_id IN ({tables})")
+        self._writes.delete(
+            f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_PAUSED)} AND table_id IN ({tables})"
+        )
 
     def drop_signals(self, table_id: str) -> None:
         """The requests to copy one table are taken (`forget` drops them too, with the rest of the table's state,
         a pause included)."""
         kinds = ", ".join(_quote(k) for k in SIGNAL_KINDS)
-        self._delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)} AND kind IN ({kinds})")
+        self._writes.delete(
+            f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)} AND kind IN ({kinds})"
+        )
 
     def forget_offset(self) -> None:
         """Delete the pipeline's binlog offset: with every table snapshotted again, none holds what it says."""
-        self._delete(f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}")
+        self._writes.delete(f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}")
         self._offset = None
         self._offset_source_time = None
         self._offset_recorded_at = None
 
-    @contextmanager
-    def one_commit(self, hold_s: float | None = None) -> Iterator[None]:
-        """Plans and chunk records made inside are written in one commit when the block ends, also when it raises
-        (each stands for what was done before it), but not if the process dies first: they are then planned again,
-        or found in the targets' snapshot summaries (`reconcile`), as after a crash between a target's commit and
-        its record. Many small tables each cost a commit otherwise. Inside, what this object says is already
-        up to date; other writes (deletes, the offset) write the pending rows first, keeping their order.
 
-        With `hold_s`, a row is not held longer than that: the first one appended after it has waited so long
-        writes them all (`ingest status` and the metrics then see a long copy go on)."""
-        if self._pending is not None:
-            yield  # inside an outer block: its commit takes these too
-            return
-        self._pending = []
-        self._hold = None if hold_s is None else (hold_s, 0.0)
+def _load_or_create(sink: SinkConfig) -> Any:
+    """The pyiceberg table `sink.state_table`, created if missing, and brought up to this release (its columns and
+    maintenance properties)."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+
+    catalog = cached_pyiceberg_catalog(sink)  # the one run() opened first, before Spark
+    namespace, _, name = sink.state_table.rpartition(".")
+    try:
+        table = catalog.load_table((namespace, name))
+    except NoSuchTableError:
         try:
-            yield
-        finally:
-            self._flush()
-            self._pending = None
-            self._hold = None
-
-    def _flush(self) -> None:
-        """Write the rows `one_commit` holds so far (its block stays open)."""
-        if self._pending:
-            rows, self._pending = self._pending, []
-            self._write(rows)
-
-    def _delete(self, rows: str) -> None:
-        self._flush()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            self._commit("deleting from the state table", lambda: self._table.delete(rows))
-
-    def _append(self, rows: list[dict[str, Any]]) -> None:
-        if self._pending is None:
-            self._write(rows)
-            return
-        if not self._pending and self._hold is not None:
-            self._hold = (self._hold[0], time.monotonic())  # the oldest row waits from now
-        self._pending.extend(rows)
-        if self._hold is not None and time.monotonic() - self._hold[1] >= self._hold[0]:
-            self._flush()
-
-    def _write(self, rows: list[dict[str, Any]]) -> None:
-        """Append `rows` in one commit. A commit cut off by the sink is run again only if it did not land: each
-        carries its own id in its snapshot summary, looked for first (appended twice, a plan would hold its
-        chunks twice)."""
-        data = pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA)
-        write_id = uuid.uuid4().hex
-        self._commit(
-            "writing the state table",
-            lambda: self._table.append(data, snapshot_properties={SUMMARY_WRITE: write_id}),
-            landed=lambda: self._holds(write_id),
-        )
-
-    def _commit(self, what: str, commit: Callable[[], Any], landed: Callable[[], bool] = lambda: False) -> None:
-        """Run a commit; again from fresh metadata on a conflict (`_retry_commit`), and after the sink could not
-        be reached (`self.outage`, within `sink.reconnect_seconds`), unless `landed()` says the cut-off one did:
-        without `landed`, `commit` must give the same result when run again."""
-
-        def attempt(again: bool) -> None:
-            if again:
-                self._table.refresh()
-                if landed():
-                    return
-            _retry_commit(self._table, commit)
-
-        self.outage.run(what, attempt)
-
-    def _holds(self, write_id: str) -> bool:
-        """A snapshot of the table's history was committed by the write `write_id` (expiry keeps the newest
-        `KEEP_SNAPSHOTS` and only after an offset is recorded, so a write cut off just now is still there)."""
-        from pyiceberg.table.snapshots import ancestors_of
-
-        return any(
-            s.summary is not None and s.summary.additional_properties.get(SUMMARY_WRITE) == write_id
-            for s in ancestors_of(self._table.current_snapshot(), self._table.metadata)
-        )
-
-
-def snapshots_to_expire(
-    snapshots: Sequence[tuple[int, int]], protected: Collection[int], keep: int, max_snapshots: int
-) -> list[int]:
-    """Ids of (snapshot id, sequence number) pairs to expire: none while there are at most `max_snapshots`,
-    else all but the newest `keep`; a protected snapshot (a branch or tag head) is never expired."""
-    if len(snapshots) <= max_snapshots:
-        return []
-    newest_first = sorted(snapshots, key=lambda s: s[1], reverse=True)
-    return sorted(sid for sid, _ in newest_first[max(keep, 1) :] if sid not in protected)
-
-
-def _files_of(table: Any, snapshots: Sequence[Any]) -> set[str]:
-    """Manifest lists, manifests and data files (live or deleted entries alike) the snapshots reference."""
-    files: set[str] = set()
-    for snapshot in snapshots:
-        files.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            files.add(manifest.manifest_path)
-            files.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
-    return files
-
-
-def _retry_commit(table: Any, commit: Callable[[], Any]) -> None:
-    """Run a pyiceberg commit; on a conflict (another pipeline sharing the state table committed first, or
-    `ingest snapshot` added a row a delete's filter matches: pyiceberg refuses that delete, which would leave
-    the row) refresh and run it again from fresh metadata, never reusing the failed one."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
-
-    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
         try:
-            commit()
-            return
-        except (CommitFailedException, ValidationException):
-            if attempt == COMMIT_ATTEMPTS:
-                raise
-            metrics.current().commit_retried(".".join(table.name()))
-            log.info("state table: commit conflict at attempt %d, retrying from fresh metadata", attempt)
-            table.refresh()
-            time.sleep(0.1 * attempt)
+            table = catalog.create_table(
+                (namespace, name),
+                schema=STATE_ARROW_SCHEMA,
+                properties={"format-version": "2", **MAINTENANCE_PROPERTIES},
+            )
+        except TableAlreadyExistsError:
+            table = catalog.load_table((namespace, name))
+    _add_missing_columns(table)
+    missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if table.properties.get(k) != v}
+    if missing:  # a state table created by an older version
+        retry_commit(table, lambda: table.transaction().set_properties(missing).commit_transaction())
+    return table
 
 
 def _quote(value: str) -> str:

@@ -28,12 +28,12 @@ from ingest.model.position import BinlogPosition, Watermark
 from ingest.source.snapshot.chunks import Chunk
 from ingest.state.table import (
     KIND_OFFSET,
-    MAX_SNAPSHOTS,
     STATE_ARROW_SCHEMA,
     ChunkRecord,
     StateTable,
     _row,
 )
+from ingest.state.writes import MAX_SNAPSHOTS
 from tests.conftest import embedded_sink, minio_sink
 
 pytestmark = pytest.mark.integration

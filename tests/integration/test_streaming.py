@@ -868,7 +868,7 @@ def test_many_small_batches_keep_the_state_table_bounded_and_resume_still_works(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
     """FAILURES.md "Many small commits": one batch per transaction, the state table stays small."""
-    from ingest.state.table import MAX_SNAPSHOTS
+    from ingest.state.writes import MAX_SNAPSHOTS
 
     db = "longflow"
     _fresh_db(mariadb, db)

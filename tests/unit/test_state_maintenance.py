@@ -11,7 +11,8 @@ from ingest.sink.maintenance import commits_since_compaction
 from ingest.sink.merge import committed_offset, offset_from_summary, offset_summary, stream_history
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target
-from ingest.state.table import _quote, snapshots_to_expire
+from ingest.state.table import _quote
+from ingest.state.writes import snapshots_to_expire
 
 # --------------------------------------------------------------------------------------------------
 # Which state-table snapshots to expire
