@@ -42,7 +42,7 @@ import dataclasses
 import logging
 import pickle
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,85 @@ def _rows(batch: SourceBatch) -> list[SourceRow]:
     ]
 
 
+class ChunkOffers:
+    """The chunk batches the binlog source offers between its binlog batches: the chunks not read yet of the
+    tables still being copied, and, after each, their high watermarks learnt from the state table (the sink
+    records them when it reads the chunks)."""
+
+    def __init__(self, tables: dict[str, TableStream], streaming: Streaming, enabled: bool) -> None:
+        self._tables = tables
+        """The source's tables (shared): a chunk read gets its high watermark here."""
+        self.streaming = streaming
+        self.enabled = enabled
+        self.offered: ChunkBatch | None = None
+        """The chunk batch handed over last, when it is the last batch: its chunks' watermarks are learnt next."""
+        self.held_until = 0.0
+        """When the sink read none of the last chunk batch, when the next may be offered (a binlog batch handed
+        over ends the wait too)."""
+        self._state: StateTable | None = None
+        self._paused: frozenset[str] = frozenset()
+        self._paused_looked = -float("inf")
+
+    def next(self) -> ChunkBatch | None:
+        """One commit of the chunks not read yet of the first table not paused that has some; when that table has
+        one left, the one left of each table not paused that has one left (up to `snapshot.chunks_per_commit`
+        tables). None: none to offer now."""
+        if not self.enabled or time.monotonic() < self.held_until:
+            return None
+        unread = {t: table.unread for t, table in self._tables.items() if table.unread}
+        if not unread:
+            return None
+        paused = self._paused_tables()
+        ready = [(table_id, tuple(chunks)) for table_id, chunks in sorted(unread.items()) if table_id not in paused]
+        if not ready:
+            return None
+        per_commit = self.streaming.chunks_per_commit
+        first_id, first = ready[0]
+        if len(first) > 1:
+            return ChunkBatch(((first_id, first[:per_commit]),))
+        return ChunkBatch(tuple(part for part in ready if len(part[1]) == 1)[:per_commit])
+
+    def learn(self) -> bool:
+        """After a chunk batch (True), the high watermarks of the chunks the sink read, from the state table; the
+        binlog batches after it keep the changes to their keys past those (`HighWatermarkFilter`)."""
+        offered, self.offered = self.offered, None
+        if offered is None:
+            return False
+        state = self._state_table()
+        state.reload()
+        read = 0
+        for table_id, chunks in offered.parts:
+            table = self._tables.get(table_id)
+            if table is None:
+                continue
+            records = state.done(table_id)
+            slot = {c.index: i for i, c in enumerate(table.chunks)}
+            for chunk in chunks:
+                record = records.get(chunk.index)
+                if record is not None and record.high_watermark is not None:
+                    table.chunk_highs[slot[chunk.index]] = record.high_watermark.position
+                    read += 1
+        if read == 0:
+            self.held_until = time.monotonic() + self.streaming.stream.batch_interval_seconds
+        return True
+
+    def _paused_tables(self) -> frozenset[str]:
+        """The tables `ingest snapshot --pause` holds (looked up at most every `stream.signal_poll_seconds`)."""
+        now = time.monotonic()
+        if now - self._paused_looked >= self.streaming.stream.signal_poll_seconds:
+            self._paused_looked = now
+            try:
+                self._paused = self._state_table().requests().paused
+            except Exception as e:  # noqa: BLE001 - looked up again later; the binlog goes on meanwhile
+                log.warning("could not look for paused snapshots (looking again later): %s", e)
+        return self._paused
+
+    def _state_table(self) -> StateTable:
+        if self._state is None:
+            self._state = StateTable.open(self.streaming.targets.sink, self.streaming.targets.pipeline)
+        return self._state
+
+
 class BinlogStreamReader:
     """The simple stream reader (the pyspark base class is added by `make_binlog_source`, so that this module
     imports without pyspark's data source machinery)."""
@@ -212,14 +291,7 @@ class BinlogStreamReader:
         """What the prefetch handed over since the last batch's end, kept until the batch is due."""
         self._last_batch = time.monotonic()
         """When the last batch was handed over (the interval counts from there)."""
-        self._offered: ChunkBatch | None = None
-        """The chunk batch handed over last, when it is the last batch: its chunks' watermarks are learnt next."""
-        self._held_until = 0.0
-        """When the sink read none of the last chunk batch, when the next may be offered (a binlog batch handed
-        over ends the wait too)."""
-        self._state: StateTable | None = None
-        self._paused: frozenset[str] = frozenset()
-        self._paused_looked = -float("inf")
+        self._chunks = ChunkOffers(self._tables, spec.streaming, spec.read_chunks)
 
     # -- the Spark interface
 
@@ -231,8 +303,8 @@ class BinlogStreamReader:
         if self._prefetch is None or self._batch is None or self._batch.begin != begin:
             self._open(begin)
         assert self._batch is not None
-        after_chunks = self._learn()
-        if not after_chunks and (chunks := self._next_chunks()) is not None:
+        after_chunks = self._chunks.learn()
+        if not after_chunks and (chunks := self._chunks.next()) is not None:
             return self._hand_chunks(begin, chunks)
         # The first read waits for a due batch (up to FIRST_READ_WAIT_SECONDS, so that a stop is not held up
         # long): an offset that did not move would make Spark run an empty first batch (from no offset to the
@@ -242,12 +314,12 @@ class BinlogStreamReader:
         wait = min(interval, FIRST_READ_WAIT_SECONDS) if first else READ_WAIT_SECONDS
         batch = self._take(time.monotonic() + (0.0 if after_chunks else wait))
         if batch is None or not batch.moved:
-            if after_chunks and (chunks := self._next_chunks()) is not None:
+            if after_chunks and (chunks := self._chunks.next()) is not None:
                 return self._hand_chunks(begin, chunks)
             return iter(()), start
         self._batch = _Batch(batch.end)
         self._last_batch = time.monotonic()
-        self._held_until = 0.0
+        self._chunks.held_until = 0.0  # a binlog batch handed over ends the wait
         rows = _rows(self._prepare(batch.items, batch.end, batch.at, batch.named))
         return iter(rows), source_offset(batch.end)
 
@@ -270,71 +342,10 @@ class BinlogStreamReader:
         self._close()
         self._conn.close()
 
-    # -- chunks
-
-    def _next_chunks(self) -> ChunkBatch | None:
-        """One commit of the chunks not read yet of the first table not paused that has some; when that table has
-        one left, the one left of each table not paused that has one left (up to `snapshot.chunks_per_commit`
-        tables). None: none to offer now."""
-        if not self.spec.read_chunks or time.monotonic() < self._held_until:
-            return None
-        unread = {t: table.unread for t, table in self._tables.items() if table.unread}
-        if not unread:
-            return None
-        paused = self._paused_tables()
-        ready = [(table_id, tuple(chunks)) for table_id, chunks in sorted(unread.items()) if table_id not in paused]
-        if not ready:
-            return None
-        per_commit = self.spec.streaming.chunks_per_commit
-        first_id, first = ready[0]
-        if len(first) > 1:
-            return ChunkBatch(((first_id, first[:per_commit]),))
-        return ChunkBatch(tuple(part for part in ready if len(part[1]) == 1)[:per_commit])
-
     def _hand_chunks(self, begin: Watermark, chunks: ChunkBatch) -> tuple[Iterator[SourceRow], dict[str, Any]]:
-        self._offered = chunks
+        self._chunks.offered = chunks
         end = source_offset(begin, chunks)
         return iter(_rows(SourceBatch(None, [], BatchEnd(end), chunks=chunks))), end
-
-    def _learn(self) -> bool:
-        """After a chunk batch (True), the high watermarks of the chunks the sink read, from the state table; the
-        binlog batches after it keep the changes to their keys past those (`HighWatermarkFilter`)."""
-        offered, self._offered = self._offered, None
-        if offered is None:
-            return False
-        state = self._state_table()
-        state.reload()
-        read = 0
-        for table_id, chunks in offered.parts:
-            table = self._tables.get(table_id)
-            if table is None:
-                continue
-            records = state.done(table_id)
-            slot = {c.index: i for i, c in enumerate(table.chunks)}
-            for chunk in chunks:
-                record = records.get(chunk.index)
-                if record is not None and record.high_watermark is not None:
-                    table.chunk_highs[slot[chunk.index]] = record.high_watermark.position
-                    read += 1
-        if read == 0:
-            self._held_until = time.monotonic() + self.spec.streaming.stream.batch_interval_seconds
-        return True
-
-    def _paused_tables(self) -> frozenset[str]:
-        """The tables `ingest snapshot --pause` holds (looked up at most every `stream.signal_poll_seconds`)."""
-        now = time.monotonic()
-        if now - self._paused_looked >= self.spec.streaming.stream.signal_poll_seconds:
-            self._paused_looked = now
-            try:
-                self._paused = self._state_table().requests().paused
-            except Exception as e:  # noqa: BLE001 - looked up again later; the binlog goes on meanwhile
-                log.warning("could not look for paused snapshots (looking again later): %s", e)
-        return self._paused
-
-    def _state_table(self) -> StateTable:
-        if self._state is None:
-            self._state = StateTable.open(self.spec.streaming.targets.sink, self.spec.streaming.targets.pipeline)
-        return self._state
 
     # -- reading
 
@@ -353,7 +364,7 @@ class BinlogStreamReader:
                         break
                     assert not isinstance(item, TablesNamed)  # reported only to readers that ask (not this replay)
                     if isinstance(item, DdlStatement):
-                        self._follow(reader, item)
+                        _follow(self.spec, self._tables, self._filters, reader, item)
                     items.append(item)
                     if position == stop.position:
                         break
@@ -401,25 +412,8 @@ class BinlogStreamReader:
         server_id: int | None = None,
         new_tables: TableSelection | None = None,
     ) -> BinlogReader:
-        stream, source = self.spec.streaming.stream, self.spec.streaming.source
-        gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
-        reader = BinlogReader(
-            source if server_id is None else dataclasses.replace(source, server_id=server_id),
-            [t.schema for t in self._tables.values()],
-            begin.position,
-            blocking=blocking,
-            heartbeat_seconds=stream.heartbeat_seconds,
-            on_ddl=stream.on_schema_change,
-            start_gtid=gtid,
-            contained_until=self.spec.contained_until,
-            planned_at=self.spec.planned_at,
-            new_tables=new_tables,
-            recopy=stream.on_unfollowable == "recopy",
-        )
+        reader = _binlog_reader(self.spec, self._tables.values(), begin, blocking, server_id, new_tables)
         self._chained = reader.chained
-        if self.spec.reconnect_file is not None:
-            file = Path(self.spec.reconnect_file)
-            reader.on_reconnect = lambda reconnect: publish(file, reconnect)
         return reader
 
     def _open(self, begin: Watermark) -> None:
@@ -514,40 +508,78 @@ class BinlogStreamReader:
             if batch.moved:
                 self._next = item
                 return True
-            self._follow(self._reader, item)
+            _follow(self.spec, self._tables, self._filters, self._reader, item)
             self._prefetch.resume()
         batch.add(item, Watermark(item.end, item.gtid_after, here))
         return False
 
-    def _follow(self, reader: BinlogReader, ddl: DdlStatement) -> None:
-        """Decode the rows after `ddl` with the schema right after it (the sink evolves the targets). A table
-        dropped, or one the sink copies again (`stream.on_unfollowable: recopy`, which ends the query at the
-        statement), is no longer read."""
-        from ingest.source.binlog.schema_after import schema_after
 
-        streaming = self.spec.streaming
-        recopy = streaming.stream.on_unfollowable == "recopy"
-        with connect(streaming.source) as conn:
-            for key in ddl.tables:
-                table_id = ".".join(key)
-                if ddl.kind != "drop" and (ddl.kind in FOLLOWED or not recopy):
-                    table = self._tables[table_id]
-                    try:
-                        table.schema = schema_after(
-                            streaming.source,
-                            streaming.targets.options_for(table.schema.database, table.schema.table),
-                            conn,
-                            self.spec.flavor,
-                            table.schema,
-                            ddl,
-                        )
-                        reader.set_schema(table.schema)
-                        continue
-                    except SchemaChangeError:
-                        if not recopy:
-                            raise
-                reader.forget(key)
-                del self._tables[table_id], self._filters[table_id]
+def _binlog_reader(
+    spec: BinlogSourceSpec,
+    tables: Iterable[TableStream],
+    begin: Watermark,
+    blocking: bool,
+    server_id: int | None,
+    new_tables: TableSelection | None,
+) -> BinlogReader:
+    """A reader of the source's tables from `begin` (`server_id`: a replication id of its own, for a side read);
+    its reconnects are published where the job's metrics read them."""
+    stream, source = spec.streaming.stream, spec.streaming.source
+    gtid = begin.gtid if isinstance(begin.gtid, MariadbGtidPos) else None
+    reader = BinlogReader(
+        source if server_id is None else dataclasses.replace(source, server_id=server_id),
+        [t.schema for t in tables],
+        begin.position,
+        blocking=blocking,
+        heartbeat_seconds=stream.heartbeat_seconds,
+        on_ddl=stream.on_schema_change,
+        start_gtid=gtid,
+        contained_until=spec.contained_until,
+        planned_at=spec.planned_at,
+        new_tables=new_tables,
+        recopy=stream.on_unfollowable == "recopy",
+    )
+    if spec.reconnect_file is not None:
+        file = Path(spec.reconnect_file)
+        reader.on_reconnect = lambda reconnect: publish(file, reconnect)
+    return reader
+
+
+def _follow(
+    spec: BinlogSourceSpec,
+    tables: dict[str, TableStream],
+    filters: dict[str, HighWatermarkFilter],
+    reader: BinlogReader,
+    ddl: DdlStatement,
+) -> None:
+    """In the source's process: decode the rows after `ddl` with the schema right after it (the sink evolves the
+    targets). A table dropped, or one the sink copies again (`stream.on_unfollowable: recopy`, which ends the query
+    at the statement), is no longer read."""
+    from ingest.source.binlog.schema_after import schema_after
+
+    streaming = spec.streaming
+    recopy = streaming.stream.on_unfollowable == "recopy"
+    with connect(streaming.source) as conn:
+        for key in ddl.tables:
+            table_id = ".".join(key)
+            if ddl.kind != "drop" and (ddl.kind in FOLLOWED or not recopy):
+                table = tables[table_id]
+                try:
+                    table.schema = schema_after(
+                        streaming.source,
+                        streaming.targets.options_for(table.schema.database, table.schema.table),
+                        conn,
+                        spec.flavor,
+                        table.schema,
+                        ddl,
+                    )
+                    reader.set_schema(table.schema)
+                    continue
+                except SchemaChangeError:
+                    if not recopy:
+                        raise
+            reader.forget(key)
+            del tables[table_id], filters[table_id]
 
 
 @dataclass

@@ -145,7 +145,7 @@ def _reader(monkeypatch: pytest.MonkeyPatch) -> tuple[BinlogStreamReader, _State
         BinlogSourceSpec(streaming_of(config), "mariadb", tuple(tables), mark, {}, read_chunks=True)
     )
     state = _State()
-    reader._state = state  # type: ignore[assignment]
+    reader._chunks._state = state  # type: ignore[assignment]
     return reader, state
 
 
@@ -154,7 +154,7 @@ def test_the_source_offers_one_commit_of_chunks_of_the_first_table_not_paused_an
 ) -> None:
     reader, state = _reader(monkeypatch)
     state.paused = frozenset({"db.b"})
-    offered = reader._next_chunks()
+    offered = reader._chunks.next()
     assert offered is not None and [t for t, _ in offered.parts] == ["db.c"]  # db.a is read, db.b paused
     assert [c.index for c in offered.parts[0][1]] == [0, 1]  # snapshot.chunks_per_commit
     mark = Watermark(BinlogPosition("b.000001", 70), None, 1)
@@ -166,12 +166,12 @@ def test_the_source_offers_one_commit_of_chunks_of_the_first_table_not_paused_an
         SourceBatch(None, [], BatchEnd(end), chunks=offered)
     )  # a replay is the same chunks
     state.records["db.c"] = {0: ChunkRecord(offered.parts[0][1][0], Watermark(BinlogPosition("b.000001", 90), None, 1))}
-    assert reader._learn() and state.reloads == 1
+    assert reader._chunks.learn() and state.reloads == 1
     assert reader._tables["db.c"].chunk_highs == [BinlogPosition("b.000001", 90), None, None]
-    assert not reader._learn()  # only right after a chunk batch
+    assert not reader._chunks.learn()  # only right after a chunk batch
     state.paused = frozenset()
-    reader._paused_looked = -float("inf")  # `stream.signal_poll_seconds` later
-    again = reader._next_chunks()
+    reader._chunks._paused_looked = -float("inf")  # `stream.signal_poll_seconds` later
+    again = reader._chunks.next()
     assert again is not None and [t for t, _ in again.parts] == ["db.b"]
 
 
@@ -179,13 +179,13 @@ def test_a_chunk_batch_the_sink_read_none_of_is_offered_again_only_after_a_binlo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reader, _ = _reader(monkeypatch)
-    offered = reader._next_chunks()
+    offered = reader._chunks.next()
     assert offered is not None
     reader._hand_chunks(Watermark(BinlogPosition("b.000001", 70), None, 1), offered)
-    assert reader._learn()  # the sink read none: the source's load, or a DDL not followed yet
-    assert reader._next_chunks() is None
-    reader._held_until -= reader.spec.streaming.stream.batch_interval_seconds  # the interval passed
-    assert reader._next_chunks() == offered
+    assert reader._chunks.learn()  # the sink read none: the source's load, or a DDL not followed yet
+    assert reader._chunks.next() is None
+    reader._chunks.held_until -= reader.spec.streaming.stream.batch_interval_seconds  # the interval passed
+    assert reader._chunks.next() == offered
 
 
 def test_a_source_offset_is_a_watermark_and_only_a_chunk_batch_adds_its_chunks() -> None:
@@ -205,7 +205,7 @@ def test_tables_with_one_chunk_left_share_a_chunk_batch_and_a_table_with_more_ha
     reader, state = _reader(monkeypatch)  # db.a read; db.b and db.c have 3 chunks left each
     for table_id in ("db.b", "db.c"):
         reader._tables[table_id].chunk_highs[:2] = [BinlogPosition("b.000001", 100)] * 2  # one left each
-    offered = reader._next_chunks()
+    offered = reader._chunks.next()
     assert offered is not None
     assert [(t, [c.index for c in part]) for t, part in offered.parts] == [("db.b", [2]), ("db.c", [2])]
     mark = Watermark(BinlogPosition("b.000001", 70), None, 1)
@@ -216,11 +216,11 @@ def test_tables_with_one_chunk_left_share_a_chunk_batch_and_a_table_with_more_ha
     )  # a replay is the same chunks of the same tables
     high = Watermark(BinlogPosition("b.000001", 90), None, 1)
     state.records["db.c"] = {2: ChunkRecord(offered.parts[1][1][0], high)}  # the sink read db.c's, not db.b's
-    assert reader._learn()
+    assert reader._chunks.learn()
     assert reader._tables["db.c"].unread == [] and len(reader._tables["db.b"].unread) == 1
     reader._tables["db.b"].chunk_highs[1] = None  # db.b with two left: a batch of its own, before db.c's one
     reader._tables["db.c"].chunk_highs[2] = None
-    alone = reader._next_chunks()
+    alone = reader._chunks.next()
     assert alone is not None and [(t, [c.index for c in part]) for t, part in alone.parts] == [("db.b", [1, 2])]
 
 
