@@ -54,7 +54,8 @@ from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.query.batch import HighWatermarkFilter, Streaming, TableBatch, TableStream, catch_up_end, prepare_batch
 from ingest.runtime.python_gc import raise_gc_threshold
 from ingest.source.binlog.prefetch import End, Idle, Prefetch
-from ingest.source.binlog.reader import FOLLOWED, BinlogReader, dump_server_id
+from ingest.source.binlog.reader import BinlogReader, dump_server_id
+from ingest.source.binlog.schema_statements import FOLLOWED
 from ingest.source.mysql import connect
 from ingest.source.reconnect import publish
 from ingest.source.snapshot.chunks import Chunk

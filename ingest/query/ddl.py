@@ -56,8 +56,9 @@ from ingest.source.binlog.partitions import (
     read_layout,
     removed_rows,
 )
-from ingest.source.binlog.reader import FOLLOWED, BinlogReader, SchemaChangeError, ddl_between
+from ingest.source.binlog.reader import BinlogReader, SchemaChangeError, ddl_between
 from ingest.source.binlog.schema_after import schema_after
+from ingest.source.binlog.schema_statements import FOLLOWED
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 

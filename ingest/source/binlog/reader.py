@@ -36,27 +36,20 @@ from ingest.model.changes import (
     AlterColumns,
     DdlStatement,
     ForeignKey,
-    KeyAction,
-    RowChange,
     TablesNamed,
     Transaction,
 )
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
 from ingest.source.binlog import compressed_events, row_events, table_maps
-from ingest.source.binlog.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.captured_rows import CapturedRows
 from ingest.source.binlog.ddl import (
-    CUT_OVER,
     OnlineSchemaChanges,
     Swap,
-    alter_columns,
     created_table,
     ddl_kind,
     ddl_tables,
     is_ddl,
-    named_tables,
-    partition_tables,
-    renamed_tables,
     statement_tables,
 )
 from ingest.source.binlog.event_groups import (
@@ -66,20 +59,12 @@ from ingest.source.binlog.event_groups import (
     refuse_event,
     refuse_rolled_back,
 )
-from ingest.source.binlog.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
-from ingest.source.binlog.row_events import RowEvents, event_kind
+from ingest.source.binlog.schema_statements import SchemaStatements
 from ingest.source.binlog.xa import Prepared, XaHold
 from ingest.source.mysql import binlog_files, connect, connection_refused, require_tls, tls_context, tls_failure
 from ingest.source.reconnect import Reconnect, lost_connection, stall_timeout
 
 log = logging.getLogger(__name__)
-
-FOLLOWED = ("alter", "truncate", "swap", "drop", "partition")
-"""The kinds of DDL statement `on_ddl="evolve"` yields as a `DdlStatement` to follow: `ddl.ddl_kind`'s "alter" and
-"truncate"; "swap", an online schema change tool's helper table renamed to a captured table's name (`ddl.Swap`);
-"drop", a captured table dropped or renamed away (its capture ends: `forget`); "partition", a partition statement
-that removes or moves rows without row events (`ddl.partition_tables`: followed when it drops or truncates
-partitions whose bounds the job knows, else refused or copied again)."""
 
 __all__ = [
     "BinlogReader",
@@ -140,20 +125,6 @@ def stream_connection(source: SourceConfig, read_timeout: float | None = None) -
     if read_timeout is not None:
         settings["read_timeout"] = read_timeout
     return {"connection_settings": settings, "pymysql_wrapper": connect_checked}
-
-
-def _key_changed(images: list[Any], schema: TableSchema) -> Callable[[Sequence[str]], bool]:
-    """For `Actions.act`: whether an update's rows, decoded with the schema the job follows, changed any of the
-    columns asked about (True when one is not in the schema)."""
-    names = schema.column_names
-
-    def changed(columns: Sequence[str]) -> bool:
-        spots = [names.index(c) for c in columns if c in names]
-        return len(spots) < len(columns) or any(
-            b is None or a is None or any(b[p] != a[p] for p in spots) for b, a in images
-        )
-
-    return changed
 
 
 def dump_server_id() -> int:
@@ -339,7 +310,12 @@ _NEXT, _END, _STOP = "next", "end", "stop"
 
 
 class BinlogReader:
-    """Transactions of the captured tables, in commit order, starting at a transaction boundary."""
+    """Transactions of the captured tables, in commit order, starting at a transaction boundary.
+
+    About 330 lines, on purpose: its steps (reading events, grouping them into transactions, reconnecting) share
+    one event group's state, the position, the GTID position and the group's flags, which every kind of event reads
+    and moves. What holds state of its own is apart: the rows and the foreign key actions (`captured_rows`), the
+    schema statements (`schema_statements`), the XA transactions held (`xa`), the table maps (`table_maps`)."""
 
     def __init__(
         self,
@@ -356,11 +332,6 @@ class BinlogReader:
         recopy: bool = False,
     ) -> None:
         self.source = source
-        self.new_tables = new_tables
-        """When set, a DDL statement naming a table it matches that is not captured is reported (TablesNamed)."""
-        self.schemas = {(s.database, s.table): s for s in schemas}
-        self._decoders = {k: RowDecoder(s.columns) for k, s in self.schemas.items()}
-        self._row_events = RowEvents()
         self.start = start
         self.position = start
         self.gtid = start_gtid
@@ -377,15 +348,6 @@ class BinlogReader:
         """Per table, a position up to which every row change is already in the snapshot's chunks (the lowest
         chunk high watermark): such rows are not decoded at all. They may predate the schema the table is
         decoded with, when the table was snapshotted again after a schema change."""
-        self._planned_at = dict(planned_at or {})
-        """Per table, a position before its snapshot's schema was loaded: a DDL up to here is in that schema."""
-        self._unfollowed: dict[tuple[str, str], tuple[str, BinlogPosition]] = {}
-        """Per table, the first DDL passed over as contained in its chunks that came after its schema was loaded:
-        it changed the table during its snapshot, so the rows after its chunks may have columns the schema the
-        job decodes with has not."""
-        self.on_ddl = on_ddl
-        self.recopy = recopy
-        """With `on_ddl="evolve"`, a DDL it cannot follow is yielded too (its table is copied again)."""
         self.heartbeat_seconds = heartbeat_seconds
         self._last_idle = time.monotonic()
         self.idle_at_end = False
@@ -398,8 +360,10 @@ class BinlogReader:
         """Told of each reconnect attempt, and of the recovery (ingest.source.reconnect.publish)."""
         self._interrupted = threading.Event()
         self._tables = {(s.database, s.table) for s in schemas}
-        self._osc = OnlineSchemaChanges()
-        self._actions = self._load_actions()
+        self._ddl = SchemaStatements(
+            self._tables, self._contained_until, dict(planned_at or {}), on_ddl, recopy, new_tables
+        )
+        self._rows = CapturedRows(source, schemas, self._tables, self._contained_until, self._ddl.unfollowed)
 
     def _open(self, start: BinlogPosition) -> BinLogStreamReader:
         return open_stream(
@@ -441,45 +405,21 @@ class BinlogReader:
     @property
     def chained(self) -> dict[str, list[ForeignKey]]:
         """Per captured table (by id): its foreign keys whose actions act on captured tables, itself too."""
-        return {f"{db}.{table}": keys for (db, table), keys in self._actions.chained.items()}
+        return self._rows.chained
+
+    @property
+    def schemas(self) -> dict[tuple[str, str], TableSchema]:
+        """The schema each captured table's rows are decoded with now."""
+        return self._rows.schemas
 
     def set_schema(self, schema: TableSchema) -> None:
         """Decode the table's rows with `schema` from here on (after its DDL was applied downstream)."""
-        key = (schema.database, schema.table)
-        self.schemas[key] = schema
-        self._decoders[key] = RowDecoder(schema.columns)
+        self._rows.set_schema(schema)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Capture the table no more (it was dropped or renamed away): its name's later rows are another table's."""
         self._tables.discard(key)
-        self.schemas.pop(key, None)
-        self._decoders.pop(key, None)
-
-    def _refuse_unfollowed(self, key: tuple[str, str], event: Any) -> None:
-        """A row after a DDL passed over during the table's snapshot: refused when matched by position."""
-        query, at = self._unfollowed[key]
-        table_maps.refuse_by_position_after_ddl(
-            event, self.schemas[key].table_id, query, at, "before the high watermark of the first of its chunks read"
-        )
-
-    def _library_row(
-        self, key: tuple[str, str], kind: str, row: dict[str, Any]
-    ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
-        before, after = row_images(kind, row)
-        return (None if before is None else self._row(key, before), None if after is None else self._row(key, after))
-
-    def _row(self, key: tuple[str, str], values: dict[str, Any]) -> tuple[Any, ...]:
-        decode = self._decoders[key]
-        if not decode.matches(values):
-            # Rows are matched by the names the server logs (binlog_row_metadata=FULL), or by position with the
-            # schema in force (table_maps.by_position): a row of other columns is never misread.
-            schema = self.schemas[key]
-            raise SchemaChangeError(
-                f"a binlog row of {schema.table_id} at {self.position} has columns {sorted(values)}, but the job "
-                f"expects {sorted(schema.column_names)}: its schema changed without a DDL statement the job could "
-                f"follow. Snapshot the table again: `ingest resnapshot --config ... --table {schema.table_id}`"
-            )
-        return decode(values)
+        self._rows.forget(key)
 
     def transactions(
         self, idle: Callable[[float], bool] | None = None
@@ -566,7 +506,7 @@ class BinlogReader:
                     refuse_event(event, end, self._tables)
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                    current = self._rows(event, end, current)
+                    current = self._rows.add(event, end, current, self._xa_group, self.position)
                     continue
                 if isinstance(event, XAPrepareEvent) and not event.one_phase:
                     if self._xa_prepared(event, end, current) or self._report_idle(idle, float(event.timestamp)):
@@ -599,35 +539,6 @@ class BinlogReader:
         self._group_gtid = MariadbGtid.parse(str(event.gtid))
         self._in_group, self._xa_group = group_flags(event.flags)
         return Transaction(end, gtid=str(event.gtid))
-
-    def _rows(self, event: Any, end: BinlogPosition, current: Transaction | None) -> Transaction | None:
-        """A row event: its changes of captured tables, and the foreign key actions it sets off, added to the
-        transaction under way (begun here if need be). Returns that transaction."""
-        key = (event.schema, event.table)
-        images = None
-        if key in self._actions.watched:
-            images, acted = self._key_actions(key, event_kind(event), event, end)
-            if acted:
-                current = current if current is not None else Transaction(end)
-                current.actions.extend(acted)
-        if key not in self._tables:
-            return current
-        contained = self._contained_until.get(key)
-        # An XA transaction's rows count at its commit, which a chunk may or may not have seen: they are held, and
-        # compared with the chunks at XA COMMIT (`_decided`).
-        if contained is not None and not self._xa_group:
-            if end <= contained:
-                return current
-            del self._contained_until[key]  # positions only grow: no more lookups for this table
-        if key in self._unfollowed:
-            self._refuse_unfollowed(key, event)
-        if current is None:
-            current = Transaction(end)
-        table_id = f"{key[0]}.{key[1]}"
-        if images is None:
-            images = self._images(key, event_kind(event), event, end)
-        current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
-        return current
 
     def _xa_prepared(self, event: XAPrepareEvent, end: BinlogPosition, current: Transaction | None) -> bool:
         """XA PREPARE ends the first half of an XA transaction: its changes are held until it is decided. True:
@@ -687,7 +598,7 @@ class BinlogReader:
             return current, _END
         # A DDL statement is a transaction of its own: its end is a boundary.
         self._boundary(end)
-        named = self._new_tables_named(query, default_db)
+        named = self._ddl.named(query, default_db)
         if named:
             yield TablesNamed(named, end, self.gtid)
             return None, _NEXT
@@ -698,56 +609,20 @@ class BinlogReader:
     ) -> Generator[DdlStatement | TablesNamed, None, bool]:
         """A statement that changes captured tables' schemas or partitions: refused, or recorded, and with
         `on_ddl="evolve"` yielded as a `DdlStatement` (True: the caller reads on after it)."""
-        touched = []
-        for t in ddl_tables(query, default_db, self._tables):
-            # A table snapshotted after the statement already has what it did.
-            if (contained := self._contained_until.get(t)) is None or end > contained:
-                touched.append(t)
-            elif (planned := self._planned_at.get(t)) is None or end > planned:
-                self._unfollowed.setdefault(t, (query, end))
-        partitions = [
-            t
-            for t in partition_tables(query, default_db, self._tables)
-            if (contained := self._contained_until.get(t)) is None or end > contained
-        ]
-        if partitions and self.on_ddl != "evolve":  # followed, copied again or refused downstream
-            self._refuse_partition_change(query, partitions, end)
-        touched += [t for t in partitions if t not in touched]
-        osc = self._osc.read(query, default_db, self._tables)
-        if not touched:
+        followed = self._ddl.read(query, default_db, end, getattr(event, "sql_mode", None))
+        if followed is None:
             return False
-        if osc == CUT_OVER and self.on_ddl == "evolve":
-            log.info("%s: renamed away for an online schema change's cut-over: %s", touched, query[:200])
-            return False
+        said = followed.said
+        if followed.swap is not None and said is None:
+            said = helper_history(self.source, followed.swap, end)
         start = self.position
-        kind = "swap" if isinstance(osc, Swap) else "partition" if partitions else ddl_kind(query)
-        if kind == "rename":
-            # Renamed away: gone under its name; unless another table takes the name (not a swap).
-            into = {new for _, new in renamed_tables(query, default_db)}
-            kind = "replace" if any(t in into for t in touched) else "drop"
-        self._schema_change(query, touched, end, kind)
-        if self.on_ddl != "evolve":
-            return False
-        said = osc.said if isinstance(osc, Swap) else alter_columns(query, default_db, getattr(event, "sql_mode", None))
-        if isinstance(osc, Swap) and said is None:
-            said = helper_history(self.source, osc, end)
         self._boundary(end)
-        yield DdlStatement(query, tuple(touched), start, end, self.gtid, kind, said)
+        yield DdlStatement(query, followed.tables, start, end, self.gtid, followed.kind, said)
         # A table renamed into the patterns by the same statement is copied (see TablesNamed).
-        named = self._new_tables_named(query, default_db) if kind == "drop" else ()
+        named = self._ddl.named(query, default_db) if followed.kind == "drop" else ()
         if named:
             yield TablesNamed(named, end, self.gtid)
         return True
-
-    def _new_tables_named(self, query: str, default_db: str) -> tuple[tuple[str, str], ...]:
-        if self.new_tables is None:
-            return ()
-        named = named_tables(query, default_db)
-        return tuple(
-            t
-            for t in named
-            if t not in self._tables and self.new_tables.matches(*t) and self._osc.helper(t, self._tables) is None
-        )
 
     def _report_idle(self, idle: Callable[[float], bool] | None, at: float) -> bool:
         """A transaction of other tables ended: tell `idle` at most once per heartbeat period (see transactions);
@@ -759,59 +634,6 @@ class BinlogReader:
         self.idle_at_end = False
         return idle(at)
 
-    def _load_actions(self) -> Actions:
-        """The foreign key actions that can reach the captured tables, as the server shows them now."""
-        with connect(self.source) as conn:
-            actions = load_actions(conn, self._tables)
-        if actions:
-            log.info(
-                "foreign keys with ON DELETE / ON UPDATE actions reach captured tables from %s; the server does not "
-                "log what they change, so a change of these tables that may act stops the job",
-                ", ".join(sorted(f"{db}.{t}" for db, t in actions.watched)),
-            )
-        return actions
-
-    def _images(self, key: tuple[str, str], kind: str, event: Any, end: BinlogPosition) -> list[Any]:
-        """(before, after) per row of a captured table's row event, decoded with the schema in force."""
-        images = self._row_events.rows(key, kind, event, self.schemas[key].columns, end)
-        if images is None:  # an event only the library reads
-            images = [self._library_row(key, kind, row) for row in event.rows]
-        return images
-
-    def _key_actions(
-        self, key: tuple[str, str], kind: str, event: Any, end: BinlogPosition
-    ) -> tuple[list[Any] | None, list[KeyAction]]:
-        """What the foreign key actions of a parent table's row event did to captured tables (a stop where the
-        job cannot apply them), and the event's rows when they were decoded for that (a captured parent)."""
-
-        def copied_after(table: tuple[str, str]) -> bool:
-            # An XA transaction's first half counts at its commit, later than `end`: its actions are kept, and
-            # judged against the chunks at commit like its changes (ingest.query.batch).
-            contained = self._contained_until.get(table)
-            return contained is not None and end <= contained and not self._xa_group
-
-        images, schemas = None, self.schemas
-        if key in self._tables and key not in self._unfollowed and kind != "insert":
-            images = self._images(key, kind, event, end)
-        elif key not in self._tables and kind != "insert" and (named := named_parent_rows(event, kind)) is not None:
-            parent, images = named  # a parent not captured, its columns named by the server
-            schemas = {**self.schemas, key: parent}
-        changed = update_changed(event, kind) if images is None else _key_changed(images, schemas[key])
-        acted = self._actions.act(key, kind, event.flags, end, changed, copied_after, images, schemas)
-        return (images if key in self._tables else None), acted
-
-    def _refuse_partition_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition) -> None:
-        """A partition or tablespace statement that deletes, moves or brings in rows without row events (DROP,
-        TRUNCATE, EXCHANGE, CONVERT PARTITION; DISCARD, IMPORT TABLESPACE) stops the job: the rows it removed would
-        stay in Iceberg, and those it brought would be missing."""
-        names = ", ".join(f"{db}.{t}" for db, t in touched)
-        raise SchemaChangeError(
-            f"{names}: the statement at binlog position {end} removes, moves or brings in rows of whole partitions "
-            f"or tablespaces without logging them ({query[:200]!r}); the job does not know which rows they were, "
-            f"and none was applied. Everything before the statement is committed. Snapshot the table again "
-            f"(`ingest resnapshot --config ... --table {touched[0][0]}.{touched[0][1]}`)"
-        )
-
     def _boundary(self, end: BinlogPosition) -> None:
         """An event group ends at `end`: the position and the GTID position move past it together."""
         self._in_group = self._xa_group = False
@@ -820,32 +642,6 @@ class BinlogReader:
             g = self._group_gtid
             self.gtid = self.gtid.advance(g.domain_id, g.server_id, g.seq_no)
         self._group_gtid = None
-
-    def _schema_change(self, query: str, touched: list[tuple[str, str]], end: BinlogPosition, kind: str) -> None:
-        """Apply the policy's refusals; returns when the statement is to be ignored or evolved."""
-        names = ", ".join(f"{db}.{t}" for db, t in touched)
-        if self.on_ddl == "ignore":
-            log.warning("ignoring schema change of %s at %s: %s", names, end, query[:200])
-            return
-        if self.on_ddl == "evolve" and (kind in FOLLOWED or self.recopy):
-            return
-        if self.on_ddl == "evolve":
-            why = (
-                "a table replaced by another (CREATE OR REPLACE, a RENAME that gives its name to a table that is no "
-                "online schema change tool's helper) cannot be followed"
-            )
-            way_out = "Snapshot the table again"
-        else:
-            why = "`stream.on_schema_change` is `fail`"
-            way_out = (
-                "Set `stream.on_schema_change: evolve` to follow the DDL Iceberg can follow (docs/config.md, "
-                '"Schema changes"), or snapshot the table again'
-            )
-        raise SchemaChangeError(
-            f"the schema of {names} changed at binlog position {end}: {query[:200]!r}; {why}. Everything before "
-            f"the statement is committed. {way_out} "
-            f"(`ingest resnapshot --config ... --table {touched[0][0]}.{touched[0][1]}`)"
-        )
 
 
 def _text(value: Any) -> str:
