@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -65,15 +66,19 @@ from ingest.state.table import StateTable
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Following:
+    """What following a DDL statement works with: the session that writes the targets, the binlog phase's settings,
+    and a connection to the source (of `flavor`)."""
+
+    spark: Any
+    streaming: Streaming
+    conn: Any
+    flavor: str
+
+
 def follow_ddl(
-    spark: Any,
-    streaming: Streaming,
-    state: StateTable,
-    conn: Any,
-    flavor: str,
-    begin: StreamStart,
-    ddl: DdlStatement,
-    reader: BinlogReader | None,
+    following: Following, state: StateTable, begin: StreamStart, ddl: DdlStatement, reader: BinlogReader | None
 ) -> list[str]:
     """Follow `ddl` on every table it touches, then record its end as the job's offset (every change before it
     is committed by then). Returns the tables to copy again (`stream.on_unfollowable: recopy`), whose capture
@@ -88,16 +93,16 @@ def follow_ddl(
                     "no schema change can mirror"
                 )
             if ddl.kind == "drop":
-                end_capture(spark, streaming, table, ddl)
+                end_capture(following, table, ddl)
                 state.forget(table.schema.table_id)  # a restart before the offset takes it as gone (gone_tables)
             elif ddl.kind == "partition":
-                remove_partition_rows(spark, streaming, conn, flavor, table, ddl, begin.here)
+                remove_partition_rows(following, table, ddl, begin.here)
                 continue
             else:
-                evolve_table(spark, streaming, conn, flavor, table, ddl, reader, begin.here)
+                evolve_table(following, table, ddl, reader, begin.here)
                 continue
         except SchemaChangeError as e:
-            if streaming.stream.on_unfollowable != "recopy":
+            if following.streaming.stream.on_unfollowable != "recopy":
                 raise
             log.warning("%s. With `stream.on_unfollowable: recopy` it is copied again; the other tables stream on", e)
             state.ask_snapshot([table.schema.table_id], again=True)
@@ -116,9 +121,10 @@ SOURCE_DROPPED_PROPERTY = "ingest.source-dropped"
 """Table property of a target kept after its source table was dropped or renamed away: the statement's position."""
 
 
-def end_capture(spark: Any, streaming: Streaming, table: TableStream, ddl: DdlStatement) -> None:
+def end_capture(following: Following, table: TableStream, ddl: DdlStatement) -> None:
     """The table was dropped or renamed away: by `stream.on_drop_table`, its target is kept as it was at the
     statement (marked with SOURCE_DROPPED_PROPERTY) or dropped. Either step can be run again after a crash."""
+    spark, streaming = following.spark, following.streaming
     target = table_of(table.target)
     if streaming.stream.on_drop_table == "drop":
         spark.sql(f"DROP TABLE IF EXISTS {target}")
@@ -163,29 +169,25 @@ def gone_tables(streaming: Streaming, state: StateTable, found: Sequence[TableSc
     return gone
 
 
-def _refuse_during_snapshot(table: TableStream, ddl: DdlStatement) -> None:
-    """A chunk whose high watermark is past the statement may have been read after it, with the columns the snapshot
-    started with: the binlog drops that chunk's later changes as contained in it, so the new columns' values of its
-    rows would be lost (or a widened value fail the write). Refused, never guessed."""
+def _refuse_during_snapshot(
+    table: TableStream, ddl: DdlStatement, what: str = "its schema changed", why: str = "lack the change"
+) -> None:
+    """A chunk whose high watermark is past the statement may have been read after it: for an ALTER, with the
+    columns the snapshot started with (the binlog drops that chunk's later changes as contained in it, so the new
+    columns' values of its rows would be lost, or a widened value fail the write); for a statement that removes rows
+    without logging them, holding rows it must not remove. Refused, never guessed."""
     last_read = table.last_read
     if last_read is not None and last_read > ddl.start:
         raise SchemaChangeError(
-            f"{table.schema.table_id}: its schema changed during its snapshot, at binlog position {ddl.end} "
+            f"{table.schema.table_id}: {what} during its snapshot, at binlog position {ddl.end} "
             f"({ddl.query[:200]!r}), before the high watermark {last_read} of its last chunk: chunks read after "
-            f"the statement lack the change. Everything before it is committed. Re-snapshot the table: "
+            f"the statement {why}. Everything before it is committed. Re-snapshot the table: "
             f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
         )
 
 
 def evolve_table(
-    spark: Any,
-    streaming: Streaming,
-    conn: Any,
-    flavor: str,
-    table: TableStream,
-    ddl: DdlStatement,
-    reader: BinlogReader | None,
-    here: int | None = None,
+    following: Following, table: TableStream, ddl: DdlStatement, reader: BinlogReader | None, here: int | None = None
 ) -> None:
     """Follow one ALTER TABLE: evolve the target, backfill added columns' defaults, decode with the new schema.
 
@@ -195,9 +197,10 @@ def evolve_table(
     the source schema the target mirrors is stored last, so a restart replays the DDL with the old one.
     `reader` (None when another process reads the binlog) is told to decode later rows with the new schema.
     """
+    spark, streaming, conn, flavor = following.spark, following.streaming, following.conn, following.flavor
     old = table.schema
     if ddl.kind == "truncate":
-        truncate_table(spark, streaming, table, ddl, here)
+        truncate_table(following, table, ddl, here)
         return
     live = schema_after(
         streaming.source, streaming.targets.options_for(old.database, old.table), conn, flavor, old, ddl
@@ -226,7 +229,7 @@ def evolve_table(
             done.append(f"backfill of {sorted(values)}")
             table.committed = ddl.end
     crash_point("stream.after_backfill")
-    _follow_partitions(spark, streaming, table, ddl)
+    _follow_partitions(following, table, ddl)
     store_source_schema(spark, table_of(table.target), live)
     table.schema = live
     if reader is not None:
@@ -281,42 +284,25 @@ def _refuse_partition_source_change(table: TableStream, plan: SchemaPlan, ddl: D
         )
 
 
-def truncate_table(
-    spark: Any, streaming: Streaming, table: TableStream, ddl: DdlStatement, here: int | None = None
-) -> None:
+def truncate_table(following: Following, table: TableStream, ddl: DdlStatement, here: int | None = None) -> None:
     """Follow a TRUNCATE: every row of the target is deleted in one commit carrying the statement's end as its
     offset (Iceberg drops whole files, a metadata-only commit). A target that holds it already is left alone."""
-    last_read = table.last_read
-    if last_read is not None and last_read > ddl.start:
-        raise SchemaChangeError(
-            f"{table.schema.table_id}: it was truncated during its snapshot, at binlog position {ddl.end}, before the "
-            f"high watermark {last_read} of its last chunk: chunks read after the statement hold rows the "
-            "truncate must not delete. Everything before it is committed. Re-snapshot the table: "
-            f"`ingest resnapshot --config ... --table {table.schema.table_id}`, then `ingest run`"
-        )
-    props = _statement_commit(streaming.targets, table, ddl, here)
+    _refuse_during_snapshot(table, ddl, "it was truncated", "hold rows the truncate must not delete")
+    props = _statement_commit(following.streaming.targets, table, ddl, here)
     if props is None:
         return
-    delete_every_row(spark, table.target, props)
+    delete_every_row(following.spark, table.target, props)
     table.committed = ddl.end
     crash_point("stream.after_truncate")
     log.info("%s: followed the TRUNCATE at %s: every row of the target deleted", table.schema.table_id, ddl.end)
 
 
-def remove_partition_rows(
-    spark: Any,
-    streaming: Streaming,
-    conn: Any,
-    flavor: str,
-    table: TableStream,
-    ddl: DdlStatement,
-    here: int | None = None,
-) -> None:
+def remove_partition_rows(following: Following, table: TableStream, ddl: DdlStatement, here: int | None = None) -> None:
     """Follow a DROP or TRUNCATE PARTITION, which logs no row events: the rows of those partitions, by the bounds
     the job kept for the table (ingest.source.binlog.partitions), are deleted from the target in one commit carrying the
     statement's end as its offset; then the kept bounds follow the statement. Any other partition statement that
     moves rows (EXCHANGE, CONVERT, DISCARD or IMPORT TABLESPACE), or bounds not kept, stop by name."""
-    schema = table.schema
+    spark, streaming, schema = following.spark, following.streaming, table.schema
     found = partition_statement(ddl.query)
     if found is None:
         raise SchemaChangeError(
@@ -325,20 +311,14 @@ def remove_partition_rows(
         )
     layout = _kept_partitions(streaming.targets, schema)
     if layout is None and found[0] == "truncate":
-        layout = _partitions_now(streaming, conn, flavor, schema, ddl)  # a TRUNCATE leaves the bounds as they were
+        layout = _partitions_now(following, schema, ddl)  # a TRUNCATE leaves the bounds as they were
     if layout is None:
         raise SchemaChangeError(
             f"{schema.table_id}: the statement at binlog position {ddl.end} ({ddl.query[:200]!r}) removes the rows "
             "of whole partitions without logging them, and the job did not keep the table's partition bounds (its "
             "target was copied before the job kept them, or a partition statement it could not follow came since)"
         )
-    last_read = table.last_read
-    if last_read is not None and last_read > ddl.start:
-        raise SchemaChangeError(
-            f"{schema.table_id}: partitions were dropped or truncated during its snapshot, at binlog position "
-            f"{ddl.end}, before the high watermark {last_read} of its last chunk: chunks read after the statement "
-            "hold rows it must not delete"
-        )
+    _refuse_during_snapshot(table, ddl, "partitions were dropped or truncated", "hold rows it must not delete")
     props = _statement_commit(streaming.targets, table, ddl, here)
     if props is not None:
         try:
@@ -355,13 +335,12 @@ def remove_partition_rows(
     log.info("%s: followed the partition statement at %s: %s", schema.table_id, ddl.end, ddl.query[:200])
 
 
-def _partitions_now(
-    streaming: Streaming, conn: Any, flavor: str, schema: TableSchema, ddl: DdlStatement
-) -> PartitionLayout | None:
+def _partitions_now(following: Following, schema: TableSchema, ddl: DdlStatement) -> PartitionLayout | None:
     """The server's partitions now, when no partition statement on the table came after `ddl`: they are then the
     bounds right after it (None otherwise)."""
-    end = read_watermark(conn, flavor).position  # read before the layout: a later statement is in the range
-    later = ddl_between(streaming.source, [(schema.database, schema.table)], ddl.end, end)
+    conn = following.conn
+    end = read_watermark(conn, following.flavor).position  # read before the layout: a later statement is in the range
+    later = ddl_between(following.streaming.source, [(schema.database, schema.table)], ddl.end, end)
     if any(re.search(r"\bPARTITION", query, re.I) for _, query, _ in later):
         return None
     return read_layout(conn, schema.database, schema.table)
@@ -373,15 +352,15 @@ def _kept_partitions(targets: Targets, schema: TableSchema) -> PartitionLayout |
     return None if kept is None else PartitionLayout.from_json(kept)
 
 
-def _follow_partitions(spark: Any, streaming: Streaming, table: TableStream, ddl: DdlStatement) -> None:
+def _follow_partitions(following: Following, table: TableStream, ddl: DdlStatement) -> None:
     """Carry the partition bounds the job keeps through an ALTER that may change partitions (ADD PARTITION adds
     bounds; any other partition clause makes them unknown)."""
     if not re.search(r"\bPARTITION", ddl.query, re.I):
         return
-    kept = _kept_partitions(streaming.targets, table.schema)
+    kept = _kept_partitions(following.streaming.targets, table.schema)
     after = after_statement(kept, ddl.query)
     if after != kept:
-        store_partitions(spark, table_of(table.target), after)
+        store_partitions(following.spark, table_of(table.target), after)
 
 
 def _statement_commit(

@@ -43,7 +43,7 @@ from ingest.query.binlog_source import (
     offset_mark,
 )
 from ingest.query.commit import batch_source_time, commit_prepared
-from ingest.query.ddl import follow_ddl
+from ingest.query.ddl import Following, follow_ddl
 from ingest.query.start import StreamStart, prepare
 from ingest.query.stop import StopPoint, StopSignal
 from ingest.runtime.spark import callback_connection, close_callback_connection
@@ -87,17 +87,15 @@ class _Sink:
 
     def __init__(
         self,
-        spark: Any,
-        streaming: Streaming,
+        following: Following,
         state: StateTable,
-        conn: Any,
-        flavor: str,
         begin: StreamStart,
         hooks: PhaseHooks,
         stopping: Callable[[], bool],
     ) -> None:
-        self.spark, self.streaming, self.state, self.conn, self.flavor = spark, streaming, state, conn, flavor
-        self.outage = SinkOutage(streaming.targets.sink.reconnect_seconds, stopping)
+        self.following, self.state = following, state
+        self.spark, self.streaming, self.conn = following.spark, following.streaming, following.conn
+        self.outage = SinkOutage(self.streaming.targets.sink.reconnect_seconds, stopping)
         """Waits out a catalog or object store that cannot be reached while a batch commits."""
         self.begin, self.hooks = begin, hooks
         self.committed = begin.start
@@ -145,7 +143,7 @@ class _Sink:
             self._read_chunks(batch.chunks)
         if batch.ddl is not None:
             # The source begins a batch with a DDL: every change before it is committed already.
-            recopy = follow_ddl(self.spark, self.streaming, self.state, self.conn, self.flavor, begin, batch.ddl, None)
+            recopy = follow_ddl(self.following, self.state, begin, batch.ddl, None)
             self.committed = batch.ddl.end
             if recopy:
                 # The phase ends at the statement; the rest of the batch is read again by the next one.
@@ -256,7 +254,8 @@ def stream_structured(
         )
         name = f"ingest_binlog_{uuid.uuid4().hex[:12]}"
         spark.dataSource.register(make_binlog_source(name, spec))
-        sink = _Sink(spark, streaming, state, conn, flavor, begin, hooks, stop.event.is_set if stop else lambda: False)
+        following = Following(spark, streaming, conn, flavor)
+        sink = _Sink(following, state, begin, hooks, stop.event.is_set if stop else lambda: False)
         with _checkpoint(spark, streaming, begin) as (checkpoint, logs):
             with _without_adaptive_execution(spark):
                 query = (
