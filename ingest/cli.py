@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--ranges", type=int, default=16, help="key ranges per table (default 16)")
     _snapshot_arguments(sub)
+    cut = sub.add_parser(
+        "cut",
+        help="the newest consistent cut: per table, the Iceberg snapshot to read it at, all as of one binlog offset",
+    )
+    cut.add_argument("--config", required=True, help="the pipeline YAML file")
+    cut.add_argument("--json", action="store_true", help="print JSON instead of a table")
     demo = sub.add_parser("demo", help="ingest a sample MariaDB database into a local Iceberg warehouse")
     demo.add_argument("--dir", default=".demo", help="where the demo keeps its warehouse (default .demo)")
     return parser
@@ -199,6 +205,13 @@ def _snapshot(args: argparse.Namespace, config: PipelineConfig) -> int:
     return EXIT_OK
 
 
+def _cut(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.commands.cut import print_cut
+
+    print_cut(config, as_json=args.json)
+    return EXIT_OK
+
+
 def _resnapshot(args: argparse.Namespace, config: PipelineConfig) -> int:
     from ingest.commands.resnapshot import resnapshot
 
@@ -217,6 +230,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, PipelineConfig], int]] = {
     "verify": _verify,
     "snapshot": _snapshot,
     "resnapshot": _resnapshot,
+    "cut": _cut,
 }
 """The commands that act on a pipeline file (`demo` makes its own)."""
 

@@ -212,6 +212,7 @@ class LiveCopy:
         records = copy_chunks(
             self.spark, self.copying, self.state, self.flavor, schema, table.target, unread, done, self.hook
         )
+        table.head_known = False  # chunks committed: a new snapshot, looked up for the cut
         for record in records:
             assert record.high_watermark is not None
             table.chunk_highs[slot[record.chunk.index]] = record.high_watermark.position

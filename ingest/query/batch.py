@@ -74,6 +74,10 @@ class TableStream:
     partition_columns: tuple[str, ...] = ()
     """Columns other than the key that a partition spec of the target takes values from: a MERGE reads only the
     partitions its rows' old and new values fall in (ingest/sink/pruning.py)."""
+    head: int | None = None
+    """The target's current snapshot id as the job last saw it (None: empty), when `head_known`: what the cut
+    names for the table (ingest.query.commit.table_cut)."""
+    head_known: bool = False
     since_compaction: dict[str, int] = field(default_factory=dict)
     """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
     `sink.maintenance.every_commits`."""

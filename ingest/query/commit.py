@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
@@ -69,7 +69,7 @@ def commit_prepared(
                 wait(futures)
                 results = [f.result() for f in futures]  # the first failure is raised; the state is not written
     crash_point("stream.before_state")
-    state.record_offset(end, source_time)
+    state.record_offset(end, source_time, table_cut(targets, tables))
     crash_point("stream.after_state")
     applied_to = {p.table_id: p.applied for p, ok in zip(prepared, results, strict=True) if ok and p.applied}
     metrics.current().batch_committed(applied_to, time.monotonic() - started, end.position, source_time)
@@ -149,6 +149,7 @@ def _maintain_due(spark: Any, targets: Targets, tables: list[TableStream], end: 
             if table.since_compaction[name] >= every:
                 maintain(spark, name, targets.pipeline, end, targets.sink.maintenance)
                 table.since_compaction[name] = 0
+                table.head_known = table.head_known and name != table.target  # compacted: a new snapshot
 
 
 def _merge_table(
@@ -178,10 +179,30 @@ def _merge_table(
     if small is not None:
         properties = stream_offset_properties(targets.pipeline, end)
         done = apply_in_driver(small, table.target, table.schema, rows, end, properties, read_offset, append)
+        head = small.current_snapshot()
+        table.head, table.head_known = (None if head is None else head.snapshot_id), True
     else:
         done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, append)
+        table.head_known = False  # committed through Spark: looked up for the cut
     table.committed, table.committed_known = end.position, True
     return done
+
+
+def table_cut(targets: Targets, tables: Mapping[str, TableStream]) -> dict[str, tuple[str, int | None]]:
+    """The cut at the offset about to be recorded: per table whose copy is complete and whose main branch the
+    binlog phase writes, its Iceberg table and the snapshot that holds it (looked up where the job's last commit of
+    it went through Spark; None: empty). A table still being copied, into its branch or chunk by chunk, is whole only
+    once its last chunk is read, and joins the cut then."""
+    cut: dict[str, tuple[str, int | None]] = {}
+    for table_id, table in sorted(tables.items()):
+        if table.unread or table.target != table_of(table.target):
+            continue
+        names = targets.target_for(table.schema.database, table.schema.table)
+        if not table.head_known:
+            head = cached_pyiceberg_catalog(targets.sink).load_table(names).current_snapshot()
+            table.head, table.head_known = (None if head is None else head.snapshot_id), True
+        cut[table_id] = (".".join(names), table.head)
+    return cut
 
 
 def _append_changelog(spark: Any, targets: Targets, table: TableStream, rows: Any, end: Watermark) -> None:

@@ -23,7 +23,7 @@ from ingest.model.columns import quote_identifier
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema, quote
 from ingest.query.batch import Streaming, TableStream
-from ingest.query.commit import committed_in
+from ingest.query.commit import committed_in, table_cut
 from ingest.query.start import StreamStart
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.evolution import (
@@ -112,7 +112,11 @@ def follow_ddl(
         begin.tables.remove(table)
         del begin.by_id[table.schema.table_id], begin.filters[table.schema.table_id]
     crash_point("stream.before_schema_state")
-    state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here))
+    for db, t in ddl.tables:  # evolved, backfilled or truncated: their snapshots are looked up for the cut
+        if (kept := begin.by_id.get(f"{db}.{t}")) is not None:
+            kept.head_known = False
+    cut = table_cut(following.streaming.targets, begin.by_id)
+    state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here), cut=cut)
     metrics.current().offset_committed(ddl.end, None)
     return recopy
 

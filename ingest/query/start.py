@@ -15,6 +15,7 @@ from ingest import metrics
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
 from ingest.model.schema import TableSchema
 from ingest.query.batch import HighWatermarkFilter, Streaming, TableStream
+from ingest.query.commit import table_cut
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.evolution import SOURCE_SCHEMA_PROPERTY, schema_from_json
 from ingest.sink.maintenance import commits_since_compaction
@@ -63,6 +64,8 @@ def _table_streams(
             target = on_copy_branch(target)
         stream = TableStream(schema, target, plan, [], None, changelog)
         stream.committed_known = history.complete
+        head = table.current_snapshot()
+        stream.head, stream.head_known = (None if head is None else head.snapshot_id), True
         stream.partition_columns = partition_source_columns(table, schema)
         every = streaming.targets.sink.maintenance.every_commits
         stream.since_compaction[stream.target] = commits_since_compaction(table, every)
@@ -162,7 +165,7 @@ def prepare(
         # `ingest status` say the targets are caught up rather than that their lag is unknown.
         source_time = goal_at
         if recorded is None or recorded.position != start:
-            state.record_offset(Watermark(start, start_gtid, here), source_time)
+            state.record_offset(Watermark(start, start_gtid, here), source_time, table_cut(streaming.targets, by_id))
     metrics.current().offset_committed(start, source_time)
     log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
     return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)

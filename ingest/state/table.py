@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +37,8 @@ KIND_OFFSET = "offset"
 # The point a startup mode that copies nothing started from (one row per pipeline, never deleted): the pipeline
 # has begun, so a run after `ingest resnapshot` of every table copies them instead of starting over.
 KIND_START = "start"
+# The cut recorded with the offset (one row per table in it; replaced with the offset row, in its commit).
+KIND_CUT = "cut"
 # Asked by `ingest snapshot` of a running job (or of the next run): copy a table now, or copy it again.
 KIND_SIGNAL_SNAPSHOT = "signal:snapshot"
 KIND_SIGNAL_AGAIN = "signal:again"
@@ -68,10 +70,24 @@ STATE_ARROW_SCHEMA = pa.schema(
         # Offset rows: when the source was at that position (the commit time of the batch's last
         # transaction, or when a heartbeat showed the source idle there); `ingest status` derives lag from it.
         pa.field("source_commit_time", pa.timestamp("us", tz="UTC")),
+        # Cut rows: the Iceberg table (`namespace.name`) whose snapshot `target_snapshot_id` is in the cut.
+        pa.field("iceberg_table", pa.string()),
     ]
 )
 # Columns added after the first release, added to older state tables when they are opened.
-_ADDED_COLUMNS = ("source_commit_time",)
+_ADDED_COLUMNS = ("source_commit_time", "iceberg_table")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A point at which every table in it is whole: each Iceberg table at its snapshot holds every change of the
+    source up to `offset`, and nothing after it. Recorded with the offset, in the same state-table commit."""
+
+    offset: Watermark
+    recorded_at: dt.datetime
+    tables: dict[str, tuple[str, int | None]]
+    """Per source table (`db.table`): its Iceberg table (`namespace.name`) and the snapshot id to read it at (None:
+    the table is empty at the cut, it has no snapshot yet)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +132,7 @@ class StateTable:
         self._offset_source_time: int | None = None
         self._offset_recorded_at: dt.datetime | None = None
         self._done: dict[str, dict[int, list[ChunkRecord]]] = defaultdict(lambda: defaultdict(list))
+        self._cut: Cut | None = None
         self._load()
 
     @property
@@ -153,6 +170,7 @@ class StateTable:
         self._table.refresh()
         rows = self._table.scan(row_filter=f"pipeline = {_quote(self.pipeline)}").to_arrow().to_pylist()
         plans: dict[str, list[Chunk]] = defaultdict(list)
+        cut_rows: list[dict[str, Any]] = []
         for r in sorted(rows, key=lambda r: (r["recorded_at"], r["chunk_index"])):
             chunk = Chunk(
                 r["table_id"], r["chunk_index"], decode_key(_loads(r["lower_key"])), decode_key(_loads(r["upper_key"]))
@@ -165,6 +183,8 @@ class StateTable:
                 source_time = r.get("source_commit_time")
                 self._offset_source_time = None if source_time is None else int(source_time.timestamp())
                 self._offset_recorded_at = r["recorded_at"]
+            elif r["kind"] == KIND_CUT:
+                cut_rows.append(r)
             elif r["kind"] == KIND_CHUNK:
                 self._done[r["table_id"]][chunk.index].append(
                     ChunkRecord(
@@ -177,6 +197,7 @@ class StateTable:
                     )
                 )
         self._plans = {t: sorted(c, key=lambda c: c.index) for t, c in plans.items()}
+        self._cut = _cut_of(cut_rows)
 
     def reload(self) -> None:
         """Read the table's current snapshot again: what other writers recorded since it was opened or reloaded."""
@@ -214,23 +235,34 @@ class StateTable:
         """When the job recorded the stream offset: its last binlog-phase commit."""
         return self._offset_recorded_at
 
-    def record_offset(self, offset: Watermark, source_time: int | None = None) -> None:
+    def record_offset(
+        self, offset: Watermark, source_time: int | None = None, cut: Mapping[str, tuple[str, int | None]] | None = None
+    ) -> None:
         """Written strictly after all targets committed the batch ending at `offset`.
 
         The pipeline's offset row is replaced, not added: delete and append are one Iceberg commit, so a
-        reader (or a crash) sees the old offset or the new one, never none and never both.
+        reader (or a crash) sees the old offset or the new one, never none and never both. With `cut` (per source
+        table, its Iceberg table and the snapshot that holds it at `offset`), the cut's rows are replaced in the
+        same commit: the cut a reader finds is always whole.
         """
         now = dt.datetime.now(dt.UTC)
         marker = Chunk("*", -1, None, None)
         row = _row(self.pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))
         if source_time is not None:
             row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
-        rows = pa.Table.from_pylist([row], schema=STATE_ARROW_SCHEMA)
-        ours = f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}"
-        self._writes.replace("recording the offset", rows, ours)
+        rows = [row]
+        for table_id, (name, snapshot_id) in sorted((cut or {}).items()):
+            at = Chunk(table_id, 0, None, None)
+            cut_row = _row(self.pipeline, KIND_CUT, at, now, ChunkRecord(at, offset, target_snapshot_id=snapshot_id))
+            rows.append({**cut_row, "iceberg_table": name})
+        kinds = (KIND_OFFSET,) if cut is None else (KIND_OFFSET, KIND_CUT)
+        ours = f"pipeline = {_quote(self.pipeline)} AND kind IN ({', '.join(_quote(k) for k in kinds)})"
+        self._writes.replace("recording the offset", pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA), ours)
         self._offset = offset
         self._offset_source_time = source_time
         self._offset_recorded_at = now
+        if cut is not None:
+            self._cut = Cut(offset, now, dict(cut))
         try:
             self._writes.expire_snapshots()
         except Exception as e:  # noqa: BLE001 - maintenance must never fail a batch that is already recorded
@@ -289,11 +321,14 @@ class StateTable:
             self._done[r.chunk.table_id][r.chunk.index].append(r)
 
     def forget(self, table_id: str) -> None:
-        """Delete the table's plan and chunk records (one commit): its next run plans and snapshots it again."""
+        """Delete the table's plan and chunk records, and its place in the cut (one commit): its next run plans and
+        snapshots it again."""
         self._writes.delete(f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)}")
         self._plans.pop(table_id, None)
         self._planned_at.pop(table_id, None)
         self._done.pop(table_id, None)
+        if self._cut is not None:
+            self._cut.tables.pop(table_id, None)
 
     def ask_snapshot(self, table_ids: Sequence[str], again: bool) -> None:
         """Ask the job to snapshot `table_ids` (again: drop what it holds of them first), in one commit."""
@@ -339,9 +374,16 @@ class StateTable:
             f"pipeline = {_quote(self.pipeline)} AND table_id = {_quote(table_id)} AND kind IN ({kinds})"
         )
 
+    def cut(self) -> Cut | None:
+        """The newest cut recorded (None before the binlog phase's first commit)."""
+        return self._cut
+
     def forget_offset(self) -> None:
-        """Delete the pipeline's binlog offset: with every table snapshotted again, none holds what it says."""
-        self._writes.delete(f"pipeline = {_quote(self.pipeline)} AND kind = {_quote(KIND_OFFSET)}")
+        """Delete the pipeline's binlog offset, and the cut with it: with every table snapshotted again, none holds
+        what they say."""
+        kinds = ", ".join(_quote(k) for k in (KIND_OFFSET, KIND_CUT))
+        self._writes.delete(f"pipeline = {_quote(self.pipeline)} AND kind IN ({kinds})")
+        self._cut = None
         self._offset = None
         self._offset_source_time = None
         self._offset_recorded_at = None
@@ -381,10 +423,22 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _cut_of(rows: Sequence[dict[str, Any]]) -> Cut | None:
+    """The cut the state table's cut rows hold (all written in one commit, at one offset)."""
+    if not rows:
+        return None
+    offset = _watermark(rows[0]["high_watermark"])
+    assert offset is not None
+    tables = {r["table_id"]: (r["iceberg_table"], r["target_snapshot_id"]) for r in rows}
+    return Cut(offset, rows[0]["recorded_at"], tables)
+
+
 def _add_missing_columns(table: Any) -> None:
     """Evolve a state table created by an older release (adding optional columns is always safe)."""
     from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.types import TimestamptzType
+    from pyiceberg.types import StringType, TimestamptzType
+
+    types = {"source_commit_time": TimestamptzType, "iceberg_table": StringType}
 
     for _ in range(3):
         have = {f.name for f in table.schema().fields}
@@ -394,7 +448,7 @@ def _add_missing_columns(table: Any) -> None:
         try:
             with table.update_schema() as update:
                 for name in missing:
-                    update.add_column(name, TimestamptzType())
+                    update.add_column(name, types[name]())
             return
         except CommitFailedException:
             table.refresh()  # another job evolved it at the same time
@@ -427,4 +481,5 @@ def _row(pipeline: str, kind: str, chunk: Chunk, now: dt.datetime, record: Chunk
         "target_snapshot_id": record.target_snapshot_id if record else None,
         "recorded_at": now,
         "source_commit_time": None,
+        "iceberg_table": None,
     }
