@@ -1,0 +1,183 @@
+"""Readers see whole transactions across tables when they read at the cut (issue 52). A transfer workload: each
+transaction moves an amount between two `accounts` rows and adds a `transfers` row and two `ledger` rows. The job
+streams it and is killed with SIGKILL twice meanwhile; a reader reads the three tables at the newest cut the state
+table holds, over and over, and checks the invariants: the balances' sum is constant, each balance is its opening
+plus its ledger, and the ledger has two rows per transfer. Not one read at the cut may see a transfer torn.
+Reading each table's main branch one after the other is counted too, as what a reader without the cut sees."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ingest.commands.cut import cut_report
+from ingest.commands.verify import verify
+from ingest.config import parse_config
+from ingest.devservers.mariadb import MariaDBServer
+from ingest.faults import ENV as CRASH_ENV
+from ingest.sink.catalog import load_pyiceberg_catalog
+from ingest.state.table import StateTable
+from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ACCOUNTS, OPENING = 20, 1000
+TABLES = ("accounts", "ledger", "transfers")
+
+
+def _transfers(server: MariaDBServer, stop: threading.Event, done: Counter[str]) -> None:
+    rng = random.Random(52)
+    with server.admin("cut") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION autocommit = 0")
+        while not stop.is_set():
+            src, dst = rng.sample(range(1, ACCOUNTS + 1), 2)
+            amount = rng.randint(1, 50)
+            cur.execute("UPDATE accounts SET balance = balance - %s WHERE id = %s", (amount, src))
+            cur.execute("UPDATE accounts SET balance = balance + %s WHERE id = %s", (amount, dst))
+            cur.execute("INSERT INTO transfers (src, dst, amount) VALUES (%s, %s, %s)", (src, dst, amount))
+            cur.execute("INSERT INTO ledger (account, amount) VALUES (%s, %s), (%s, %s)", (src, -amount, dst, amount))
+            conn.commit()
+            done["transfers"] += 1
+            time.sleep(0.005)
+
+
+def _torn(tables: dict[str, list[dict[str, Any]]]) -> str | None:
+    """What a read of the three tables breaks of the invariants (None: nothing)."""
+    balances = {r["id"]: r["balance"] for r in tables["accounts"]}
+    if len(balances) != ACCOUNTS or sum(balances.values()) != ACCOUNTS * OPENING:
+        return f"balances sum to {sum(balances.values())} over {len(balances)} accounts"
+    moved = Counter[int]()
+    for r in tables["ledger"]:
+        moved[r["account"]] += r["amount"]
+    if any(balances[a] != OPENING + moved[a] for a in balances):
+        return "a balance does not match its ledger"
+    if len(tables["ledger"]) != 2 * len(tables["transfers"]):
+        return f"{len(tables['ledger'])} ledger rows for {len(tables['transfers'])} transfers"
+    return None
+
+
+def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems: list[str]) -> None:
+    catalog = load_pyiceberg_catalog(config.sink)
+    while not stop.wait(0.1):  # the job commits to the same SQLite catalog
+        try:
+            cut = StateTable.open(config.sink, config.name).cut()
+        except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
+            cut = None
+        if cut is not None and all(f"cut.{t}" in cut.tables for t in TABLES):
+            read = {}
+            for t in TABLES:
+                name, snapshot_id = cut.tables[f"cut.{t}"]
+                scan = catalog.load_table(name).scan(snapshot_id=snapshot_id)
+                read[t] = scan.to_arrow().to_pylist() if snapshot_id is not None else []
+            seen["cut"] += 1
+            if (why := _torn(read)) is not None:
+                problems.append(f"at the cut {cut.offset}: {why}")
+        try:
+            main = {t: catalog.load_table(("cut", t)).scan().to_arrow().to_pylist() for t in TABLES}
+        except Exception:  # noqa: BLE001 - the targets are not created yet
+            continue
+        seen["main"] += 1
+        seen["main torn"] += _torn(main) is not None
+
+
+def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkills(
+    mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    mariadb.execute(
+        "DROP DATABASE IF EXISTS cut",
+        "CREATE DATABASE cut",
+        "CREATE TABLE cut.accounts (id INT NOT NULL PRIMARY KEY, balance INT NOT NULL)",
+        "CREATE TABLE cut.transfers (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, src INT, dst INT, amount INT)",
+        "CREATE TABLE cut.ledger (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, account INT, amount INT)",
+        f"INSERT INTO cut.accounts SELECT seq, {OPENING} FROM cut.seq_1_to_{ACCOUNTS}",
+    )
+    data = {
+        "name": "cut",
+        "source": source_section(mariadb),
+        "tables": {"include": [r"cut\..*"]},
+        "sink": {**embedded_sink(tmp_path), "namespace": "cut"},
+        "stream": {"batch_interval_seconds": 1},
+    }
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(yaml.safe_dump(data))
+    config = parse_config(data, tmp_path)
+    stop_writer, stop_reader = threading.Event(), threading.Event()
+    done, seen, problems = Counter[str](), Counter[str](), list[str]()
+    writer = threading.Thread(target=_transfers, args=(mariadb, stop_writer, done))
+    reader = threading.Thread(target=_read_loop, args=(config, stop_reader, seen, problems))
+    writer.start()
+    reader.start()
+    rng = random.Random(7)
+    try:
+        for attempt in range(3):  # two runs killed while they stream, then one stopped by SIGTERM
+            before = _cut_offset(config)
+            env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+            log_file = tmp_path / f"run-{attempt}.log"
+            with log_file.open("w") as stderr:
+                job = subprocess.Popen(
+                    [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+                    cwd=ROOT,
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                )
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and job.poll() is None and _cut_offset(config) == before:
+                time.sleep(0.5)  # until this run has recorded a cut of its own
+            time.sleep(rng.uniform(2, 5))
+            assert job.poll() is None, log_file.read_text()[-3000:]
+            if attempt < 2:
+                os.killpg(job.pid, signal.SIGKILL)  # the job and its JVM
+            else:
+                job.send_signal(signal.SIGTERM)
+            job.wait(timeout=60)
+            assert job.returncode == (-signal.SIGKILL if attempt < 2 else 0), log_file.read_text()[-3000:]
+    finally:
+        stop_writer.set()
+        writer.join()
+        stop_reader.set()
+        reader.join()
+    caught_up = run_ingest("run", "--config", str(config_file), "--until-caught-up")
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    print(
+        f"transfers {done['transfers']}; reads at the cut {seen['cut']}; reads of main {seen['main']}, torn "
+        f"{seen['main torn']} ({1000 * seen['main torn'] / max(seen['main'], 1):.0f} per 1,000)"
+    )
+    assert not problems, problems[:5]
+    assert seen["cut"] >= 5 and done["transfers"] > 100, (seen, done)
+    assert verify(config, ranges=2)
+
+    # After the catch-up the cut is at the job's offset, and the tables read at it are MySQL's, row for row.
+    report = cut_report(config)
+    assert report is not None and report["not_in_cut"] == []
+    state = StateTable.open(config.sink, config.name)
+    cut = state.cut()
+    assert cut is not None and cut.offset == state.stream_offset()
+    catalog = load_pyiceberg_catalog(config.sink)
+    for t in TABLES:
+        name, snapshot_id = cut.tables[f"cut.{t}"]
+        at_cut = catalog.load_table(name).scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+        assert sorted(at_cut, key=lambda r: r["id"]) == mysql_rows(mariadb, f"cut.{t}", "id")
+    shown = run_ingest("cut", "--config", str(config_file))
+    assert shown.returncode == 0 and "cut.accounts" in shown.stdout and "FOR VERSION AS OF" in shown.stdout, shown
+
+
+def _cut_offset(config: Any) -> Any:
+    try:
+        cut = StateTable.open(config.sink, config.name).cut()
+    except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
+        return None
+    return None if cut is None else cut.offset
