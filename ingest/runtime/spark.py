@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import sys
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 from ingest.config import SinkConfig, SparkConfig
@@ -99,7 +101,39 @@ def spark_session(settings: SparkConfig, sink: SinkConfig, app_name: str, extra:
     conf[REDACTION_REGEX] = redaction_regex(given, secret)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return attach_catalog(builder.getOrCreate(), sink)
+    with nullcontext() if under_submit else jvm_ignoring_sigterm():
+        session = builder.getOrCreate()
+    return attach_catalog(session, sink)
+
+
+@contextmanager
+def jvm_ignoring_sigterm() -> Iterator[None]:
+    """Inside, a JVM the job launches (Spark's driver, through pyspark's gateway) starts with SIGTERM ignored. A
+    SIGTERM sent to the job's whole process group (`kill -TERM -PGID`, systemd stopping its unit) then reaches only
+    the job, which stops after its current commit with exit 0, instead of killing the JVM under it. The JVM still
+    ends with the job: pyspark's gateway exits when its parent's pipe closes. pyspark ignores SIGINT (Ctrl-C) in it
+    the same way; the disposition is set in the child, between fork and exec, so the job's own handler never
+    misses a signal."""
+    import pyspark.java_gateway
+
+    gateway: Any = pyspark.java_gateway
+    launch = gateway.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        then = kwargs.get("preexec_fn")
+
+        def preexec() -> None:
+            if then is not None:
+                then()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept through exec: HotSpot leaves it ignored
+
+        return launch(*args, **{**kwargs, "preexec_fn": preexec})
+
+    gateway.Popen = popen
+    try:
+        yield
+    finally:
+        gateway.Popen = launch
 
 
 def attach_catalog(session: Any, sink: SinkConfig) -> Any:
