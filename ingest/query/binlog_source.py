@@ -41,10 +41,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from ingest.config import SourceConfig, TableSelection
@@ -342,6 +344,7 @@ class BinlogStreamReader:
     def stop(self) -> None:
         self._close()
         self._conn.close()
+        quiet_closed_socket_exit()
 
     def _hand_chunks(self, begin: Watermark, chunks: ChunkBatch) -> tuple[Iterator[SourceRow], dict[str, Any]]:
         self._chunks.offered = chunks
@@ -581,6 +584,20 @@ def _follow(
                         raise
             reader.forget(key)
             del tables[table_id], filters[table_id]
+
+
+def quiet_closed_socket_exit() -> None:
+    """In the source's process, once its reader is stopped: the query is ending, and Spark closes the process's
+    socket. pyspark's runner, reading the next call or writing its answer, then dies of the closed socket with a
+    traceback on the job's terminal after a clean stop. That death, and only it, leaves no traceback; any other
+    error still prints one."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+        if not isinstance(error, (EOFError, BrokenPipeError, ConnectionResetError)):
+            previous(kind, error, trace)
+
+    sys.excepthook = hook
 
 
 @dataclass

@@ -208,6 +208,17 @@ def test_binlog_merges_compaction_and_expiry_in_format_v2_read_equal_to_mysql_an
         assert _trino_rows(trino, f"{db}.acct", "id", version=snapshot_id) == state
     offset = StateTable.open(config.sink, config.name).stream_offset()
     assert offset is not None and f'"{offset.position}"' in batches[-1][1]
+    _assert_read_at_the_cut(trino, CATALOG, db, states[-1])
+
+
+def _assert_read_at_the_cut(trino: TrinoServer, catalog: str, db: str, expected: list[dict[str, Any]]) -> None:
+    """The cut, found in the state table with docs/querying.md's query, read with FOR VERSION AS OF: MySQL's rows."""
+    cut = trino.query(
+        f"SELECT table_id, iceberg_table, target_snapshot_id FROM {catalog}.ingest_meta.state_{db} "
+        f"WHERE pipeline = '{db}' AND kind = 'cut'"
+    )
+    assert [(r["table_id"], r["iceberg_table"]) for r in cut] == [(f"{db}.acct", f"{db}.acct")]
+    assert _trino_rows(trino, f"{db}.acct", "id", cut[0]["target_snapshot_id"], catalog) == expected
 
 
 def test_schema_evolution_reads_equal_to_mysql(
@@ -289,6 +300,7 @@ def test_the_rest_catalog_profile_reads_equal_to_mysql_through_trino_status_and_
     run(config, spark=spark, until_caught_up=True)
     rows = _trino_rows(trino, f"{db}.acct", "id", catalog=REST_CATALOG)
     assert rows == mysql_rows(mariadb, f"{db}.acct", "id")
+    _assert_read_at_the_cut(trino, REST_CATALOG, db, rows)
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
     for command in ("status", "verify"):
