@@ -37,7 +37,7 @@ from ingest.source.snapshot.chunk_reader import ChunkHook
 from ingest.source.snapshot.chunks import Chunk
 from ingest.source.snapshot.throttle import check_load_probe
 from ingest.source.watermark import bytes_behind_now
-from ingest.state.table import StateTable
+from ingest.state.table import StateTable, pipeline_is_new
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _metrics_server(config: PipelineConfig, job_metrics: JobMetrics) -> Iterator
 
 def _first_start(config: PipelineConfig, info: SourceInfo) -> Watermark | None:
     """The first run of a mode that copies nothing: its start point, found and checked before any write."""
-    if config.startup_mode in BINLOG_START_MODES and StateTable.is_new(config.sink, config.name):
+    if config.startup_mode in BINLOG_START_MODES and pipeline_is_new(config.sink, config.name):
         tables = [(s.database, s.table) for s in info.schemas]
         refuse = config.stream.on_schema_change != "ignore"
         return resolve_start(

@@ -113,7 +113,8 @@ class ChunkRecord:
 
 
 class StateTable:
-    """Plans and chunk records of one pipeline."""
+    """What one pipeline's rows of the state table mean: plans, chunk records, the offset and its cut, requests
+    (how they are written: `StateWrites`)."""
 
     def __init__(
         self,
@@ -137,8 +138,7 @@ class StateTable:
 
     @property
     def outage(self) -> SinkOutage:
-        """Waits out a catalog or object store that cannot be reached while this table, or a snapshot chunk's
-        target, is written (the job's `sink.reconnect_seconds`; none by default)."""
+        """Waits out a sink that cannot be reached while this table, or a snapshot chunk's target, is written."""
         return self._writes.outage
 
     @classmethod
@@ -149,24 +149,10 @@ class StateTable:
         outage = SinkOutage(sink.reconnect_seconds, stopping)
         return outage.run("opening the state table", lambda _: cls(_load_or_create(sink), pipeline, outage=outage))
 
-    @classmethod
-    def is_new(cls, sink: SinkConfig, pipeline: str) -> bool:
-        """Whether the pipeline has recorded nothing yet (no plan, no offset, no start): its first run. Reads only,
-        so it may be asked before anything is written (the state table is not created here)."""
-        from pyiceberg.exceptions import NoSuchTableError
-
-        namespace, _, name = sink.state_table.rpartition(".")
-        try:
-            table = cached_pyiceberg_catalog(sink).load_table((namespace, name))
-        except NoSuchTableError:
-            return True
-        kinds = ", ".join(_quote(k) for k in (KIND_PLAN, KIND_OFFSET, KIND_START))
-        rows = table.scan(
-            row_filter=f"pipeline = {_quote(pipeline)} AND kind IN ({kinds})", selected_fields=("kind",), limit=1
-        ).to_arrow()
-        return bool(rows.num_rows == 0)
-
     def _load(self) -> None:
+        self._planned_at.clear()
+        self._done.clear()
+        self._offset = self._offset_source_time = self._offset_recorded_at = None
         self._table.refresh()
         rows = self._table.scan(row_filter=f"pipeline = {_quote(self.pipeline)}").to_arrow().to_pylist()
         plans: dict[str, list[Chunk]] = defaultdict(list)
@@ -201,14 +187,7 @@ class StateTable:
 
     def reload(self) -> None:
         """Read the table's current snapshot again: what other writers recorded since it was opened or reloaded."""
-
-        def load(_: bool) -> None:
-            self._planned_at.clear()
-            self._done.clear()
-            self._offset = self._offset_source_time = self._offset_recorded_at = None
-            self._load()
-
-        self.outage.run("reading the state table", load)
+        self.outage.run("reading the state table", lambda _: self._load())
 
     def plan(self, table_id: str) -> list[Chunk] | None:
         return self._plans.get(table_id)
@@ -250,11 +229,7 @@ class StateTable:
         row = _row(self.pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))
         if source_time is not None:
             row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
-        rows = [row]
-        for table_id, (name, snapshot_id) in sorted((cut or {}).items()):
-            at = Chunk(table_id, 0, None, None)
-            cut_row = _row(self.pipeline, KIND_CUT, at, now, ChunkRecord(at, offset, target_snapshot_id=snapshot_id))
-            rows.append({**cut_row, "iceberg_table": name})
+        rows = [row, *_cut_rows(self.pipeline, now, offset, cut or {})]
         kinds = (KIND_OFFSET,) if cut is None else (KIND_OFFSET, KIND_CUT)
         ours = f"pipeline = {_quote(self.pipeline)} AND kind IN ({', '.join(_quote(k) for k in kinds)})"
         self._writes.replace("recording the offset", pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA), ours)
@@ -389,6 +364,23 @@ class StateTable:
         self._offset_recorded_at = None
 
 
+def pipeline_is_new(sink: SinkConfig, pipeline: str) -> bool:
+    """Whether the pipeline has recorded nothing yet (no plan, no offset, no start): its first run. Reads only,
+    so it may be asked before anything is written (the state table is not created here)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    namespace, _, name = sink.state_table.rpartition(".")
+    try:
+        table = cached_pyiceberg_catalog(sink).load_table((namespace, name))
+    except NoSuchTableError:
+        return True
+    kinds = ", ".join(_quote(k) for k in (KIND_PLAN, KIND_OFFSET, KIND_START))
+    rows = table.scan(
+        row_filter=f"pipeline = {_quote(pipeline)} AND kind IN ({kinds})", selected_fields=("kind",), limit=1
+    ).to_arrow()
+    return bool(rows.num_rows == 0)
+
+
 def _load_or_create(sink: SinkConfig) -> Any:
     """The pyiceberg table `sink.state_table`, created if missing, and brought up to this release (its columns and
     maintenance properties)."""
@@ -421,6 +413,17 @@ def _load_or_create(sink: SinkConfig) -> Any:
 def _quote(value: str) -> str:
     """A string literal of pyiceberg's filter syntax."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def _cut_rows(
+    pipeline: str, now: dt.datetime, offset: Watermark, cut: Mapping[str, tuple[str, int | None]]
+) -> list[dict[str, Any]]:
+    rows = []
+    for table_id, (name, snapshot_id) in sorted(cut.items()):
+        at = Chunk(table_id, 0, None, None)
+        row = _row(pipeline, KIND_CUT, at, now, ChunkRecord(at, offset, target_snapshot_id=snapshot_id))
+        rows.append({**row, "iceberg_table": name})
+    return rows
 
 
 def _cut_of(rows: Sequence[dict[str, Any]]) -> Cut | None:

@@ -25,7 +25,7 @@ from ingest.model.position import BinlogPosition
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
-from ingest.state.table import StateTable
+from ingest.state.table import StateTable, pipeline_is_new
 from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
 
 pytestmark = pytest.mark.integration
@@ -242,7 +242,7 @@ def test_a_failure_after_the_targets_and_before_the_start_record_starts_at_the_s
     with pytest.raises(InjectedFailure):
         run(config, spark=spark, until_caught_up=True)
     monkeypatch.delenv(FAIL_ENV)
-    assert StateTable.is_new(config.sink, config.name)  # the targets exist, empty; the state table records nothing
+    assert pipeline_is_new(config.sink, config.name)  # the targets exist, empty; the state table records nothing
     run(config, spark=spark, until_caught_up=True)
     _assert_only_changed_keys(mariadb, config, db, changed)
 

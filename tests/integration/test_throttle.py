@@ -21,7 +21,7 @@ from ingest.devservers.mariadb import MariaDBServer
 from ingest.errors import MissingPrivilegeError
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.state.table import StateTable
+from ingest.state.table import StateTable, pipeline_is_new
 from tests.conftest import embedded_sink, source_section
 from tests.unit.test_metrics import samples
 
@@ -158,4 +158,4 @@ def test_a_lag_bound_the_cdc_user_cannot_read_is_refused_before_anything_is_writ
     config = _config(mariadb, tmp_path, threads_running=20, replica_lag_seconds=30)
     with pytest.raises(MissingPrivilegeError, match=r"replica_lag_seconds.*GRANT SLAVE MONITOR ON \*\.\*"):
         run(config, spark=spark)
-    assert StateTable.is_new(config.sink, config.name)
+    assert pipeline_is_new(config.sink, config.name)
