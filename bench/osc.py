@@ -23,7 +23,6 @@ job then copies a table of `orders`' key and that column's values again, the bas
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -32,21 +31,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.binlog import TABLES, lag_stats, source_counts
-from bench.harness import catch_up, on_private_mariadb
-from bench.snapshot import DATABASE, BenchError, _progress
-from bench.soak import (
+from bench.harness import (
+    DATABASE,
     READY_TIMEOUT_SECONDS,
-    STOP_TIMEOUT_SECONDS,
+    BenchError,
     JobProcess,
-    MixedWriter,
-    Scraper,
-    pipeline_document,
+    fmt,
+    ingest,
+    parser_for,
+    progress,
+    run_bench,
     run_verify,
-    wait_ready,
+    write_pipeline,
 )
+from bench.soak import job_pipeline
+from bench.tables import TABLES, MixedWriter, create_tables, load_initial, source_counts
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.devservers.process import free_port
 
 FOLLOWED_LINE = "followed the schema change"
 RECOPIED_LINE = "the copy is complete"
@@ -104,36 +104,26 @@ def key_and_column_table(server: MariaDBServer) -> None:
         conn.commit()
 
 
-def copy_again_seconds(job: Any, config_path: Path, table: str, log_lines: list[str]) -> float:
+def copy_again_seconds(job: JobProcess, config_path: Path, table: str, log_lines: list[str]) -> float:
     """Ask the running job to copy `table` again and wait until it logs the copy complete; the seconds taken."""
     started = time.monotonic()
-    asked = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "snapshot", "--config", str(config_path), "--table", table, "--again"],
-        capture_output=True,
-        text=True,
-        check=False,
+    ingest(config_path, "snapshot", "--table", table, "--again")
+    found = job.wait_log(
+        lambda lines: any(table in line and RECOPIED_LINE in line for line in lines), "copy " + table, log_lines
     )
-    if asked.returncode != 0:
-        raise BenchError(f"ingest snapshot --again {table} failed:\n{asked.stderr[-2000:]}")
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline and job.alive():
-        log_lines += job.new_log_lines()
-        if any(table in line and RECOPIED_LINE in line for line in log_lines):
-            return round(time.monotonic() - started, 3)
-        time.sleep(0.5)
-    raise BenchError(f"the job did not copy {table} again:\n" + job.log_tail())
+    return round(found - started, 3)
 
 
 _CHUNKS_READ = re.compile(r"(\S+): chunks (\d+)/(\d+) read")
 
 
-def wait_copied(job: Any, tables: int) -> float:
+def wait_copied(job: JobProcess, tables: int) -> float:
     """Wait until the job has logged every chunk of `tables` tables read; the seconds it took."""
     started = time.monotonic()
     copied: set[str] = set()
     while len(copied) < tables:
         if not job.alive() or time.monotonic() - started > READY_TIMEOUT_SECONDS:
-            raise BenchError("the job did not copy every table:\n" + job.log_tail())
+            raise BenchError("the job did not copy every table; " + job.tail())
         for line in job.log_path.read_text(errors="replace").splitlines():
             m = _CHUNKS_READ.search(line)
             if m and m[2] == m[3]:
@@ -143,66 +133,51 @@ def wait_copied(job: Any, tables: int) -> float:
 
 
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
-    warehouse = scratch / "warehouse"
-    warehouse.mkdir()
-    port = free_port()
-    document = pipeline_document(server.host, server.port, warehouse, args.interval, port)
-    document["name"] = "bench_osc"
-    if args.recopy or args.backfill:
-        document["stream"]["on_unfollowable"] = "recopy"
+    create_tables(server)
+    keys = load_initial(server, args.rows)
+    stream: dict[str, Any] = {"on_unfollowable": "recopy"} if args.recopy or args.backfill else {}
     if args.backfill:
-        document["stream"]["signal_poll_seconds"] = 1  # the baseline's request is taken at once
+        stream["signal_poll_seconds"] = 1  # the baseline's request is taken at once
         key_and_column_table(server)
+    config_path, document, port = job_pipeline(server, scratch, "bench_osc", args.interval)
+    document["stream"].update(stream)
+    if args.backfill:
         document["tables"]["include"].append(rf"{DATABASE}\.{KEY_AND_COLUMN}")
-    config_path = scratch / "osc.yaml"
-    config_path.write_text(json.dumps(document, indent=2) + "\n")
-    log_path = scratch / "job.log"
-    with JobProcess(config_path, log_path) as job:
-        results["ready_s"] = round(wait_ready(job, port, READY_TIMEOUT_SECONDS), 3)
+    write_pipeline(document, config_path)
+    with JobProcess(config_path, scratch / "job.log", port) as job:
+        results["ready_s"] = job.ready()
         # The query copies the tables between its first binlog batches: the migration comes once all are copied.
         results["copied_s"] = round(wait_copied(job, len(TABLES) + (1 if args.backfill else 0)), 3)
         job.new_log_lines()  # the first copy's lines: what comes after is the migration's
-        t0 = time.monotonic()
-        scraper = Scraper(job.pid, port, t0)
-        keys = args.keys
+        scraper = job.scrape()
         writer = MixedWriter(server, keys, args.rate)
-        scraper.start()
         writer.start()
         time.sleep(args.calm)
         how = "ALTER TABLE orders" if args.backfill else "pt-online-schema-change --alter"
-        _progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
-        osc_start = time.monotonic() - t0
+        progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
+        osc_start = scraper.elapsed()
         results["pt_osc"] = alter_directly(server, args.alter) if args.backfill else migrate(server, args.alter)
-        osc_end = time.monotonic() - t0
+        osc_end = scraper.elapsed()
         if results["pt_osc"]["exit_code"] != 0:
             raise BenchError("pt-online-schema-change failed:\n" + "\n".join(results["pt_osc"]["output"]))
-        followed_at = None
-        followed: list[str] = []
         wanted = RECOPIED_LINE if args.recopy or args.backfill else FOLLOWED_LINE
         lines: list[str] = []
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while followed_at is None and time.monotonic() < deadline and job.alive():
-            lines += job.new_log_lines()
-            followed = [line for line in lines if wanted in line and KEY_AND_COLUMN not in line]
-            if followed:
-                followed_at = time.monotonic() - t0
-            time.sleep(0.5)
-        if followed_at is None:
-            raise BenchError(f"the job did not follow the swap; log {log_path}:\n" + job.log_tail())
+
+        def followed(lines: list[str]) -> list[str]:
+            return [line for line in lines if wanted in line and KEY_AND_COLUMN not in line]
+
+        followed_at = job.wait_log(lambda lines: bool(followed(lines)), "follow the swap", lines) - scraper.t0
         time.sleep(args.calm + args.interval)
         if args.backfill:
-            _progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
+            progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
             results["key_and_column_copy_s"] = copy_again_seconds(
                 job, config_path, f"{DATABASE}.{KEY_AND_COLUMN}", lines
             )
         writer.stop()
         results["writer"] = {"statements": writer.written, "rate": round(writer.written / writer.seconds, 1)}
-        job.terminate()
-        code = job.wait(STOP_TIMEOUT_SECONDS)
-        scraper.stop()
+        code = results["job_exit_code"] = job.stop()
         lines += job.new_log_lines()
-        results["job_exit_code"] = code
-        results["followed"] = followed
+        results["followed"] = followed(lines)
         results["seconds_to_follow"] = round(followed_at - osc_end, 3)
         results["copied_again"] = sum(1 for line in lines if COPIED_LINE in line)
         # "during": from the tool's start (a direct ALTER's end: writers wait on the server's rebuild, which is no
@@ -214,13 +189,14 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
             "during": (during_from, followed_at + args.interval),
             "after": (followed_at + args.interval, followed_at + args.interval + args.calm),
         }
-        results["lag_s"] = {
-            name: lag_stats([p.lag_s for p in scraper.between(lo, hi) if p.lag_s is not None])
-            for name, (lo, hi) in windows.items()
-        }
+        results["lag_s"] = {name: scraper.lag(lo, hi) for name, (lo, hi) in windows.items()}
         if code != 0:
-            raise BenchError(f"the job exited with {code}; log {log_path}:\n" + job.log_tail())
-    results["catch_up_after_stop"] = {"exit_code": 0, "seconds": catch_up(config_path)}
+            raise BenchError(f"the job exited with {code}; " + job.tail())
+    progress("ingest run --until-caught-up, then ingest verify")
+    results["catch_up_after_stop"] = {
+        "exit_code": 0,
+        "seconds": ingest(config_path, "run", "--until-caught-up"),
+    }
     results["verify"] = run_verify(config_path)
     results["source_rows"] = source_counts(server)
 
@@ -248,7 +224,7 @@ def render(results: dict[str, Any]) -> str:
             f"backfill (copy again of orders, {results['seconds_to_follow']:.1f} s after the ALTER's end) / a copy "
             f"of its key and the new column by the same job ({baseline:.1f} s): "
             f"{results['seconds_to_follow'] / baseline:.2f}; lag p95 during / before: "
-            f"{_ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95'])}"
+            f"{fmt(ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95']), '.2f')}"
         )
     out.append(
         f"tables copied again: {results['copied_again']}; verify: {'equal' if results['verify']['ok'] else 'DIFFERS'}"
@@ -256,12 +232,8 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or not b else f"{a / b:.2f}"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.osc", description=__doc__.split("\n\n")[0])
+    parser = parser_for("bench.osc", __doc__)
     parser.add_argument("--rows", type=int, default=200_000, help="orders (customers a quarter, events half)")
     parser.add_argument("--rate", type=float, default=500.0, help="offered single-row transactions per second")
     parser.add_argument("--interval", type=float, default=5.0, help="stream.batch_interval_seconds")
@@ -294,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if shutil.which("pt-online-schema-change") is None and not args.backfill:
         raise BenchError("pt-online-schema-change is not installed (`make setup` installs percona-toolkit)")
-    results = on_private_mariadb("osc", args, measure, render)
+    results = run_bench("osc", args, measure, render, mariadb={})
     copies = 2 if args.backfill else 1 if args.recopy else 0
     return 0 if results["verify"]["ok"] and results["followed"] and results["copied_again"] == copies else 1
 

@@ -41,13 +41,11 @@ See bench/README.md for what each line means.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
 import queue
 import resource
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -61,32 +59,29 @@ from typing import Any
 
 import yaml
 
-from bench.binlog import (
-    BASELINE_SERVER_ID,
-    JOB_SERVER_ID,
-    TABLES,
-    Worker,
-    create_tables,
-    load_initial,
-    make_config,
-    measure_catchup,
-    measure_raw_parse,
-    record_binlog,
-)
-from bench.many_tables import job, pipeline_file
-from bench.snapshot import (
+from bench.binlog import BASELINE_SERVER_ID, JOB_SERVER_ID, make_config, measure_catchup, measure_raw_parse
+from bench.harness import (
     CDC_USER,
     DATABASE,
     PASSWORD_ENV,
-    TABLE,
     BenchError,
-    _progress,
+    Worker,
+    ingest,
+    parser_for,
+    progress,
+    run_bench,
+)
+from bench.many_tables import pipeline_file
+from bench.tables import (
+    TABLE,
+    TABLES,
     create_table,
+    create_tables,
     drop_table,
     fill_table,
-    host_info,
-    measure_sscursor,
-    write_results,
+    load_initial,
+    record_binlog,
+    select_all,
 )
 from ingest.config import parse_config
 from ingest.devservers.mariadb import CDC_GRANTS, MariaDBServer
@@ -126,7 +121,7 @@ def fetch_jars(home: Path) -> Path:
     marker = lib / f".complete-{_digest(pom)}"
     if marker.exists():
         return lib
-    _progress(f"fetching Debezium {DEBEZIUM_VERSION} jars with mvn into {lib}")
+    progress(f"fetching Debezium {DEBEZIUM_VERSION} jars with mvn into {lib}")
     shutil.rmtree(lib, ignore_errors=True)
     done = subprocess.run(
         [
@@ -301,7 +296,7 @@ def our_snapshot(server: MariaDBServer, scratch: Path) -> dict[str, Any]:
     """`ingest run --snapshot-only` of bench.items into a fresh warehouse, timed as a user waits for it."""
     config_file = pipeline_file(server, DATABASE, scratch)
     load = os.getloadavg()[0]
-    seconds = job(config_file, "run", "--snapshot-only")
+    seconds = ingest(config_file, "run", "--snapshot-only")
     rows = iceberg_rows(config_file, TABLE)
     return {"rows": rows, "process_s": round(seconds, 3), "rows_per_s": rows / seconds, "load_avg_1m_before": load}
 
@@ -316,28 +311,26 @@ def iceberg_rows(config_file: Path, table: str) -> int:
     return int(snapshot.summary["total-records"]) if snapshot is not None and snapshot.summary else 0
 
 
-def snapshot_round(server: MariaDBServer, password: str, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
+def snapshot_round(server: MariaDBServer, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """The baseline, Debezium's initial_only snapshot and ours, one after the other over bench.items."""
-    _progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
-    out = {"baseline": measure_sscursor(server, TABLE, password)}
-    _progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
+    progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
+    out = {"baseline": select_all(server, [f"{DATABASE}.{TABLE}"])}
+    progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
     settings = {**engine_properties(server, TABLE, "initial_only"), "bench.count": "snapshot"}
     out["debezium"] = run_engine(classpath, settings, rows, scratch / "debezium.log")
-    _progress(f"{scratch.name}: ours, ingest run --snapshot-only")
+    progress(f"{scratch.name}: ours, ingest run --snapshot-only")
     out["ours"] = our_snapshot(server, scratch / "ours")
     return out
 
 
-def measure_snapshot(
-    server: MariaDBServer, password: str, rows: int, rounds: int, classpath: str, scratch: Path
-) -> dict[str, Any]:
+def measure_snapshot(server: MariaDBServer, rows: int, rounds: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """bench.items of `rows` rows read by the three, `rounds` times in turn; then the table is dropped."""
     create_table(server, TABLE)
-    _progress(f"snapshot: loading {rows:,} rows into {DATABASE}.{TABLE}")
+    progress(f"snapshot: loading {rows:,} rows into {DATABASE}.{TABLE}")
     out: dict[str, Any] = {"load_s": round(fill_table(server, TABLE, rows), 3), "rounds": []}
     for r in range(1, rounds + 1):
         (scratch / f"snapshot-{r}").mkdir()
-        out["rounds"].append(snapshot_round(server, password, rows, classpath, scratch / f"snapshot-{r}"))
+        out["rounds"].append(snapshot_round(server, rows, classpath, scratch / f"snapshot-{r}"))
     drop_table(server, TABLE)
     return out
 
@@ -383,10 +376,10 @@ def prepare_binlog(server: MariaDBServer, specs: list[dict[str, Any]], changes: 
     keys = load_initial(server, initial)
     for spec in specs:
         log = Path(spec["warehouse"]).parent / "snapshot.log"
-        _progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
-        with Worker({**spec, "kind": "snapshot"}, log) as worker:
+        progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
+        with Worker("bench.binlog", {**spec, "kind": "snapshot"}, log) as worker:
             worker.finish()
-    _progress(f"catch-up: recording at least {changes:,} row changes")
+    progress(f"catch-up: recording at least {changes:,} row changes")
     return record_binlog(server, make_config(specs[0]), keys, changes)
 
 
@@ -395,12 +388,12 @@ def catchup_round(
 ) -> dict[str, Any]:
     """The recorded range read by the raw parse, by Debezium from its start and by the job's catch-up."""
     scratch, config = Path(spec["warehouse"]).parent, make_config(spec)
-    _progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
+    progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
     out = {"baseline": measure_raw_parse(server, config, binlog["start"], binlog["end"])}
-    _progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
+    progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
     settings = streaming_settings(server, binlog["start"])
     out["debezium"] = run_engine(classpath, settings, out["baseline"]["rows"], scratch / "debezium.log")
-    _progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
+    progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
     out["ours"] = measure_catchup(server, spec, config, scratch / "catchup.log")
     return out
 
@@ -411,7 +404,7 @@ def measure_streaming(
     """One recorded binlog, read by the three `rounds` times in turn (each of ours from its own snapshot)."""
     specs = [round_spec(server, scratch / f"catchup-{r}") for r in range(1, rounds + 1)]
     binlog = prepare_binlog(server, specs, changes, initial)
-    _progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
+    progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
     return {"binlog": binlog, "rounds": [catchup_round(server, binlog, spec, classpath) for spec in specs]}
 
 
@@ -611,46 +604,23 @@ def render(results: Mapping[str, Any]) -> str:
 # The run.
 
 
-def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
-    password = "bench-" + secrets.token_hex(8)
-    os.environ[PASSWORD_ENV] = password  # the job, the workers and the engine read it from there
-    results: dict[str, Any] = {
-        "benchmark": "peer",
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "host": host_info(),
-        "args": vars(args),
-        "debezium": {
-            "version": DEBEZIUM_VERSION,
-            "cdc_grants": CDC_GRANTS,
-            "extra_grants": EXTRA_GRANTS,
-            "server_ids": {"debezium": DEBEZIUM_SERVER_ID, "job": JOB_SERVER_ID, "baseline": BASELINE_SERVER_ID},
-        },
+def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
+    results["debezium"] = {
+        "version": DEBEZIUM_VERSION,
+        "cdc_grants": CDC_GRANTS,
+        "extra_grants": EXTRA_GRANTS,
+        "server_ids": {"debezium": DEBEZIUM_SERVER_ID, "job": JOB_SERVER_ID, "baseline": BASELINE_SERVER_ID},
     }
     classpath = debezium_classpath()
-    scratch = Path(tempfile.mkdtemp(prefix="ingest-bench-peer-"))
-    try:
-        with MariaDBServer(extra_args=("--innodb-buffer-pool-size=1G",)) as server:
-            server.create_cdc_user(CDC_USER, password)
-            results["snapshot"] = measure_snapshot(server, password, args.rows, args.rounds, classpath, scratch)
-            results["catchup"] = measure_streaming(
-                server, args.changes, args.initial_rows, args.rounds, classpath, scratch
-            )
-    except BaseException:
-        _progress(f"failed; logs kept in {scratch}")
-        raise
-    if args.keep_logs:
-        _progress(f"logs kept in {scratch}")
-    else:
-        shutil.rmtree(scratch, ignore_errors=True)
+    results["snapshot"] = measure_snapshot(server, args.rows, args.rounds, classpath, scratch)
+    results["catchup"] = measure_streaming(server, args.changes, args.initial_rows, args.rounds, classpath, scratch)
     for part in PARTS:
         results[part]["median"] = median_of(results[part]["rounds"])
     results["ratios"] = ratios(results)
-    results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = parser_for("bench.peer", __doc__)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the snapshot table (1,000,000)")
     parser.add_argument("--changes", type=int, default=200_000, help="at least this many recorded changes (200,000)")
     parser.add_argument(
@@ -663,9 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.rows, args.changes, args.initial_rows, args.rounds) < 1:
         parser.error("--rows, --changes, --initial-rows and --rounds must be at least 1")
-    results = orchestrate(args)
-    print(render(results))
-    print(f"results: {write_results(results, 'peer')}")
+    run_bench("peer", args, measure, render, mariadb={"extra_args": ("--innodb-buffer-pool-size=1G",)})
     return 0
 
 
