@@ -45,21 +45,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from bench.harness import (
-    DATABASE,
-    add_common_options,
-    int_list,
-    least_squares,
-    parser_for,
-    pipeline_document,
-    positive,
-    private_mariadb,
-    progress,
-    ratio,
-    rounded,
-    run_bench,
-    spark_conf_note,
-)
+from bench import harness
+from bench.tables import insert_unlogged, sequence
 from ingest.config import MaintenanceConfig, PipelineConfig, parse_config
 from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition, Watermark
@@ -162,16 +149,16 @@ def make_config(
 ) -> PipelineConfig:
     """The pipeline of bench.items (or, end to end, of bench.items_<rows> on `server`) into an embedded warehouse."""
     table = "items" if rows is None else f"items_{rows}"
-    document = pipeline_document(
+    document = harness.pipeline_document(
         PIPELINE if rows is None else f"bench_e2e_{rows}",
         "127.0.0.1" if server is None else server.host,
         3306 if server is None else server.port,
-        rf"{DATABASE}\.{table}",
+        rf"{harness.DATABASE}\.{table}",
         base,
         5403,
         sink={"format_version": format_version},
         spark={"master": "local[2]"},
-        table_options={f"{DATABASE}.{table}": {"partition_by": list(partition_by)}},
+        table_options={f"{harness.DATABASE}.{table}": {"partition_by": list(partition_by)}},
     )
     if rows is not None:
         document["sink"]["catalog_name"] = f"e2e_{rows}"
@@ -267,7 +254,7 @@ class Bench:
         table = self.target(version, f"items_v{version}_{rows}")
         fill_s = self.fill(table, rows)
         keys = Keys(rows, seed=rows + version)
-        progress(f"v{version}, {rows:,} rows: filled in {fill_s:.1f} s")
+        harness.progress(f"v{version}, {rows:,} rows: filled in {fill_s:.1f} s")
         for distribution in DISTRIBUTIONS:  # warm-up: plans, JIT, the first read of the table's metadata
             for mode in MODES:
                 self.merge(table, keys.batch(min(self.args.changes, 1000), distribution)[0], mode == "apply")
@@ -279,7 +266,7 @@ class Bench:
                     times[distribution][mode].append(self.merge(table, merge, mode == "apply"))
                     if mode == "apply":
                         times[distribution]["append"].append(self.append(append_table, rows_of))
-            progress(f"v{version}, {rows:,} rows: round {r + 1} {_medians(times)}")
+            harness.progress(f"v{version}, {rows:,} rows: round {r + 1} {_medians(times)}")
         return {
             "format_version": version,
             "rows": rows,
@@ -309,7 +296,9 @@ class Bench:
         files = self.files(table)
         # What compaction left of the key order the MERGE's ranges rely on: a few batches of recent keys after it.
         later = [self.merge(table, keys.batch(self.args.changes, DISTRIBUTIONS[0])[0], True) for _ in range(3)]
-        progress(f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}; then {later}")
+        harness.progress(
+            f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}; then {later}"
+        )
         return {
             "format_version": version,
             "rows": rows,
@@ -371,16 +360,16 @@ class EndToEnd:
             "status VARCHAR(16) NOT NULL, amount DECIMAL(12,2) NULL, created_at DATETIME(6) NOT NULL, "
             "updated_us BIGINT NOT NULL, note VARCHAR(64) NULL) ENGINE=InnoDB",
         )
-        with self.server.admin("bench") as conn, conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")
-            for offset in range(0, rows, E2E_LOAD_SLICE):
-                n = min(E2E_LOAD_SLICE, rows - offset)
-                cur.execute(
-                    f"INSERT INTO {table} SELECT s, s % 5000, ELT(1 + s % 4, 'new', 'paid', 'shipped', 'done'), "
-                    "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
-                    f"1700000000000000, CONCAT('order ', s, ' v0') FROM (SELECT CAST(seq + {offset} AS SIGNED) AS s "
-                    f"FROM bench.seq_1_to_{n}) AS g"
-                )
+        insert_unlogged(
+            self.server,
+            rows,
+            lambda offset, n: (
+                f"INSERT INTO {table} SELECT s, s % 5000, ELT(1 + s % 4, 'new', 'paid', 'shipped', 'done'), "
+                "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
+                f"1700000000000000, CONCAT('order ', s, ' v0') FROM {sequence(offset, n)}"
+            ),
+            E2E_LOAD_SLICE,
+        )
         return time.perf_counter() - started
 
     def write_batch(self, rows: int, top: int, round_: int) -> int:
@@ -403,7 +392,7 @@ class EndToEnd:
             cur.execute(
                 f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, "
                 "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
-                f"1, 'new' FROM (SELECT CAST(seq + {top} AS SIGNED) AS s FROM bench.seq_1_to_{inserts}) AS g"
+                f"1, 'new' FROM {sequence(top, inserts)}"
             )
             cur.execute("COMMIT")
         return top + inserts
@@ -416,7 +405,7 @@ class EndToEnd:
         started = time.perf_counter()
         run(config, snapshot_only=True, spark=self.bench.spark)
         snapshot_s = time.perf_counter() - started
-        progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
+        harness.progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
         top = rows
         times: dict[str, list[float]] = {m: [] for m in MODES}
         for r in range(1 + self.bench.args.rounds):  # round 0 warms the binlog phase up, not reported
@@ -427,7 +416,7 @@ class EndToEnd:
                     run(config, until_caught_up=True, spark=self.bench.spark)
                 if r:
                     times[mode].append(time.perf_counter() - started)
-            progress(f"end to end, {rows:,} rows: round {r} {times}")
+            harness.progress(f"end to end, {rows:,} rows: round {r} {times}")
         return {
             "rows": rows,
             "load_s": round(load_s, 1),
@@ -443,7 +432,7 @@ def _medians(times: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, fl
 
 def slope_200m(points: Sequence[tuple[int, float]]) -> float | None:
     """Apply time at 200 M rows on a least-squares line through (rows, seconds)."""
-    line = least_squares([x for x, _ in points], [y for _, y in points])
+    line = harness.least_squares([x for x, _ in points], [y for _, y in points])
     return None if line is None else line[2] + line[0] * (200_000_000 - line[1])
 
 
@@ -462,15 +451,19 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 "unpruned_largest_over_smallest": _ratio(m_large["unpruned"], m_small["unpruned"]),
                 "apply_over_append_largest": _ratio(m_large["apply"], m_large["append"]),
                 "apply_over_unpruned_smallest": _ratio(m_small["apply"], m_small["unpruned"]),
-                "apply_s_at_200m": rounded(slope_200m([(r["rows"], r["median_s"][d]["apply"]) for r in runs]), 2),
-                "unpruned_s_at_200m": rounded(slope_200m([(r["rows"], r["median_s"][d]["unpruned"]) for r in runs]), 2),
+                "apply_s_at_200m": harness.rounded(
+                    slope_200m([(r["rows"], r["median_s"][d]["apply"]) for r in runs]), 2
+                ),
+                "unpruned_s_at_200m": harness.rounded(
+                    slope_200m([(r["rows"], r["median_s"][d]["unpruned"]) for r in runs]), 2
+                ),
             }
         out[f"v{version}"] = per
     return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return rounded(ratio(a, b), 2)
+    return harness.rounded(harness.ratio(a, b), 2)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -478,7 +471,7 @@ def render(results: dict[str, Any]) -> str:
         f"bench.apply: {results['args']['changes']:,} changes per batch "
         f"({', '.join(f'{int(s * 100)} %' for s in MIX)} updates/deletes/inserts), "
         f"{results['args']['rows_per_file']:,} rows per file, partition_by {results['args']['partition_by'] or 'none'}"
-        f"{spark_conf_note(results['args'].get('spark_conf'))}",
+        f"{harness.spark_conf_note(results['args'].get('spark_conf'))}",
         "",
         "| format | rows | keys | apply s | unpruned s (before) | append s | apply / append | apply / unpruned |",
         "|---|---|---|---|---|---|---|---|",
@@ -539,17 +532,17 @@ def render(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = parser_for("bench.apply", __doc__)
+    parser = harness.parser_for("bench.apply", __doc__)
     parser.add_argument(
         "--sizes",
-        type=lambda text: int_list(text) if text else [],
+        type=lambda text: harness.int_list(text) if text else [],
         default=[200_000, 2_000_000, 20_000_000],
         help="target sizes of the scaling part; '' skips it",
     )
-    parser.add_argument("--changes", type=positive, default=20_000)
-    parser.add_argument("--rounds", type=positive, default=3)
-    parser.add_argument("--formats", type=int_list, default=[2, 3])
-    parser.add_argument("--rows-per-file", type=positive, default=1_000_000)
+    parser.add_argument("--changes", type=harness.positive, default=20_000)
+    parser.add_argument("--rounds", type=harness.positive, default=3)
+    parser.add_argument("--formats", type=harness.int_list, default=[2, 3])
+    parser.add_argument("--rows-per-file", type=harness.positive, default=1_000_000)
     parser.add_argument(
         "--partition-by",
         action="append",
@@ -561,11 +554,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--read-batches", type=int, default=50)
     parser.add_argument(
         "--e2e-sizes",
-        type=lambda text: int_list(text) if text else [],
+        type=lambda text: harness.int_list(text) if text else [],
         default=[200_000, 10_000_000],
         help="table sizes of the end-to-end part (a MariaDB table, the job's snapshot, then catch-ups); '' skips it",
     )
-    add_common_options(parser)
+    harness.add_common_options(parser)
     return parser.parse_args(argv)
 
 
@@ -583,7 +576,7 @@ def measure(_: None, args: argparse.Namespace, base: Path, results: dict[str, An
         for version in args.formats:
             results["reads"].append(bench.read_cost(version))
     if args.e2e_sizes:
-        with private_mariadb(extra_args=("--innodb-buffer-pool-size=1G",), base_dir=base / "mariadb") as server:
+        with harness.private_mariadb(extra_args=("--innodb-buffer-pool-size=1G",), base_dir=base / "mariadb") as server:
             e2e = EndToEnd(bench, server)
             results["end_to_end"] = [e2e.measure(rows) for rows in sorted(args.e2e_sizes)]
     results["summary"] = summarize(results)
@@ -591,7 +584,7 @@ def measure(_: None, args: argparse.Namespace, base: Path, results: dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    results = run_bench("apply", parse_args(argv), measure, render)
+    results = harness.run_bench("apply", parse_args(argv), measure, render)
     print(json.dumps(results["summary"]))
     return 0
 

@@ -30,37 +30,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    CPU_METHOD,
-    DATABASE,
-    DONE_LINE,
-    BenchError,
-    Column,
-    PacedWriter,
-    Worker,
-    add_common_options,
-    cpu_delta,
-    fmt,
-    int_list,
-    lag_stats,
-    mariadb_cpu_into,
-    measured_here,
-    measured_tree,
-    non_negative,
-    parser_for,
-    per_million,
-    percentile,
-    positive,
-    positive_float,
-    progress,
-    ratio_lines,
-    run_bench,
-    spark_conf_note,
-    start_spark,
-    text_table,
-    tree_cpu,
-    worker_main,
-)
+from bench import harness
 from bench.tables import (
     ORDER_COLUMNS,
     SLICE,
@@ -102,7 +72,7 @@ def make_config(
         Path(spec["warehouse"]),
         sink={"format_version": format_version},
         stream={"batch_interval_seconds": float(spec["interval"])} if "interval" in spec else {},
-        table_options={f"{DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
+        table_options={f"{harness.DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
     )
     return parse_config(document)
 
@@ -139,7 +109,7 @@ def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str,
             stream.close()
         return {"rows": rows, "row_events": events}
 
-    return measured_here(server, body)
+    return harness.measured_here(server, body)
 
 
 def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
@@ -187,7 +157,7 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
             reader.close()
         return {"rows": rows, "transactions": transactions, "batches": batches, "final_rows": finals}
 
-    return measured_here(server, body)
+    return harness.measured_here(server, body)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -219,7 +189,7 @@ class StreamProbe:
         probe = self
 
         def stream(*args: Any, **kwargs: Any) -> BinlogPosition:
-            probe.cpu_start = tree_cpu(probe.root)
+            probe.cpu_start = harness.tree_cpu(probe.root)
             probe.started_wall = time.time()
             probe.started = time.perf_counter()
             print(STREAM_LINE, flush=True)
@@ -227,7 +197,7 @@ class StreamProbe:
                 return original_stream(*args, **kwargs)
             finally:
                 probe.ended = time.perf_counter()
-                probe.cpu_end = tree_cpu(probe.root)
+                probe.cpu_end = harness.tree_cpu(probe.root)
 
         def commit(*args: Any) -> None:
             prepared = args[4]  # per table, its part of the batch, prepared in the source's process
@@ -247,7 +217,7 @@ class StreamProbe:
 
     def summary(self) -> dict[str, Any]:
         wall = None if self.started is None or self.ended is None else self.ended - self.started
-        cpu = cpu_delta(self.cpu_start, self.cpu_end) if self.cpu_end else {}
+        cpu = harness.cpu_delta(self.cpu_start, self.cpu_end) if self.cpu_end else {}
         changes = sum(b["changes"] for b in self.batches)
         with_changes = [b for b in self.batches if b["changes"]]
         starts = [b["started_at"] for b in with_changes]
@@ -260,10 +230,10 @@ class StreamProbe:
             "changes": changes,
             "batches": len(self.batches),
             "batches_with_changes": len(with_changes),
-            "batch_commit_seconds_median": percentile([b["seconds"] for b in with_changes], 0.5),
+            "batch_commit_seconds_median": harness.percentile([b["seconds"] for b in with_changes], 0.5),
             "batch_commit_seconds_max": max((b["seconds"] for b in with_changes), default=None),
             "batch_changes_max": max((b["changes"] for b in with_changes), default=None),
-            "trigger_interval_observed_median_s": percentile(gaps, 0.5),
+            "trigger_interval_observed_median_s": harness.percentile(gaps, 0.5),
             "after_first_batch": after_first_batch(with_changes),
             "batch_log": self.batches[:500],
         }
@@ -299,14 +269,14 @@ def worker_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     from ingest.query.pipeline import run
 
     config = make_config(spec)
-    spark, spark_start = start_spark(config, f"binlog-{spec['label']}")
+    spark, spark_start = harness.start_spark(config, f"binlog-{spec['label']}")
     probe = StreamProbe(os.getpid())
     probe.install()
     kind = spec["kind"]
     if kind == "snapshot":
-        measured = measured_tree(lambda: run(config, snapshot_only=True, spark=spark))
+        measured = harness.measured_tree(lambda: run(config, snapshot_only=True, spark=spark))
     else:
-        measured = measured_tree(lambda: run(config, until_caught_up=kind == "catchup", spark=spark))
+        measured = harness.measured_tree(lambda: run(config, until_caught_up=kind == "catchup", spark=spark))
     spark.stop()
     return {
         "label": spec["label"],
@@ -392,7 +362,7 @@ def orders_tables(
     # As in run(), pyiceberg creates the catalog's tables before Spark first uses the catalog (StateTable.open);
     # a SQLite catalog that Spark's JdbcCatalog creates has no view support, and its tableExists() then fails.
     load_pyiceberg_catalog(config.sink).list_namespaces()
-    spark, spark_start = start_spark(config, f"binlog-{spec['label']}")
+    spark, spark_start = harness.start_spark(config, f"binlog-{spec['label']}")
     schema = next(s for s in discover(config).schemas if s.table == "orders")
     names = {
         key: ensure_target(spark, make_config(spec, format_version=v, targets={"orders": name}), schema)
@@ -444,8 +414,8 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
             )
     out: dict[str, Any] = {"spark_start_s": round(spark_start, 3), "base_load_s": round(load_s, 3), "formats": []}
     for version in versions:
-        merge_med = percentile([m["merge_s"] for m in measured[version]], 0.5)
-        append_med = percentile([m["append_s"] for m in measured[version]], 0.5)
+        merge_med = harness.percentile([m["merge_s"] for m in measured[version]], 0.5)
+        append_med = harness.percentile([m["append_s"] for m in measured[version]], 0.5)
         out["formats"].append(
             {
                 "format_version": version,
@@ -455,7 +425,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
                 "rounds": measured[version],
                 "merge_s_median": merge_med,
                 "append_s_median": append_med,
-                "build_frame_s_median": percentile([m["build_frame_s"] for m in measured[version]], 0.5),
+                "build_frame_s_median": harness.percentile([m["build_frame_s"] for m in measured[version]], 0.5),
                 "merge_vs_append": None if not merge_med or not append_med else merge_med / append_med,
             }
         )
@@ -504,8 +474,8 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
             {
                 "table": mode,
                 "merge_s": times,
-                "merge_s_first_median": percentile(times[1 : 1 + tail], 0.5),  # batch 0 warms the JVM up
-                "merge_s_last_median": percentile(times[-tail:], 0.5),
+                "merge_s_first_median": harness.percentile(times[1 : 1 + tail], 0.5),  # batch 0 warms the JVM up
+                "merge_s_last_median": harness.percentile(times[-tail:], 0.5),
                 "merge_s_total": round(sum(times), 3),
                 "maintenance_s": upkeep_s if mode == "maintained" else [],
                 "data_files": int(summary.get("total-data-files", 0)),
@@ -517,7 +487,7 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class InsertWriter(PacedWriter):
+class InsertWriter(harness.PacedWriter):
     """Single-row autocommit INSERTs into bench.orders at about `rate` per second, ids from `first_id` up.
 
     Each row's `updated_us` is the server's clock at the statement (its commit follows at once)."""
@@ -526,7 +496,7 @@ class InsertWriter(PacedWriter):
         super().__init__(server, rate, "insert-writer")
         self.first_id = first_id
         self._sql = (
-            f"INSERT INTO {DATABASE}.orders ({ORDER_COLUMNS}) "
+            f"INSERT INTO {harness.DATABASE}.orders ({ORDER_COLUMNS}) "
             f"VALUES (%s, %s, 'lag', 1.00, NOW(6), {US_NOW}, 'lag probe')"
         )
 
@@ -544,7 +514,7 @@ class LagPoller:
         from ingest.sink.catalog import load_pyiceberg_catalog
 
         self.catalog = load_pyiceberg_catalog(config.sink)
-        self.identifier = config.target_for(DATABASE, "orders")
+        self.identifier = config.target_for(harness.DATABASE, "orders")
         self.interval = interval
         self.max_id = first_id - 1
         self.rows = 0
@@ -628,12 +598,12 @@ def measure_lag(
     config = make_config(spec)
     stats: dict[str, Any] = {}
     with (
-        mariadb_cpu_into(server, stats),
-        Worker("bench.binlog", spec, log_path, marks=(STREAM_LINE,)) as worker,
+        harness.mariadb_cpu_into(server, stats),
+        harness.Worker("bench.binlog", spec, log_path, marks=(STREAM_LINE,)) as worker,
     ):
         if not worker.wait_for(STREAM_LINE, timeout=900):
             worker.finish(60)  # raises with the log's tail
-            raise BenchError(f"worker {spec['label']} never reached the binlog phase")
+            raise harness.BenchError(f"worker {spec['label']} never reached the binlog phase")
         poller = LagPoller(config, first_id)
         writer = InsertWriter(server, first_id, rate)
         poller.start()
@@ -642,14 +612,14 @@ def measure_lag(
             time.sleep(duration)
             written_before_stop = writer.written
             sigterm_at = worker.terminate()
-            returned = worker.wait_for(DONE_LINE, timeout=600)
+            returned = worker.wait_for(harness.DONE_LINE, timeout=600)
         finally:
             writer.stop()
         try:
             result = worker.finish(600)
         finally:
             poller.stop()
-    returned_at = worker.marks.get(DONE_LINE) if returned else None
+    returned_at = worker.marks.get(harness.DONE_LINE) if returned else None
     stream_s = result.get("stream_seconds") or float("nan")
     missing = max(0, first_id + written_before_stop - 1 - poller.max_id)
     return {
@@ -667,9 +637,9 @@ def measure_lag(
         },
         "rows_visible": poller.rows,
         "rows_written_before_sigterm_not_visible": missing,
-        "lag_commit_s": lag_stats(poller.lag_commit_s),
-        "lag_seen_s": lag_stats(poller.lag_seen_s),
-        "lag_commit_after_first_commit_s": lag_stats(poller.lag_commit_after_first_s),
+        "lag_commit_s": harness.lag_stats(poller.lag_commit_s),
+        "lag_seen_s": harness.lag_stats(poller.lag_seen_s),
+        "lag_commit_after_first_commit_s": harness.lag_stats(poller.lag_commit_after_first_s),
         "rows_visible_after_first_commit": len(poller.lag_commit_after_first_s),
         "iceberg_snapshots_seen": len(poller.snapshots),
         "snapshot_log": poller.snapshots[:500],
@@ -689,7 +659,7 @@ def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
     catalog = load_pyiceberg_catalog(config.sink)
     out: dict[str, int] = {}
     for t in TABLES:
-        table = catalog.load_table(config.target_for(DATABASE, t))
+        table = catalog.load_table(config.target_for(harness.DATABASE, t))
         out[t] = 0
         for s in table.snapshots():
             props = s.summary.additional_properties if s.summary is not None else {}
@@ -715,13 +685,13 @@ def measure_catchup(
     """The job's catch-up over the recorded binlog in a child process, then `ingest verify`."""
     commits_before = iceberg_commits(config)
     catchup: dict[str, Any] = {}
-    with mariadb_cpu_into(server, catchup), Worker("bench.binlog", spec, log) as w:
+    with harness.mariadb_cpu_into(server, catchup), harness.Worker("bench.binlog", spec, log) as w:
         catchup.update(w.finish())
     commits_after = iceberg_commits(config)
     catchup["iceberg_commits"] = {k: commits_after[k] - commits_before.get(k, 0) for k in commits_after}
     stream_s = catchup["stream_seconds"]
     catchup["changes_per_s"] = catchup["changes"] / stream_s if stream_s else None
-    catchup["cpu_s_per_million"] = per_million(catchup["stream_cpu_s"], catchup["changes"])
+    catchup["cpu_s_per_million"] = harness.per_million(catchup["stream_cpu_s"], catchup["changes"])
     catchup["verify"] = run_verify(config)
     return catchup
 
@@ -738,31 +708,33 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         "batch_max_changes": defaults.batch_max_changes,
         "batch_interval_seconds": defaults.batch_interval_seconds,
     }
-    results["cpu_method"] = CPU_METHOD
+    results["cpu_method"] = harness.CPU_METHOD
     base_spec = {"host": server.host, "port": server.port, "warehouse": str(scratch / "warehouse")}
     config = make_config(base_spec)
     create_tables(server)
     keys = load_initial(server, args.initial_rows)
     results["initial_rows"] = source_counts(server)
-    progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
-    with Worker("bench.binlog", {**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log") as w:
+    harness.progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
+    with harness.Worker(
+        "bench.binlog", {**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log"
+    ) as w:
         results["snapshot"] = w.finish()
 
-    progress(f"recording a binlog of at least {args.changes:,} row changes")
+    harness.progress(f"recording a binlog of at least {args.changes:,} row changes")
     binlog = results["binlog"] = record_binlog(server, config, keys, args.changes)
     results["rows_after_binlog"] = source_counts(server)
-    progress(
+    harness.progress(
         f"recorded {binlog['rows_affected']:,} row changes in {binlog['transactions']:,} transactions "
         f"({binlog['seconds']:.1f}s), {binlog['start']} .. {binlog['end']}; baseline: raw parse"
     )
     results["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
-    progress("BinlogReader + materialize, no Spark")
+    harness.progress("BinlogReader + materialize, no Spark")
     results["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
     log_path = scratch / "catchup.log"
-    progress(f"ours: catch-up with run(until_caught_up=True) (log {log_path})")
+    harness.progress(f"ours: catch-up with run(until_caught_up=True) (log {log_path})")
     catchup = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "catchup"}, config, log_path)
     results["catchup"] = catchup
-    progress(
+    harness.progress(
         f"ours: {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, verify {catchup['verify']['ok']}"
     )
 
@@ -770,12 +742,14 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
     first_id = keys.orders_hi + 1_000_000
     for rate in args.loads:
         label = f"lag{rate}"
-        progress(f"lag at {rate}/s for {args.duration:.0f}s, interval {args.interval:g}s (log {scratch}/{label}.log)")
+        harness.progress(
+            f"lag at {rate}/s for {args.duration:.0f}s, interval {args.interval:g}s (log {scratch}/{label}.log)"
+        )
         spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval}
         entry = measure_lag(server, spec, rate, args.duration, first_id, scratch / f"{label}.log")
         results["lag"].append(entry)
         first_id += entry["writer"]["rows"] + 1_000_000
-        progress(f"lag at {rate}/s: p50 {fmt(entry['lag_commit_s']['p50'], '.2f')}s")
+        harness.progress(f"lag at {rate}/s: p50 {harness.fmt(entry['lag_commit_s']['p50'], '.2f')}s")
 
     for kind, wanted, what in (
         ("merge", args.merge_changes, f"MERGE vs append: {args.merge_changes:,} changes, {args.merge_rounds} rounds"),
@@ -786,10 +760,10 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         ),
     ):
         if wanted > 0:
-            progress(f"{what} (log {scratch}/{kind}.log)")
+            harness.progress(f"{what} (log {scratch}/{kind}.log)")
             spec = {**base_spec, "warehouse": str(scratch / f"warehouse-{kind}"), "kind": kind, "label": kind}
             spec |= {k: v for k, v in vars(args).items() if k.startswith(kind)}
-            with Worker("bench.binlog", spec, scratch / f"{kind}.log") as w:
+            with harness.Worker("bench.binlog", spec, scratch / f"{kind}.log") as w:
                 results[kind] = w.finish()
     if args.no_names_changes > 0:
         results["no_names"] = measure_without_names(server, base_spec, config, keys, args, scratch)
@@ -810,15 +784,15 @@ def measure_without_names(
     out: dict[str, Any] = {}
     server.execute("SET GLOBAL binlog_row_metadata = 'NO_LOG'")
     try:
-        progress(f"binlog_row_metadata NO_LOG: recording {args.no_names_changes:,} row changes")
+        harness.progress(f"binlog_row_metadata NO_LOG: recording {args.no_names_changes:,} row changes")
         binlog = out["binlog"] = record_binlog(server, config, keys, args.no_names_changes)
     finally:
         server.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
-    progress("NO_LOG: baseline raw parse, then BinlogReader + materialize, no Spark")
+    harness.progress("NO_LOG: baseline raw parse, then BinlogReader + materialize, no Spark")
     out["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
     out["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
     log_path = scratch / "catchup-no-names.log"
-    progress(f"NO_LOG: ours, catch-up with run(until_caught_up=True) (log {log_path})")
+    harness.progress(f"NO_LOG: ours, catch-up with run(until_caught_up=True) (log {log_path})")
     out["catchup"] = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "no-names"}, config, log_path)
     return out
 
@@ -854,78 +828,64 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-CATCHUP_COLUMNS = [
-    Column("measurement", 44),
-    Column("changes", 9, ","),
-    Column("changes/s", 10),
-    Column("x baseline", 10, ".3f"),
-    Column("wall s", 8, ".1f"),
-    Column("CPU s", 8, ".1f"),
-    Column("CPU s/M", 8, ".1f"),
-    Column("x base CPU", 10, ".2f"),
-    Column("MariaDB CPU s", 13, ".1f"),
-]
-LAG_COLUMNS = [
-    Column("offered/s", 9, ","),
-    Column("achieved/s", 10),
-    Column("interval s", 10, "g"),
-    Column("trig obs s", 10, ".1f"),
-    Column("rows seen", 9, ","),
-    *(Column(t, w, ".2f") for t, w in (("p50 s", 6), ("p95 s", 6), ("max s", 6))),
-    *(Column(t, 8, ".2f") for t in ("seen p50", "seen p95", "seen max")),
-    Column("commits", 7),
-    Column("cores", 5, ".2f"),
-    Column("stop s", 6, ".1f"),
-    Column("exit s", 6, ".1f"),
-    Column("unseen", 6, ","),
-]
-MERGE_COLUMNS = [
-    Column("table", 30),
-    *(Column(t, w, ".2f") for t, w in (("MERGE s", 8), ("append s", 8), ("MERGE/append", 12), ("build s", 8))),
-    Column(" deletes written", 16),
-]
-UPKEEP_COLUMNS = [
-    Column("table", 12),
-    *(Column(t, w, ".2f") for t, w in (("MERGE s early", 13), ("MERGE s late", 12))),
-    *(Column(t, w, ".1f") for t, w in (("MERGE s sum", 11), ("upkeep s sum", 12))),
-    *(Column(t, w) for t, w in (("data files", 10), ("delete files", 12), ("snapshots", 9))),
-]
+CATCHUP_COLUMNS = harness.columns(
+    "measurement:44; changes:9:,; changes/s:10; x baseline:10:.3f; wall s:8:.1f; CPU s:8:.1f; CPU s/M:8:.1f; "
+    "x base CPU:10:.2f; MariaDB CPU s:13:.1f"
+)
+LAG_COLUMNS = harness.columns(
+    "offered/s:9:,; achieved/s:10; interval s:10:g; trig obs s:10:.1f; rows seen:9:,; p50 s:6:.2f; p95 s:6:.2f; "
+    "max s:6:.2f; seen p50:8:.2f; seen p95:8:.2f; seen max:8:.2f; commits:7; cores:5:.2f; stop s:6:.1f; "
+    "exit s:6:.1f; unseen:6:,"
+)
+MERGE_COLUMNS = harness.columns(
+    "table:30; MERGE s:8:.2f; append s:8:.2f; MERGE/append:12:.2f; build s:8:.2f;  deletes written:16"
+)
+UPKEEP_COLUMNS = harness.columns(
+    "table:12; MERGE s early:13:.2f; MERGE s late:12:.2f; MERGE s sum:11:.1f; upkeep s sum:12:.1f; data files:10; "
+    "delete files:12; snapshots:9"
+)
 
 
 def catchup_rows(base: Mapping[str, Any], reader: Mapping[str, Any], c: Mapping[str, Any]) -> list[list[Any]]:
     """The baseline, the reader without Spark and the job's binlog phase, against the baseline."""
     rows = [
-        ("baseline: python-mysql-replication rows", base["rows"], base["rows_per_s"], base["seconds"], base["cpu_s"]),
-        (
-            "BinlogReader + materialize, no Spark",
-            reader["rows"],
-            reader["rows_per_s"],
-            reader["seconds"],
-            reader["cpu_s"],
-        ),
-        (
-            "ours: run(until_caught_up) binlog phase",
-            c["changes"],
-            c["changes_per_s"],
-            c["stream_seconds"],
-            c["stream_cpu_s"],
-        ),
+        ("baseline: python-mysql-replication rows", base, "rows", "rows_per_s", "seconds", "cpu_s"),
+        ("BinlogReader + materialize, no Spark", reader, "rows", "rows_per_s", "seconds", "cpu_s"),
+        ("ours: run(until_caught_up) binlog phase", c, "changes", "changes_per_s", "stream_seconds", "stream_cpu_s"),
     ]
-    per_m = [base["cpu_s_per_million"], reader["cpu_s_per_million"], c["cpu_s_per_million"]]
-    dbs = [base["mariadb_cpu_s"], reader["mariadb_cpu_s"], c["mariadb_cpu_s"]]
+    per_base = base["cpu_s_per_million"]
     return [
-        [name, n, rate, None if rate is None else rate / base["rows_per_s"], wall, cpu, m, m / per_m[0], db]
-        for (name, n, rate, wall, cpu), m, db in zip(rows, per_m, dbs, strict=True)
+        [
+            name,
+            m[n],
+            m[rate],
+            harness.ratio(m[rate], base["rows_per_s"]),
+            m[wall],
+            m[cpu],
+            m["cpu_s_per_million"],
+            m["cpu_s_per_million"] / per_base,
+            m["mariadb_cpu_s"],
+        ]
+        for name, m, n, rate, wall, cpu in rows
     ]
+
+
+def lag_row(e: Mapping[str, Any]) -> list[Any]:
+    first = [f"{e['offered_rate']:>9,}", e["writer"]["achieved_rate_until_sigterm"]]
+    first += harness.pick(e, "interval_s trigger_interval_observed_median_s rows_visible")
+    lags = [e[lag][p] for lag in ("lag_commit_s", "lag_seen_s") for p in ("p50", "p95", "max")]
+    last = "batches_with_changes stream_cores stop_run_returned_s stop_process_exit_s"
+    return [*first, *lags, *harness.pick(e, last + " rows_written_before_sigterm_not_visible")]
+
+
+def upkeep_row(t: Mapping[str, Any]) -> list[Any]:
+    first = harness.pick(t, "table merge_s_first_median merge_s_last_median merge_s_total")
+    return [*first, sum(t["maintenance_s"]), *harness.pick(t, "data_files delete_files snapshots")]
 
 
 def render(results: dict[str, Any]) -> str:
-    base, reader, c, b = (
-        results["baseline_raw_parse"],
-        results["reader_no_spark"],
-        results["catchup"],
-        results["binlog"],
-    )
+    base, reader, c = results["baseline_raw_parse"], results["reader_no_spark"], results["catchup"]
+    b = results["binlog"]
     args, stream = results["args"], results["catchup_stream_config"]
     commits = c["iceberg_commits"]
     parts = ", ".join(f"{k} {v:.1f}" for k, v in c["stream_cpu_s_by_part"].items())
@@ -933,8 +893,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"Binlog benchmark, {results['started_at']}: {results['host']['cpus']} CPUs, "
         f"load average at start {results['host']['load_avg_1m_at_start']:.2f}, Spark {results['spark_master']}"
-        f"{spark_conf_note(args.get('spark_conf'))}",
-        f"tables {', '.join(f'{DATABASE}.{t}' for t in TABLES)}: initial rows {results['initial_rows']}, "
+        f"{harness.spark_conf_note(args.get('spark_conf'))}",
+        f"tables {', '.join(f'{harness.DATABASE}.{t}' for t in TABLES)}: initial rows {results['initial_rows']}, "
         f"after the recorded binlog {results['rows_after_binlog']}",
         f"binlog {b['start']} .. {b['end']}: {b['rows_affected']:,} row changes in {b['transactions']:,} "
         f"transactions, recorded in {b['seconds']:.1f}s; snapshot took {results['snapshot']['run_seconds']:.1f}s",
@@ -942,10 +902,11 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Catch-up over the recorded binlog (batch_max_changes {stream['batch_max_changes']}, "
         f"batch_interval_seconds {stream['batch_interval_seconds']:g})",
-        *text_table(CATCHUP_COLUMNS, catchup_rows(base, reader, c)),
+        *harness.text_table(CATCHUP_COLUMNS, catchup_rows(base, reader, c)),
         "",
         f"ours: {c['batches_with_changes']} batches with changes ({c['batches']} commits of an offset), up to "
-        f"{fmt(c['batch_changes_max'], ',')} changes, commit median {fmt(c['batch_commit_seconds_median'], '.1f')}s; "
+        f"{harness.fmt(c['batch_changes_max'], ',')} changes, "
+        f"commit median {harness.fmt(c['batch_commit_seconds_median'], '.1f')}s; "
         f"Iceberg commits: {sum(v for k, v in commits.items() if k != 'state_table')} to the targets "
         f"({', '.join(f'{t} {commits.get(t, 0)}' for t in TABLES)}) "
         f"+ {commits.get('state_table', 0)} to the state table",
@@ -957,9 +918,9 @@ def render(results: dict[str, Any]) -> str:
     ]
     if warm:
         lines.append(
-            f"ours: after the first batch (a warm JVM): {fmt(warm['changes'], ',')} changes in "
-            f"{warm['seconds']:.1f}s, {fmt(warm['changes_per_s'])} changes/s, "
-            f"{fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
+            f"ours: after the first batch (a warm JVM): {harness.fmt(warm['changes'], ',')} changes in "
+            f"{warm['seconds']:.1f}s, {harness.fmt(warm['changes_per_s'])} changes/s, "
+            f"{harness.fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
         )
     lines.append(
         f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
@@ -972,41 +933,34 @@ def render(results: dict[str, Any]) -> str:
     if results["lag"]:
         lines += [
             "",
-            f"Lag, MySQL commit -> row visible in Iceberg (single-row INSERTs into {DATABASE}.orders for "
+            f"Lag, MySQL commit -> row visible in Iceberg (single-row INSERTs into {harness.DATABASE}.orders for "
             f"{args['duration']:g}s each; committed = Iceberg snapshot timestamp_ms, seen = first poll "
             f"that saw it, every {LAG_POLL_SECONDS:g}s)",
         ]
-        lag_rows = []
-        for e in results["lag"]:
-            lc, ls = e["lag_commit_s"], e["lag_seen_s"]
-            lag_rows.append(
-                [
-                    f"{e['offered_rate']:>9,}",
-                    e["writer"]["achieved_rate_until_sigterm"],
-                    e["interval_s"],
-                    e["trigger_interval_observed_median_s"],
-                    e["rows_visible"],
-                    lc["p50"],
-                    lc["p95"],
-                    lc["max"],
-                    ls["p50"],
-                    ls["p95"],
-                    ls["max"],
-                    e["batches_with_changes"],
-                    e["stream_cores"],
-                    e["stop_run_returned_s"],
-                    e["stop_process_exit_s"],
-                    e["rows_written_before_sigterm_not_visible"],
-                ]
-            )
-        lines += text_table(LAG_COLUMNS, lag_rows)
+        lag_rows = [
+            [
+                f"{e['offered_rate']:>9,}",
+                e["writer"]["achieved_rate_until_sigterm"],
+                e["interval_s"],
+                e["trigger_interval_observed_median_s"],
+                e["rows_visible"],
+                *(e[lag][p] for lag in ("lag_commit_s", "lag_seen_s") for p in ("p50", "p95", "max")),
+                e["batches_with_changes"],
+                e["stream_cores"],
+                e["stop_run_returned_s"],
+                e["stop_process_exit_s"],
+                e["rows_written_before_sigterm_not_visible"],
+            ]
+            for e in results["lag"]
+        ]
+        lines += harness.text_table(LAG_COLUMNS, lag_rows)
         for e in results["lag"]:
             af = e["lag_commit_after_first_commit_s"]
             notes = [
                 f"rows written after the first commit (a fresh JVM's first MERGE): "
                 f"{e['rows_visible_after_first_commit']:,}, "
-                f"p50 {fmt(af['p50'], '.2f')}s, p95 {fmt(af['p95'], '.2f')}s, max {fmt(af['max'], '.2f')}s",
-                f"commit median {fmt(e['batch_commit_seconds_median'], '.1f')}s",
+                + ", ".join(f"{p} {harness.fmt(af[p], '.2f')}s" for p in ("p50", "p95", "max")),
+                f"commit median {harness.fmt(e['batch_commit_seconds_median'], '.1f')}s",
             ]
             if e["writer"]["error"]:
                 notes.append(f"writer error: {e['writer']['error']}")
@@ -1025,20 +979,11 @@ def render(results: dict[str, Any]) -> str:
         merge_rows = []
         for f in merge["formats"]:
             s = f["rounds"][-1]["merge_summary"] if f["rounds"] else {}
-            deletes = ", ".join(
-                f"{k} {s[k]}" for k in ("added-delete-files", "added-position-deletes", "added-dvs") if k in s
-            )
-            merge_rows.append(
-                [
-                    f"v{f['format_version']} ({f['deletes']})",
-                    f["merge_s_median"],
-                    f["append_s_median"],
-                    f["merge_vs_append"],
-                    f["build_frame_s_median"],
-                    f"  {deletes or '-'}",
-                ]
-            )
-        lines += text_table(MERGE_COLUMNS, merge_rows)
+            kinds = ("added-delete-files", "added-position-deletes", "added-dvs")
+            deletes = ", ".join(f"{k} {s[k]}" for k in kinds if k in s) or "-"
+            values = harness.pick(f, "merge_s_median append_s_median merge_vs_append build_frame_s_median")
+            merge_rows.append([f"v{f['format_version']} ({f['deletes']})", *values, f"  {deletes}"])
+        lines += harness.text_table(MERGE_COLUMNS, merge_rows)
     upkeep = results.get("upkeep")
     if upkeep and upkeep["tables"]:
         lines += [
@@ -1046,22 +991,7 @@ def render(results: dict[str, Any]) -> str:
             f"Maintenance: {args['upkeep_batches']} MERGE batches of {args['upkeep_changes']:,} changes into "
             f"{args['upkeep_base_rows']:,} rows, v2; one table compacted (sink.maintenance) every "
             f"{args['upkeep_every']} batches, expiry at 0 h, the other left alone",
-            *text_table(
-                UPKEEP_COLUMNS,
-                [
-                    [
-                        t["table"],
-                        t["merge_s_first_median"],
-                        t["merge_s_last_median"],
-                        t["merge_s_total"],
-                        sum(t["maintenance_s"]),
-                        t["data_files"],
-                        t["delete_files"],
-                        t["snapshots"],
-                    ]
-                    for t in upkeep["tables"]
-                ],
-            ),
+            *harness.text_table(UPKEEP_COLUMNS, [upkeep_row(t) for t in upkeep["tables"]]),
         ]
     no_names = results.get("no_names")
     if no_names:
@@ -1073,47 +1003,33 @@ def render(results: dict[str, Any]) -> str:
         ]
         rows = catchup_rows(no_names["baseline_raw_parse"], no_names["reader_no_spark"], no_names["catchup"])
         columns = [0, 1, 2, 3, 6]  # measurement, changes, changes/s, x baseline, CPU s/M
-        lines += text_table([CATCHUP_COLUMNS[i] for i in columns], [[r[i] for i in columns] for r in rows], rule=False)
+        lines += harness.text_table(
+            [CATCHUP_COLUMNS[i] for i in columns], [[r[i] for i in columns] for r in rows], rule=False
+        )
         lines.append(f"ours (NO_LOG): verify {'OK' if no_names['catchup']['verify']['ok'] else 'FAILED'}")
-    return "\n".join(lines + ratio_lines(results["ratios"], 40))
+    return "\n".join(lines + harness.ratio_lines(results["ratios"], 40))
+
+
+OPTIONS: list[harness.Option] = [
+    ("--changes", harness.positive, 200_000, "row changes in the recorded binlog"),
+    ("--loads", harness.int_list, [500, 2000], "comma-separated offered loads, rows/s ('' skips)"),
+    ("--duration", harness.positive_float, 60.0, "seconds of writing per offered load"),
+    ("--interval", harness.positive_float, 5.0, "stream.batch_interval_seconds of the lag runs"),
+    ("--initial-rows", harness.positive, 20_000, "initial orders (customers 1/4, events 1/2)"),
+    ("--merge-changes", harness.non_negative, 20_000, "changes per MERGE batch (0 skips)"),
+    ("--merge-base-rows", harness.positive, 200_000, "rows in the MERGE tables"),
+    ("--merge-rounds", harness.positive, 3, "timed MERGE/append rounds"),
+    ("--upkeep-batches", harness.non_negative, 60, "MERGE batches of the maintenance run (0 skips)"),
+    ("--upkeep-changes", harness.positive, 500, "changes per maintenance-run batch"),
+    ("--upkeep-every", harness.positive, 20, "batches between compactions"),
+    ("--upkeep-base-rows", harness.positive, 30_000, "rows in the maintenance tables"),
+    ("--no-names-changes", harness.non_negative, 100_000, "row changes at binlog_row_metadata NO_LOG (0 skips)"),
+]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = parser_for("bench.binlog", __doc__)
-    parser.add_argument("--changes", type=positive, default=200_000, help="row changes in the recorded binlog")
-    parser.add_argument(
-        "--loads", type=int_list, default=[500, 2000], help="comma-separated offered loads, rows/s ('' skips)"
-    )
-    parser.add_argument(
-        "--duration", type=positive_float, default=60.0, help="seconds of writing per offered load (60)"
-    )
-    parser.add_argument(
-        "--interval", type=positive_float, default=5.0, help="stream.batch_interval_seconds of the lag runs (5)"
-    )
-    parser.add_argument(
-        "--initial-rows", type=positive, default=20_000, help="initial orders (customers 1/4, events 1/2)"
-    )
-    parser.add_argument(
-        "--merge-changes", type=non_negative, default=20_000, help="changes per MERGE batch (20000; 0 skips)"
-    )
-    parser.add_argument("--merge-base-rows", type=positive, default=200_000, help="rows in the MERGE tables")
-    parser.add_argument("--merge-rounds", type=positive, default=3, help="timed MERGE/append rounds (3)")
-    parser.add_argument(
-        "--upkeep-batches",
-        type=non_negative,
-        default=60,
-        help="MERGE batches of the maintenance run (60; 0 skips)",
-    )
-    parser.add_argument("--upkeep-changes", type=positive, default=500, help="changes per maintenance-run batch (500)")
-    parser.add_argument("--upkeep-every", type=positive, default=20, help="batches between compactions (20)")
-    parser.add_argument("--upkeep-base-rows", type=positive, default=30_000, help="rows in the maintenance tables")
-    parser.add_argument(
-        "--no-names-changes",
-        type=non_negative,
-        default=100_000,
-        help="row changes recorded at binlog_row_metadata NO_LOG for the by-position runs (100000; 0 skips)",
-    )
-    add_common_options(parser)
+    parser = harness.parser_for("bench.binlog", __doc__, OPTIONS)
+    harness.add_common_options(parser)
     args = parser.parse_args(argv)
     if args.initial_rows < 2 * SLICE:
         parser.error(f"--initial-rows must be at least {2 * SLICE}")
@@ -1130,8 +1046,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     workers = {"merge": worker_merge, "upkeep": worker_upkeep}
-    if not worker_main(sys.argv if argv is None else argv, lambda spec: workers.get(spec["kind"], worker_job)(spec)):
-        run_bench("binlog", parse_args(argv), measure, render, mariadb={})
+    if not harness.worker_main(
+        sys.argv if argv is None else argv, lambda spec: workers.get(spec["kind"], worker_job)(spec)
+    ):
+        harness.run_bench("binlog", parse_args(argv), measure, render, mariadb={})
     return 0
 
 

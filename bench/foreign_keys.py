@@ -26,12 +26,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    ingest,
-    parser_for,
-    progress,
-    run_bench,
-)
+from bench import harness
 from bench.many_tables import pipeline_file
 from ingest.devservers.mariadb import MariaDBServer
 
@@ -73,17 +68,20 @@ def delete_parents(server: MariaDBServer, database: str, deleted: int, keyed: bo
 
 def measure_database(server: MariaDBServer, database: str, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     keyed = database == "keyed"
-    progress(f"{database}: {args.parents} parents, {args.parents * CHILDREN_PER_PARENT} children and grandchildren")
+    harness.progress(
+        f"{database}: {args.parents} parents, {args.parents * CHILDREN_PER_PARENT} children and grandchildren"
+    )
     create_tables(server, database, args.parents, keyed)
     config_file = pipeline_file(server, database, scratch / database)
-    progress(f"{database}: first run")
-    first = ingest(config_file, "run", "--until-caught-up")
+    harness.progress(f"{database}: first run")
+    first = harness.ingest(config_file, "run", "--until-caught-up")
     logged = delete_parents(server, database, args.deleted, keyed)
-    progress(f"{database}: catch-up of {args.deleted} parents' deletes ({logged} row changes logged)")
-    catch_up = ingest(config_file, "run", "--until-caught-up")
-    progress(f"{database}: verify")
-    ingest(config_file, "verify")
-    return {"first_run_s": first, "changes_logged": logged, "catch_up_s": catch_up}
+    label = f"{database}: {args.deleted} parents' deletes ({logged} row changes logged)"
+    return {
+        "first_run_s": first,
+        "changes_logged": logged,
+        "catch_up_s": harness.catch_up_and_verify(config_file, label),
+    }
 
 
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
@@ -107,13 +105,13 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = parser_for("bench.foreign_keys", __doc__)
+    parser = harness.parser_for("bench.foreign_keys", __doc__)
     parser.add_argument("--parents", type=int, default=20_000, help="parents (default 20,000)")
     parser.add_argument("--deleted", type=int, default=2_000, help="parents deleted (default 2,000)")
     args = parser.parse_args(argv)
     if not 0 < args.deleted <= args.parents:
         parser.error("--deleted must be between 1 and --parents")
-    run_bench("foreign_keys", args, measure, render, mariadb={"server_id": 7})
+    harness.run_bench("foreign_keys", args, measure, render, mariadb={"server_id": 7})
 
 
 if __name__ == "__main__":

@@ -164,8 +164,15 @@ def positive_float(text: str) -> float:
     return value
 
 
-def parser_for(module: str, doc: str | None) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0])
+Option = tuple[str, Callable[[str], Any], Any, str]
+"""A bench's command-line option: its flag, type, default and help."""
+
+
+def parser_for(module: str, doc: str | None, options: Sequence[Option] = ()) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0])
+    for flag, kind, default, help in options:
+        parser.add_argument(flag, type=kind, default=default, help=f"{help} ({default})")
+    return parser
 
 
 def add_common_options(parser: argparse.ArgumentParser, spark_conf: bool = True) -> None:
@@ -275,6 +282,11 @@ def text_table(
     header = sep.join(f"{c.title:<{c.width}}" if i == 0 else f"{c.title:>{c.width}}" for i, c in enumerate(columns))
     lines = [header, "-" * len(header)] if rule else [header]
     return lines + [sep.join(cell(c, v, i == 0) for i, (c, v) in enumerate(zip(columns, r, strict=True))) for r in rows]
+
+
+def pick(values: Mapping[str, Any], keys: str) -> list[Any]:
+    """The values of the space-separated `keys`, in order: a table row from a result."""
+    return [values[k] for k in keys.split()]
 
 
 def ratio_lines(ratios: Mapping[str, float | None], width: int = 42) -> list[str]:
@@ -502,6 +514,15 @@ def ingest(config_file: Path, *args: str, timeout: float = 3600) -> float:
     if done.returncode != 0:
         raise BenchError(f"ingest {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return round(time.perf_counter() - started, 3)
+
+
+def catch_up_and_verify(config_file: Path, label: str) -> float:
+    """`ingest run --until-caught-up`, then `ingest verify` (a difference stops the bench); the run's seconds."""
+    progress(f"{label}: catch-up")
+    seconds = ingest(config_file, "run", "--until-caught-up")
+    progress(f"{label}: verify")
+    ingest(config_file, "verify")
+    return seconds
 
 
 def run_verify(config_file: Path) -> dict[str, Any]:

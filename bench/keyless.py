@@ -24,14 +24,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    Column,
-    ingest,
-    parser_for,
-    progress,
-    run_bench,
-    text_table,
-)
+from bench import harness
 from bench.many_tables import pipeline_file
 from bench.tables import select_all
 from ingest.devservers.mariadb import MariaDBServer
@@ -67,20 +60,17 @@ def change_statements(rows: int, changes: int) -> list[str]:
 
 def measure_database(server: MariaDBServer, database: str, statements: list[str], scratch: Path) -> dict[str, Any]:
     config_file = pipeline_file(server, database, scratch)
-    progress(f"{database}: baseline")
+    harness.progress(f"{database}: baseline")
     base = select_all(server, [f"{database}.t"])["seconds"]
-    progress(f"{database}: snapshot")
-    snapshot = ingest(config_file, "run", "--snapshot-only")
+    harness.progress(f"{database}: snapshot")
+    snapshot = harness.ingest(config_file, "run", "--snapshot-only")
     server.execute(*statements, database=database)
-    progress(f"{database}: catch-up")
-    catch_up = ingest(config_file, "run", "--until-caught-up")
-    progress(f"{database}: verify")
-    ingest(config_file, "verify")
+    catch_up = harness.catch_up_and_verify(config_file, database)
     return {"baseline_s": base, "snapshot_s": snapshot, "catch_up_s": catch_up}
 
 
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
-    progress(f"creating two tables of {args.rows} rows")
+    harness.progress(f"creating two tables of {args.rows} rows")
     create_table(server, "keyed", args.rows, key=True)
     create_table(server, "keyless", args.rows, key=False)
     statements = change_statements(args.rows, args.changes)
@@ -97,22 +87,22 @@ RUNS = (
 
 def render(results: dict[str, Any]) -> str:
     columns = [
-        Column("run", 34),
-        Column("keyed s", 9, ".1f"),
-        Column("keyless s", 11, ".1f"),
-        Column("keyless/keyed", 15, ".2f"),
+        harness.Column("run", 34),
+        harness.Column("keyed s", 9, ".1f"),
+        harness.Column("keyless s", 11, ".1f"),
+        harness.Column("keyless/keyed", 15, ".2f"),
     ]
     rows = [[label, k, n, n / k] for label, key in RUNS for k, n in [(results["keyed"][key], results["keyless"][key])]]
     args = results["args"]
     title = f"{args['rows']} rows with a primary key (keyed) and without any key (keyless), {args['changes']} changes"
-    return "\n".join([title, *text_table(columns, rows, sep="", rule=False)])
+    return "\n".join([title, *harness.text_table(columns, rows, sep="", rule=False)])
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = parser_for("bench.keyless", __doc__)
+    parser = harness.parser_for("bench.keyless", __doc__)
     parser.add_argument("--rows", type=int, default=200_000, help="rows in each table (default 200,000)")
     parser.add_argument("--changes", type=int, default=20_000, help="row changes to catch up (default 20,000)")
-    run_bench("keyless", parser.parse_args(argv), measure, render, mariadb={"server_id": 7})
+    harness.run_bench("keyless", parser.parse_args(argv), measure, render, mariadb={"server_id": 7})
 
 
 if __name__ == "__main__":

@@ -30,16 +30,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    Column,
-    ingest,
-    parser_for,
-    pipeline_document,
-    progress,
-    run_bench,
-    text_table,
-    write_pipeline,
-)
+from bench import harness
 from bench.tables import select_all
 from ingest.devservers.mariadb import MariaDBServer
 
@@ -60,8 +51,8 @@ def create_tables(server: MariaDBServer, database: str, tables: int, rows: int) 
 
 def pipeline_file(server: MariaDBServer, database: str, scratch: Path) -> Path:
     """The pipeline of `database`'s tables into an empty embedded warehouse under `scratch`, as a file."""
-    document = pipeline_document(database, server.host, server.port, rf"{database}\..*", scratch, 7401)
-    return write_pipeline(document, scratch / "pipeline.yaml")
+    document = harness.pipeline_document(database, server.host, server.port, rf"{database}\..*", scratch, 7401)
+    return harness.write_pipeline(document, scratch / "pipeline.yaml")
 
 
 def measure_database(
@@ -69,23 +60,21 @@ def measure_database(
 ) -> dict[str, Any]:
     """The runs of one database's tables, each pipeline into a warehouse of its own under `scratch`."""
     copied, first_file = (pipeline_file(server, database, scratch / name) for name in ("snapshot", "first"))
-    progress(f"{database}: baseline")
+    harness.progress(f"{database}: baseline")
     base = select_all(server, names)["seconds"]
-    progress(f"{database}: snapshot")
-    snapshot = ingest(copied, "run", "--snapshot-only")
-    progress(f"{database}: first run")
-    first = ingest(first_file, "run", "--until-caught-up")
-    progress(f"{database}: idle catch-up")
-    idle = ingest(copied, "run", "--until-caught-up")
-    ingest(first_file, "verify")  # before the batches, which only the other pipeline reads
-    progress(f"{database}: a batch of {changes} changes over every table")
+    harness.progress(f"{database}: snapshot")
+    snapshot = harness.ingest(copied, "run", "--snapshot-only")
+    harness.progress(f"{database}: first run")
+    first = harness.ingest(first_file, "run", "--until-caught-up")
+    harness.progress(f"{database}: idle catch-up")
+    idle = harness.ingest(copied, "run", "--until-caught-up")
+    harness.ingest(first_file, "verify")  # before the batches, which only the other pipeline reads
+    harness.progress(f"{database}: a batch of {changes} changes over every table")
     update(server, names, rows, changes)
-    spread = ingest(copied, "run", "--until-caught-up")
-    progress(f"{database}: a batch of {changes} changes in one table")
+    spread = harness.ingest(copied, "run", "--until-caught-up")
+    harness.progress(f"{database}: a batch of {changes} changes in one table")
     update(server, names[:1], rows, changes)
-    one_table = ingest(copied, "run", "--until-caught-up")
-    progress(f"{database}: verify")
-    ingest(copied, "verify")
+    one_table = harness.catch_up_and_verify(copied, database)
     return {
         "tables": len(names),
         "baseline_s": base,
@@ -111,7 +100,7 @@ def update(server: MariaDBServer, names: list[str], rows: int, changes: int) -> 
 
 
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
-    progress(f"creating {args.tables} tables of {args.rows} rows, and one of {args.tables * args.rows}")
+    harness.progress(f"creating {args.tables} tables of {args.rows} rows, and one of {args.tables * args.rows}")
     many = create_tables(server, "many", args.tables, args.rows)
     one = create_tables(server, "one", 1, args.tables * args.rows)
     results["many"] = measure_database(server, "many", many, args.rows, scratch / "many", args.batch_changes)
@@ -131,11 +120,11 @@ RUNS = (
 def render(results: dict[str, Any]) -> str:
     tables, rows = results["args"]["tables"], results["args"]["rows"]
     columns = [
-        Column("run", 38),
-        Column("many s", 9, ".1f"),
-        Column("one s", 9, ".1f"),
-        Column("many/one", 10, ".2f"),
-        Column("s/table", 9, ".3f"),
+        harness.Column("run", 38),
+        harness.Column("many s", 9, ".1f"),
+        harness.Column("one s", 9, ".1f"),
+        harness.Column("many/one", 10, ".2f"),
+        harness.Column("s/table", 9, ".3f"),
     ]
     table = [
         [label, m, o, m / o, m / tables]
@@ -145,22 +134,19 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"{tables} tables of {rows} rows (many) against one table of {tables * rows} (one)",
-            *text_table(columns, table, sep="", rule=False),
+            *harness.text_table(columns, table, sep="", rule=False),
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = parser_for("bench.many_tables", __doc__)
-    parser.add_argument("--tables", type=int, default=100, help="tables to capture (default 100)")
-    parser.add_argument("--rows", type=int, default=1000, help="rows in each (default 1,000)")
-    parser.add_argument(
-        "--batch-changes", type=int, default=20_000, help="updates of the two batch runs (default 20,000)"
-    )
-    args = parser.parse_args(argv)
-    if args.batch_changes < 1:
-        parser.error("--batch-changes must be at least 1")
-    run_bench("many_tables", args, measure, render, mariadb={"server_id": 7})
+    options: list[harness.Option] = [
+        ("--tables", harness.positive, 100, "tables to capture"),
+        ("--rows", harness.positive, 1000, "rows in each"),
+        ("--batch-changes", harness.positive, 20_000, "updates of the two batch runs"),
+    ]
+    args = harness.parser_for("bench.many_tables", __doc__, options).parse_args(argv)
+    harness.run_bench("many_tables", args, measure, render, mariadb={"server_id": 7})
 
 
 if __name__ == "__main__":

@@ -31,20 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    DATABASE,
-    READY_TIMEOUT_SECONDS,
-    BenchError,
-    JobProcess,
-    fmt,
-    ingest,
-    parser_for,
-    progress,
-    run_bench,
-    run_verify,
-    write_pipeline,
-)
-from bench.soak import job_pipeline
+from bench import harness
+from bench.soak import job_options, job_pipeline
 from bench.tables import TABLES, MixedWriter, create_tables, load_initial, source_counts
 from ingest.devservers.mariadb import MariaDBServer
 
@@ -70,7 +58,7 @@ def migrate(server: MariaDBServer, alter: str) -> dict[str, Any]:
             "pt-online-schema-change",
             "--alter",
             alter,
-            f"D={DATABASE},t=orders,S={server.socket},u=root",
+            f"D={harness.DATABASE},t=orders,S={server.socket},u=root",
             "--execute",
             "--no-version-check",
             "--recursion-method=none",
@@ -91,23 +79,23 @@ def migrate(server: MariaDBServer, alter: str) -> dict[str, Any]:
 def alter_directly(server: MariaDBServer, alter: str) -> dict[str, Any]:
     """`ALTER TABLE orders <alter>` as root: its duration (the server rebuilds the table, writers wait)."""
     started = time.monotonic()
-    server.execute(f"ALTER TABLE {DATABASE}.orders {alter}")
+    server.execute(f"ALTER TABLE {harness.DATABASE}.orders {alter}")
     return {"exit_code": 0, "seconds": round(time.monotonic() - started, 3), "output": []}
 
 
 def key_and_column_table(server: MariaDBServer) -> None:
     """`--backfill`'s baseline table: orders' key and the values the new column will hold, unlogged."""
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"CREATE TABLE {KEY_AND_COLUMN} (id INT NOT NULL PRIMARY KEY, g BIGINT)")
         cur.execute(f"INSERT INTO {KEY_AND_COLUMN} SELECT id, customer_id * 2 FROM orders")
         conn.commit()
 
 
-def copy_again_seconds(job: JobProcess, config_path: Path, table: str, log_lines: list[str]) -> float:
+def copy_again_seconds(job: harness.JobProcess, config_path: Path, table: str, log_lines: list[str]) -> float:
     """Ask the running job to copy `table` again and wait until it logs the copy complete; the seconds taken."""
     started = time.monotonic()
-    ingest(config_path, "snapshot", "--table", table, "--again")
+    harness.ingest(config_path, "snapshot", "--table", table, "--again")
     found = job.wait_log(
         lambda lines: any(table in line and RECOPIED_LINE in line for line in lines), "copy " + table, log_lines
     )
@@ -117,13 +105,13 @@ def copy_again_seconds(job: JobProcess, config_path: Path, table: str, log_lines
 _CHUNKS_READ = re.compile(r"(\S+): chunks (\d+)/(\d+) read")
 
 
-def wait_copied(job: JobProcess, tables: int) -> float:
+def wait_copied(job: harness.JobProcess, tables: int) -> float:
     """Wait until the job has logged every chunk of `tables` tables read; the seconds it took."""
     started = time.monotonic()
     copied: set[str] = set()
     while len(copied) < tables:
-        if not job.alive() or time.monotonic() - started > READY_TIMEOUT_SECONDS:
-            raise BenchError("the job did not copy every table; " + job.tail())
+        if not job.alive() or time.monotonic() - started > harness.READY_TIMEOUT_SECONDS:
+            raise harness.BenchError("the job did not copy every table; " + job.tail())
         for line in job.log_path.read_text(errors="replace").splitlines():
             m = _CHUNKS_READ.search(line)
             if m and m[2] == m[3]:
@@ -142,9 +130,9 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
     config_path, document, port = job_pipeline(server, scratch, "bench_osc", args.interval)
     document["stream"].update(stream)
     if args.backfill:
-        document["tables"]["include"].append(rf"{DATABASE}\.{KEY_AND_COLUMN}")
-    write_pipeline(document, config_path)
-    with JobProcess(config_path, scratch / "job.log", port) as job:
+        document["tables"]["include"].append(rf"{harness.DATABASE}\.{KEY_AND_COLUMN}")
+    harness.write_pipeline(document, config_path)
+    with harness.JobProcess(config_path, scratch / "job.log", port) as job:
         results["ready_s"] = job.ready()
         # The query copies the tables between its first binlog batches: the migration comes once all are copied.
         results["copied_s"] = round(wait_copied(job, len(TABLES) + (1 if args.backfill else 0)), 3)
@@ -154,12 +142,12 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         writer.start()
         time.sleep(args.calm)
         how = "ALTER TABLE orders" if args.backfill else "pt-online-schema-change --alter"
-        progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
+        harness.progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
         osc_start = scraper.elapsed()
         results["pt_osc"] = alter_directly(server, args.alter) if args.backfill else migrate(server, args.alter)
         osc_end = scraper.elapsed()
         if results["pt_osc"]["exit_code"] != 0:
-            raise BenchError("pt-online-schema-change failed:\n" + "\n".join(results["pt_osc"]["output"]))
+            raise harness.BenchError("pt-online-schema-change failed:\n" + "\n".join(results["pt_osc"]["output"]))
         wanted = RECOPIED_LINE if args.recopy or args.backfill else FOLLOWED_LINE
         lines: list[str] = []
 
@@ -169,9 +157,9 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         followed_at = job.wait_log(lambda lines: bool(followed(lines)), "follow the swap", lines) - scraper.t0
         time.sleep(args.calm + args.interval)
         if args.backfill:
-            progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
+            harness.progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
             results["key_and_column_copy_s"] = copy_again_seconds(
-                job, config_path, f"{DATABASE}.{KEY_AND_COLUMN}", lines
+                job, config_path, f"{harness.DATABASE}.{KEY_AND_COLUMN}", lines
             )
         writer.stop()
         results["writer"] = {"statements": writer.written, "rate": round(writer.written / writer.seconds, 1)}
@@ -191,13 +179,13 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         }
         results["lag_s"] = {name: scraper.lag(lo, hi) for name, (lo, hi) in windows.items()}
         if code != 0:
-            raise BenchError(f"the job exited with {code}; " + job.tail())
-    progress("ingest run --until-caught-up, then ingest verify")
+            raise harness.BenchError(f"the job exited with {code}; " + job.tail())
+    harness.progress("ingest run --until-caught-up, then ingest verify")
     results["catch_up_after_stop"] = {
         "exit_code": 0,
-        "seconds": ingest(config_path, "run", "--until-caught-up"),
+        "seconds": harness.ingest(config_path, "run", "--until-caught-up"),
     }
-    results["verify"] = run_verify(config_path)
+    results["verify"] = harness.run_verify(config_path)
     results["source_rows"] = source_counts(server)
 
 
@@ -224,7 +212,7 @@ def render(results: dict[str, Any]) -> str:
             f"backfill (copy again of orders, {results['seconds_to_follow']:.1f} s after the ALTER's end) / a copy "
             f"of its key and the new column by the same job ({baseline:.1f} s): "
             f"{results['seconds_to_follow'] / baseline:.2f}; lag p95 during / before: "
-            f"{fmt(ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95']), '.2f')}"
+            f"{harness.fmt(ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95']), '.2f')}"
         )
     out.append(
         f"tables copied again: {results['copied_again']}; verify: {'equal' if results['verify']['ok'] else 'DIFFERS'}"
@@ -233,11 +221,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = parser_for("bench.osc", __doc__)
-    parser.add_argument("--rows", type=int, default=200_000, help="orders (customers a quarter, events half)")
-    parser.add_argument("--rate", type=float, default=500.0, help="offered single-row transactions per second")
-    parser.add_argument("--interval", type=float, default=5.0, help="stream.batch_interval_seconds")
-    parser.add_argument("--calm", type=float, default=30.0, help="seconds of load before and after the migration")
+    parser = harness.parser_for("bench.osc", __doc__, job_options(200_000, 500.0, 5.0, "the migration"))
     parser.add_argument(
         "--alter", default="ADD COLUMN region VARCHAR(8) NOT NULL DEFAULT 'eu'", help="pt-osc's --alter of orders"
     )
@@ -265,8 +249,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if shutil.which("pt-online-schema-change") is None and not args.backfill:
-        raise BenchError("pt-online-schema-change is not installed (`make setup` installs percona-toolkit)")
-    results = run_bench("osc", args, measure, render, mariadb={})
+        raise harness.BenchError("pt-online-schema-change is not installed (`make setup` installs percona-toolkit)")
+    results = harness.run_bench("osc", args, measure, render, mariadb={})
     copies = 2 if args.backfill else 1 if args.recopy else 0
     return 0 if results["verify"]["ok"] and results["followed"] and results["copied_again"] == copies else 1
 

@@ -20,24 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    BenchError,
-    JobProcess,
-    Scraper,
-    ingest,
-    parser_for,
-    progress,
-    run_bench,
-    run_verify,
-)
-from bench.soak import job_pipeline
+from bench import harness
+from bench.soak import job_options, job_pipeline
 from bench.tables import MixedWriter, create_tables, load_initial
 from ingest.devservers.mariadb import MariaDBServer
 
 STEADY_SCRAPES = 3
 
 
-def back_to_normal(scraper: Scraper, down: float, back: float, normal: float, timeout: float) -> float | None:
+def back_to_normal(scraper: harness.Scraper, down: float, back: float, normal: float, timeout: float) -> float | None:
     """Seconds from `down` (the server stopped) until the lag, read after `back` (it started again), stayed at or
     under `normal` for STEADY_SCRAPES scrapes in a row."""
     deadline = time.monotonic() + timeout
@@ -55,7 +46,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
     create_tables(server)
     keys = load_initial(server, args.rows)
     config_path, _, port = job_pipeline(server, scratch, "bench_outage", args.interval)
-    with JobProcess(config_path, scratch / "job.log", port) as job:
+    with harness.JobProcess(config_path, scratch / "job.log", port) as job:
         results["ready_s"] = job.ready()
         scraper = job.scrape()
         writer = MixedWriter(server, keys, args.rate)
@@ -65,7 +56,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         normal = (baseline["p95"] or 0.0) + args.interval
         results["outages"] = []
         for outage in args.outages:
-            progress(f"the source away for {outage:g} s")
+            harness.progress(f"the source away for {outage:g} s")
             writer.stop()
             down = scraper.elapsed()
             server.stop()
@@ -76,15 +67,15 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
             writer.start()
             recovered = back_to_normal(scraper, down, back, normal, timeout=10 * outage + 120)
             if not job.alive():
-                raise BenchError("the job ended during the outage; " + job.tail())
+                raise harness.BenchError("the job ended during the outage; " + job.tail())
             results["outages"].append({"seconds": outage, "lag_normal_after_s": recovered, "goal_s": 2 * outage + 10})
             time.sleep(args.calm)
         writer.stop()
         results["job_exit_code"] = job.stop()
         results["reconnect_lines"] = sum(1 for line in job.new_log_lines() if "lost the binlog connection" in line)
-    progress("ingest run --until-caught-up, then ingest verify")
-    results["catch_up_s"] = ingest(config_path, "run", "--until-caught-up")
-    results["verify"] = run_verify(config_path)
+    harness.progress("ingest run --until-caught-up, then ingest verify")
+    results["catch_up_s"] = harness.ingest(config_path, "run", "--until-caught-up")
+    results["verify"] = harness.run_verify(config_path)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -105,17 +96,13 @@ def render(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = parser_for("bench.outage", __doc__)
-    parser.add_argument("--rows", type=int, default=20_000, help="orders (customers a quarter, events half)")
-    parser.add_argument("--rate", type=float, default=200.0, help="offered single-row transactions per second")
-    parser.add_argument("--interval", type=float, default=2.0, help="stream.batch_interval_seconds")
-    parser.add_argument("--calm", type=float, default=30.0, help="seconds of load before and after each outage")
+    parser = harness.parser_for("bench.outage", __doc__, job_options(20_000, 200.0, 2.0, "each outage"))
     parser.add_argument("--outages", type=float, nargs="+", default=[5.0, 60.0], help="seconds the source is away")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    results = run_bench("outage", parse_args(argv), measure, render, mariadb={})
+    results = harness.run_bench("outage", parse_args(argv), measure, render, mariadb={})
     return 0 if results["verify"]["ok"] and results["job_exit_code"] == 0 else 1
 
 

@@ -59,18 +59,8 @@ from typing import Any
 
 import yaml
 
+from bench import harness
 from bench.binlog import BASELINE_SERVER_ID, JOB_SERVER_ID, make_config, measure_catchup, measure_raw_parse
-from bench.harness import (
-    CDC_USER,
-    DATABASE,
-    PASSWORD_ENV,
-    BenchError,
-    Worker,
-    ingest,
-    parser_for,
-    progress,
-    run_bench,
-)
 from bench.many_tables import pipeline_file
 from bench.tables import (
     TABLE,
@@ -121,7 +111,7 @@ def fetch_jars(home: Path) -> Path:
     marker = lib / f".complete-{_digest(pom)}"
     if marker.exists():
         return lib
-    progress(f"fetching Debezium {DEBEZIUM_VERSION} jars with mvn into {lib}")
+    harness.progress(f"fetching Debezium {DEBEZIUM_VERSION} jars with mvn into {lib}")
     shutil.rmtree(lib, ignore_errors=True)
     done = subprocess.run(
         [
@@ -140,7 +130,9 @@ def fetch_jars(home: Path) -> Path:
         check=False,
     )
     if done.returncode != 0:
-        raise BenchError(f"mvn could not fetch Debezium {DEBEZIUM_VERSION}:\n{(done.stdout + done.stderr)[-3000:]}")
+        raise harness.BenchError(
+            f"mvn could not fetch Debezium {DEBEZIUM_VERSION}:\n{(done.stdout + done.stderr)[-3000:]}"
+        )
     marker.touch()
     return lib
 
@@ -156,7 +148,7 @@ def compile_engine(home: Path, lib: Path) -> Path:
         ["javac", "-cp", f"{lib}/*", "-d", str(building), str(source)], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise BenchError(f"javac failed on {source}:\n{done.stderr[-3000:]}")
+        raise harness.BenchError(f"javac failed on {source}:\n{done.stderr[-3000:]}")
     building.rename(classes)
     return classes
 
@@ -179,17 +171,17 @@ def engine_properties(server: MariaDBServer, tables: str, snapshot_mode: str) ->
         "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory",
         "database.hostname": server.host,
         "database.port": str(server.port),
-        "database.user": CDC_USER,
+        "database.user": harness.CDC_USER,
         "database.server.id": str(DEBEZIUM_SERVER_ID),
         "topic.prefix": TOPIC_PREFIX,
-        "database.include.list": DATABASE,
-        "table.include.list": rf"{DATABASE}\.({tables})",
+        "database.include.list": harness.DATABASE,
+        "table.include.list": rf"{harness.DATABASE}\.({tables})",
         "snapshot.mode": snapshot_mode,
         "snapshot.locking.mode": "none",
         # One record per row change, as the baselines count: no tombstone after a delete, no DDL records.
         "tombstones.on.delete": "false",
         "include.schema.changes": "false",
-        "bench.password.env": PASSWORD_ENV,
+        "bench.password.env": harness.PASSWORD_ENV,
     }
 
 
@@ -214,7 +206,7 @@ def _lines(proc: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
         try:
             line = lines.get(timeout=STALL_SECONDS)
         except queue.Empty:
-            raise BenchError(f"Debezium printed nothing for {STALL_SECONDS:.0f} s") from None
+            raise harness.BenchError(f"Debezium printed nothing for {STALL_SECONDS:.0f} s") from None
         if line is None:
             return
         if line.startswith("{"):
@@ -268,7 +260,7 @@ def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path)
     if done is None:
         stopped = events.get("stopped", {})
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise BenchError(f"Debezium stopped before {target:,} records: {stopped}; log {log}, tail:\n{tail}")
+        raise harness.BenchError(f"Debezium stopped before {target:,} records: {stopped}; log {log}, tail:\n{tail}")
     end = done["t_ms"] / 1000
     start, first = events["engine_start"]["t_ms"] / 1000, events["first"]["t_ms"] / 1000
     counted = int(done[settings["bench.count"]])
@@ -294,9 +286,9 @@ def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path)
 
 def our_snapshot(server: MariaDBServer, scratch: Path) -> dict[str, Any]:
     """`ingest run --snapshot-only` of bench.items into a fresh warehouse, timed as a user waits for it."""
-    config_file = pipeline_file(server, DATABASE, scratch)
+    config_file = pipeline_file(server, harness.DATABASE, scratch)
     load = os.getloadavg()[0]
-    seconds = ingest(config_file, "run", "--snapshot-only")
+    seconds = harness.ingest(config_file, "run", "--snapshot-only")
     rows = iceberg_rows(config_file, TABLE)
     return {"rows": rows, "process_s": round(seconds, 3), "rows_per_s": rows / seconds, "load_avg_1m_before": load}
 
@@ -306,19 +298,19 @@ def iceberg_rows(config_file: Path, table: str) -> int:
     from ingest.sink.catalog import load_pyiceberg_catalog
 
     config = parse_config(yaml.safe_load(config_file.read_text()))
-    target = load_pyiceberg_catalog(config.sink).load_table(config.target_for(DATABASE, table))
+    target = load_pyiceberg_catalog(config.sink).load_table(config.target_for(harness.DATABASE, table))
     snapshot = target.current_snapshot()
     return int(snapshot.summary["total-records"]) if snapshot is not None and snapshot.summary else 0
 
 
 def snapshot_round(server: MariaDBServer, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """The baseline, Debezium's initial_only snapshot and ours, one after the other over bench.items."""
-    progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
-    out = {"baseline": select_all(server, [f"{DATABASE}.{TABLE}"])}
-    progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
+    harness.progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
+    out = {"baseline": select_all(server, [f"{harness.DATABASE}.{TABLE}"])}
+    harness.progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
     settings = {**engine_properties(server, TABLE, "initial_only"), "bench.count": "snapshot"}
     out["debezium"] = run_engine(classpath, settings, rows, scratch / "debezium.log")
-    progress(f"{scratch.name}: ours, ingest run --snapshot-only")
+    harness.progress(f"{scratch.name}: ours, ingest run --snapshot-only")
     out["ours"] = our_snapshot(server, scratch / "ours")
     return out
 
@@ -326,7 +318,7 @@ def snapshot_round(server: MariaDBServer, rows: int, classpath: str, scratch: Pa
 def measure_snapshot(server: MariaDBServer, rows: int, rounds: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """bench.items of `rows` rows read by the three, `rounds` times in turn; then the table is dropped."""
     create_table(server, TABLE)
-    progress(f"snapshot: loading {rows:,} rows into {DATABASE}.{TABLE}")
+    harness.progress(f"snapshot: loading {rows:,} rows into {harness.DATABASE}.{TABLE}")
     out: dict[str, Any] = {"load_s": round(fill_table(server, TABLE, rows), 3), "rounds": []}
     for r in range(1, rounds + 1):
         (scratch / f"snapshot-{r}").mkdir()
@@ -346,7 +338,7 @@ def gtid_at(server: MariaDBServer, position: str) -> str:
         cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (at.file, at.pos))
         row = cur.fetchone()
     if not row or row[0] is None:
-        raise BenchError(f"the server has no GTID position at {position}")
+        raise harness.BenchError(f"the server has no GTID position at {position}")
     return str(row[0])
 
 
@@ -376,10 +368,10 @@ def prepare_binlog(server: MariaDBServer, specs: list[dict[str, Any]], changes: 
     keys = load_initial(server, initial)
     for spec in specs:
         log = Path(spec["warehouse"]).parent / "snapshot.log"
-        progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
-        with Worker("bench.binlog", {**spec, "kind": "snapshot"}, log) as worker:
+        harness.progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
+        with harness.Worker("bench.binlog", {**spec, "kind": "snapshot"}, log) as worker:
             worker.finish()
-    progress(f"catch-up: recording at least {changes:,} row changes")
+    harness.progress(f"catch-up: recording at least {changes:,} row changes")
     return record_binlog(server, make_config(specs[0]), keys, changes)
 
 
@@ -388,12 +380,12 @@ def catchup_round(
 ) -> dict[str, Any]:
     """The recorded range read by the raw parse, by Debezium from its start and by the job's catch-up."""
     scratch, config = Path(spec["warehouse"]).parent, make_config(spec)
-    progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
+    harness.progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
     out = {"baseline": measure_raw_parse(server, config, binlog["start"], binlog["end"])}
-    progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
+    harness.progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
     settings = streaming_settings(server, binlog["start"])
     out["debezium"] = run_engine(classpath, settings, out["baseline"]["rows"], scratch / "debezium.log")
-    progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
+    harness.progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
     out["ours"] = measure_catchup(server, spec, config, scratch / "catchup.log")
     return out
 
@@ -404,7 +396,7 @@ def measure_streaming(
     """One recorded binlog, read by the three `rounds` times in turn (each of ours from its own snapshot)."""
     specs = [round_spec(server, scratch / f"catchup-{r}") for r in range(1, rounds + 1)]
     binlog = prepare_binlog(server, specs, changes, initial)
-    progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
+    harness.progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
     return {"binlog": binlog, "rounds": [catchup_round(server, binlog, spec, classpath) for spec in specs]}
 
 
@@ -585,7 +577,7 @@ def render(results: Mapping[str, Any]) -> str:
             f"job, medians of {rounds} round(s); Debezium's grants beyond the CDC user's ({CDC_GRANTS}): "
             f"{EXTRA_GRANTS}",
             render_part(
-                f"Snapshot of {DATABASE}.{TABLE}, {int(snap['baseline']['rows']):,} rows",
+                f"Snapshot of {harness.DATABASE}.{TABLE}, {int(snap['baseline']['rows']):,} rows",
                 "rows/s",
                 snapshot_lines(snap),
             ),
@@ -620,20 +612,16 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = parser_for("bench.peer", __doc__)
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the snapshot table (1,000,000)")
-    parser.add_argument("--changes", type=int, default=200_000, help="at least this many recorded changes (200,000)")
-    parser.add_argument(
-        "--initial-rows", type=int, default=20_000, help="rows of bench.orders before the catch-up's snapshot (20,000)"
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="times each part is measured, in turn; the table shows medians (3)"
-    )
-    parser.add_argument("--keep-logs", action="store_true", help="keep the logs and warehouses in the temp dir")
+    options: list[harness.Option] = [
+        ("--rows", harness.positive, 1_000_000, "rows of the snapshot table"),
+        ("--changes", harness.positive, 200_000, "at least this many recorded changes"),
+        ("--initial-rows", harness.positive, 20_000, "rows of bench.orders before the catch-up's snapshot"),
+        ("--rounds", harness.positive, 3, "times each part is measured, in turn; the table shows medians"),
+    ]
+    parser = harness.parser_for("bench.peer", __doc__, options)
+    harness.add_common_options(parser, spark_conf=False)
     args = parser.parse_args(argv)
-    if min(args.rows, args.changes, args.initial_rows, args.rounds) < 1:
-        parser.error("--rows, --changes, --initial-rows and --rounds must be at least 1")
-    run_bench("peer", args, measure, render, mariadb={"extra_args": ("--innodb-buffer-pool-size=1G",)})
+    harness.run_bench("peer", args, measure, render, mariadb={"extra_args": ("--innodb-buffer-pool-size=1G",)})
     return 0
 
 

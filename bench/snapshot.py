@@ -22,29 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    CPU_METHOD,
-    DATABASE,
-    Column,
-    PacedWriter,
-    Worker,
-    add_common_options,
-    int_list,
-    mariadb_cpu_into,
-    measured_here,
-    measured_tree,
-    parser_for,
-    per_million,
-    pipeline_document,
-    positive,
-    progress,
-    ratio_lines,
-    run_bench,
-    spark_conf_note,
-    start_spark,
-    text_table,
-    worker_main,
-)
+from bench import harness
 from bench.tables import TABLE, create_table, drop_table, fill_table, select_all
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -56,11 +34,11 @@ FIXED_PARALLELISM = 2
 def make_config(spec: dict[str, Any]) -> PipelineConfig:
     """A pipeline over one table of the bench database into an embedded warehouse (SQLite JDBC catalog)."""
     parallelism = int(spec["parallelism"])
-    document = pipeline_document(
+    document = harness.pipeline_document(
         "bench",
         spec["host"],
         int(spec["port"]),
-        rf"{DATABASE}\.{re.escape(spec['table'])}",
+        rf"{harness.DATABASE}\.{re.escape(spec['table'])}",
         Path(spec["warehouse"]),
         5401,
         snapshot={"chunk_size": int(spec["chunk_size"]), "parallelism": parallelism},
@@ -107,7 +85,7 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
             "read_s": sum(float(m["seconds"]) for m in metas),
         }
 
-    out = measured_here(server, body)
+    out = harness.measured_here(server, body)
     out["arrow_and_other_s"] = round(out["seconds"] - out.pop("read_s"), 3)
     return out
 
@@ -119,14 +97,14 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     from ingest.state.table import StateTable
 
     config = make_config(spec)
-    spark, spark_start = start_spark(config, spec["label"])
+    spark, spark_start = harness.start_spark(config, spec["label"])
     if spec.get("query"):
-        measured = measured_tree(lambda: run(config, until_caught_up=True, spark=spark))
+        measured = harness.measured_tree(lambda: run(config, until_caught_up=True, spark=spark))
     else:
-        measured = measured_tree(lambda: run(config, snapshot_only=True, spark=spark))
-    table_id = f"{DATABASE}.{spec['table']}"
+        measured = harness.measured_tree(lambda: run(config, snapshot_only=True, spark=spark))
+    table_id = f"{harness.DATABASE}.{spec['table']}"
     done = StateTable.open(config).done(table_id)
-    namespace, name = config.target_for(DATABASE, spec["table"])
+    namespace, name = config.target_for(harness.DATABASE, spec["table"])
     rows_in_iceberg = int(spark.table(qualified(config, namespace, name)).count())
     spark.stop()
     rows = int(spec["rows"])
@@ -141,7 +119,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "spark_start_s": round(spark_start, 3),
         "cpu_s": measured["cpu_s"],
         "cpu_s_by_part": measured["cpu"],
-        "cpu_s_per_million": per_million(measured["cpu_s"], rows),
+        "cpu_s_per_million": harness.per_million(measured["cpu_s"], rows),
         "chunks": len(done),
         "rows_recorded": sum(r.row_count for r in done.values()),
         "rows_in_iceberg": rows_in_iceberg,
@@ -150,7 +128,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class UpdateWriter(PacedWriter):
+class UpdateWriter(harness.PacedWriter):
     """Updates random rows of `table` (ids 1..`rows`)."""
 
     def __init__(self, server: MariaDBServer, table: str, rows: int, rate: float) -> None:
@@ -158,7 +136,7 @@ class UpdateWriter(PacedWriter):
         self.rows = rows
         self._rng = random.Random(20240601)
         self._sql = (
-            f"UPDATE {DATABASE}.{table} SET c_bigint = c_bigint + 1, c_double = RAND(), "
+            f"UPDATE {harness.DATABASE}.{table} SET c_bigint = c_bigint + 1, c_double = RAND(), "
             "c_timestamp = NOW() WHERE id = %s"
         )
 
@@ -169,32 +147,32 @@ class UpdateWriter(PacedWriter):
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
     rows, chunk_size = args.rows, args.chunk_size
     results["table"] = (
-        f"{DATABASE}.{TABLE}: INT UNSIGNED AUTO_INCREMENT key + BIGINT, VARCHAR(64), DECIMAL(12,2), "
+        f"{harness.DATABASE}.{TABLE}: INT UNSIGNED AUTO_INCREMENT key + BIGINT, VARCHAR(64), DECIMAL(12,2), "
         "DATETIME(6), TIMESTAMP, DOUBLE, TINYINT, TEXT(60 chars)"
     )
-    results["cpu_method"] = CPU_METHOD
+    results["cpu_method"] = harness.CPU_METHOD
 
     def job(label: str, table: str, table_rows: int, parallelism: int, query: bool = False, **hooks: Any) -> Any:
         warehouse = scratch / f"warehouse-{label}"
         spec = {"label": label, "host": server.host, "port": server.port, "table": table, "rows": table_rows}
         spec |= {"parallelism": parallelism, "chunk_size": chunk_size, "warehouse": str(warehouse), "query": query}
-        progress(f"ours {label}: {table_rows:,} rows at parallelism {parallelism} (log {scratch}/{label}.log)")
+        harness.progress(f"ours {label}: {table_rows:,} rows at parallelism {parallelism} (log {scratch}/{label}.log)")
         out: dict[str, Any] = {}
         with (
-            mariadb_cpu_into(server, out),
-            Worker("bench.snapshot", spec, scratch / f"{label}.log", monitor_interval=0.2, **hooks) as worker,
+            harness.mariadb_cpu_into(server, out),
+            harness.Worker("bench.snapshot", spec, scratch / f"{label}.log", monitor_interval=0.2, **hooks) as worker,
         ):
             out.update(worker.finish())
         shutil.rmtree(warehouse, ignore_errors=True)
-        progress(f"ours {label}: {out['rows_per_s']:,.0f} rows/s, peak RSS {out['peak_rss_mib']:,.0f} MiB")
+        harness.progress(f"ours {label}: {out['rows_per_s']:,.0f} rows/s, peak RSS {out['peak_rss_mib']:,.0f} MiB")
         return out
 
     create_table(server, TABLE)
-    progress(f"loading {rows:,} rows into {DATABASE}.{TABLE}")
+    harness.progress(f"loading {rows:,} rows into {harness.DATABASE}.{TABLE}")
     results["load_s"] = round(fill_table(server, TABLE, rows), 3)
-    progress(f"loaded in {results['load_s']:.1f}s; baseline: PyMySQL SSCursor")
-    results["baseline_sscursor"] = select_all(server, [f"{DATABASE}.{TABLE}"])
-    progress("chunk reader without Spark")
+    harness.progress(f"loaded in {results['load_s']:.1f}s; baseline: PyMySQL SSCursor")
+    results["baseline_sscursor"] = select_all(server, [f"{harness.DATABASE}.{TABLE}"])
+    harness.progress("chunk reader without Spark")
     results["chunk_reader_no_spark"] = measure_chunk_reader(server, TABLE, chunk_size, scratch)
     idle = {p: job(f"p{p}", TABLE, rows, p) for p in args.parallelism}
     if FIXED_PARALLELISM not in idle and (args.update_rate > 0 or args.memory_sizes):
@@ -216,7 +194,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         else:
             table = f"{TABLE}_{size}"
             create_table(server, table)
-            progress(f"loading {size:,} rows into {DATABASE}.{table}")
+            harness.progress(f"loading {size:,} rows into {harness.DATABASE}.{table}")
             load_s = fill_table(server, table, size)
             entry = {**job(f"mem{size}", table, size, FIXED_PARALLELISM), "load_s": round(load_s, 3)}
             entry["reused_idle_run"] = False
@@ -254,21 +232,24 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
 
 
 COLUMNS = [
-    Column("measurement", 34),
-    Column("rows/s", 10),
-    Column("x baseline", 10, ".2f"),
-    Column("wall s", 8, ".1f"),
-    Column("CPU s", 8, ".1f"),
-    Column("CPU s/M rows", 12, ".1f"),
-    Column("x base CPU", 10, ".2f"),
-    Column("peak RSS MiB", 12),
-    Column("MariaDB CPU s", 13, ".1f"),
+    harness.Column("measurement", 34),
+    harness.Column("rows/s", 10),
+    harness.Column("x baseline", 10, ".2f"),
+    harness.Column("wall s", 8, ".1f"),
+    harness.Column("CPU s", 8, ".1f"),
+    harness.Column("CPU s/M rows", 12, ".1f"),
+    harness.Column("x base CPU", 10, ".2f"),
+    harness.Column("peak RSS MiB", 12),
+    harness.Column("MariaDB CPU s", 13, ".1f"),
 ]
 MEMORY_COLUMNS = [
-    Column("  rows", 14, ","),
-    *(Column(t, w) for t, w in (("RSS total", 9), ("driver", 8), ("JVM", 8), ("py workers", 10), ("PSS total", 9))),
-    Column("processes", 9),
-    Column("rows/s", 10),
+    harness.Column("  rows", 14, ","),
+    *(
+        harness.Column(t, w)
+        for t, w in (("RSS total", 9), ("driver", 8), ("JVM", 8), ("py workers", 10), ("PSS total", 9))
+    ),
+    harness.Column("processes", 9),
+    harness.Column("rows/s", 10),
 ]
 
 
@@ -301,11 +282,11 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"Snapshot benchmark, {results['started_at']}: {args['rows']:,} rows, chunk size {args['chunk_size']:,}, "
         f"{host['cpus']} CPUs, load average at start {host['load_avg_1m_at_start']:.2f}"
-        f"{spark_conf_note(args.get('spark_conf'))}",
+        f"{harness.spark_conf_note(args.get('spark_conf'))}",
         f"table {results['table']}; loaded in {results['load_s']:.1f}s",
         f"CPU of ours: {results['cpu_method']}",
         "",
-        *text_table(
+        *harness.text_table(
             COLUMNS,
             [
                 row("baseline: PyMySQL SSCursor SELECT *", base),
@@ -359,20 +340,22 @@ def render(results: dict[str, Any]) -> str:
             )
             if m["reused_idle_run"]:
                 memory_rows[-1][-1] = f"{m['rows_per_s']:,.0f}  (same run as the idle one above)"
-        lines += text_table(MEMORY_COLUMNS, memory_rows, rule=False)
-    return "\n".join(lines + ratio_lines(results["ratios"]))
+        lines += harness.text_table(MEMORY_COLUMNS, memory_rows, rule=False)
+    return "\n".join(lines + harness.ratio_lines(results["ratios"]))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = parser_for("bench.snapshot", __doc__)
-    parser.add_argument("--rows", type=positive, default=1_000_000, help="rows in bench.items (default 1,000,000)")
-    parser.add_argument("--chunk-size", type=positive, default=8192, help="snapshot.chunk_size (default 8192)")
+    parser = harness.parser_for("bench.snapshot", __doc__)
     parser.add_argument(
-        "--parallelism", type=int_list, default=[1, 2], help="comma-separated snapshot.parallelism values (1,2)"
+        "--rows", type=harness.positive, default=1_000_000, help="rows in bench.items (default 1,000,000)"
+    )
+    parser.add_argument("--chunk-size", type=harness.positive, default=8192, help="snapshot.chunk_size (default 8192)")
+    parser.add_argument(
+        "--parallelism", type=harness.int_list, default=[1, 2], help="comma-separated snapshot.parallelism values (1,2)"
     )
     parser.add_argument(
         "--memory-sizes",
-        type=int_list,
+        type=harness.int_list,
         default=[1_000_000, 4_000_000],
         help="comma-separated table sizes for the memory runs at parallelism 2 (1000000,4000000); '' for none",
     )
@@ -384,17 +367,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--in-query",
-        type=int_list,
+        type=harness.int_list,
         default=[2],
         help="comma-separated parallelisms of runs whose streaming query reads the chunks (2; '' for none)",
     )
-    add_common_options(parser)
+    harness.add_common_options(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    if not worker_main(sys.argv if argv is None else argv, run_worker):
-        run_bench(
+    if not harness.worker_main(sys.argv if argv is None else argv, run_worker):
+        harness.run_bench(
             "snapshot", parse_args(argv), measure, render, mariadb={"extra_args": ("--innodb-buffer-pool-size=1G",)}
         )
     return 0

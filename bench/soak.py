@@ -26,28 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bench.harness import (
-    CPU_METHOD,
-    DATABASE,
-    MIB,
-    JobProcess,
-    Scrape,
-    add_common_options,
-    fmt,
-    lag_stats,
-    least_squares,
-    mariadb_cpu_into,
-    parser_for,
-    positive,
-    positive_float,
-    progress,
-    rounded,
-    run_bench,
-    run_verify,
-    tree_cpu,
-    tree_memory,
-    write_pipeline,
-)
+from bench import harness
 from bench.tables import MIX, TABLES, MixedWriter, create_tables, load_initial, source_counts, three_tables_document
 from ingest.config import MaintenanceConfig, PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -84,7 +63,17 @@ def job_pipeline(server: MariaDBServer, scratch: Path, name: str, interval: floa
         stream={"batch_interval_seconds": interval},
         metrics={"port": port},
     )
-    return write_pipeline(document, scratch / f"{name}.yaml"), document, port
+    return harness.write_pipeline(document, scratch / f"{name}.yaml"), document, port
+
+
+def job_options(rows: int, rate: float, interval: float, calm: str) -> list[harness.Option]:
+    """The options of a bench that runs the job under bench.tables' mixed writer (bench.osc, bench.outage)."""
+    return [
+        ("--rows", int, rows, "orders (customers a quarter, events half)"),
+        ("--rate", float, rate, "offered single-row transactions per second"),
+        ("--interval", float, interval, "stream.batch_interval_seconds"),
+        ("--calm", float, 30.0, f"seconds of load before and after {calm}"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -117,7 +106,7 @@ def table_counts(catalog: Any, identifier: tuple[str, str]) -> dict[str, int]:
 
 def lake_counts(catalog: Any, config: PipelineConfig, warehouse: Path) -> dict[str, Any]:
     """Per target, the state table, and the sums over the targets; metadata.json files of the whole warehouse."""
-    targets = {t: table_counts(catalog, config.target_for(DATABASE, t)) for t in TABLES}
+    targets = {t: table_counts(catalog, config.target_for(harness.DATABASE, t)) for t in TABLES}
     namespace, _, name = config.sink.state_table.rpartition(".")
     state = table_counts(catalog, (namespace, name))
     sums = {k: sum(c[k] for c in targets.values()) for k in ("data_files", "delete_files", "records", "snapshots")}
@@ -133,22 +122,22 @@ def lake_counts(catalog: Any, config: PipelineConfig, warehouse: Path) -> dict[s
 # Samples and flatness (plain arithmetic).
 
 
-def window_sample(points: Sequence[Scrape], seconds: float) -> dict[str, Any]:
+def window_sample(points: Sequence[harness.Scrape], seconds: float) -> dict[str, Any]:
     """What one sample window's scrapes say: lag percentiles, applied changes per second, batches, RSS."""
     lags = [p.lag_s for p in points if p.lag_s is not None]
     applied = [p.applied for p in points if p.applied is not None]
     batches = [p for p in points if p.batches is not None and p.batch_seconds is not None]
     last = points[-1] if points else None
-    stats = lag_stats(lags)
+    stats = harness.lag_stats(lags)
     out: dict[str, Any] = {
         "scrapes": len(points),
         "lag_p50_s": stats["p50"],
         "lag_p95_s": stats["p95"],
         "lag_max_s": stats["max"],
         "bytes_behind_max": max((p.bytes_behind for p in points if p.bytes_behind is not None), default=None),
-        "rss_mib": None if last is None else round(last.rss / MIB, 1),
-        "jvm_rss_mib": None if last is None else round(last.jvm_rss / MIB, 1),
-        "rss_max_mib": max((round(p.rss / MIB, 1) for p in points), default=None),
+        "rss_mib": None if last is None else round(last.rss / harness.MIB, 1),
+        "jvm_rss_mib": None if last is None else round(last.jvm_rss / harness.MIB, 1),
+        "rss_max_mib": max((round(p.rss / harness.MIB, 1) for p in points), default=None),
         "processes": None if last is None else last.processes,
         "open_fds": None if last is None else last.fds,
         "applied_total": applied[-1] if applied else None,
@@ -171,7 +160,7 @@ def flatness(samples: Sequence[Mapping[str, Any]], key: str) -> dict[str, float 
     quarter = max(1, len(points) // 4)
 
     def slope(part: Sequence[tuple[float, float]]) -> float | None:
-        line = least_squares([x for x, _ in part], [y for _, y in part])
+        line = harness.least_squares([x for x, _ in part], [y for _, y in part])
         return None if line is None else line[0]
 
     first_q = [y for _, y in points[:quarter]]
@@ -180,9 +169,9 @@ def flatness(samples: Sequence[Mapping[str, Any]], key: str) -> dict[str, float 
     if len(points) >= 2 and first_q and sum(first_q) != 0:
         ratio = (sum(last_q) / len(last_q)) / (sum(first_q) / len(first_q))
     return {
-        "slope_first_half_per_h": rounded(slope(points[:half])),
-        "slope_second_half_per_h": rounded(slope(points[half:])),
-        "last_quarter_over_first": rounded(ratio),
+        "slope_first_half_per_h": harness.rounded(slope(points[:half])),
+        "slope_second_half_per_h": harness.rounded(slope(points[half:])),
+        "last_quarter_over_first": harness.rounded(ratio),
     }
 
 
@@ -202,29 +191,29 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         "maintenance_expire_after_hours": maintenance.expire_after_hours,
     }
     results["mix"] = [f"{t}:{k}" for t, k in MIX]
-    results["cpu_method"] = CPU_METHOD
+    results["cpu_method"] = harness.CPU_METHOD
     create_tables(server)
     keys = load_initial(server, args.initial_rows)
     results["initial_rows"] = source_counts(server)
     config_path, document, port = job_pipeline(server, scratch, PIPELINE, args.interval)
     config, warehouse = parse_config(document, scratch), scratch / "warehouse"
     results["metrics_port"] = port
-    progress(f"ingest run (snapshot, then the binlog; log {scratch}/job.log), metrics on :{port}")
-    with JobProcess(config_path, scratch / "job.log", port) as job:
+    harness.progress(f"ingest run (snapshot, then the binlog; log {scratch}/job.log), metrics on :{port}")
+    with harness.JobProcess(config_path, scratch / "job.log", port) as job:
         results["ready_s"] = job.ready()
-        progress(f"binlog phase after {results['ready_s']:.1f}s; offering {args.rate:g} changes/s")
+        harness.progress(f"binlog phase after {results['ready_s']:.1f}s; offering {args.rate:g} changes/s")
         catalog = load_pyiceberg_catalog(config.sink)
         start_counts = lake_counts(catalog, config, warehouse)
-        tree = tree_memory(job.pid)
+        tree = harness.tree_memory(job.pid)
         results["at_start"] = {
-            "rss_mib": round(tree["rss"] / MIB, 1),
-            "jvm_rss_mib": round(tree["by"].get("jvm", 0) / MIB, 1),
+            "rss_mib": round(tree["rss"] / harness.MIB, 1),
+            "jvm_rss_mib": round(tree["by"].get("jvm", 0) / harness.MIB, 1),
             "processes": tree["processes"],
             "open_fds": tree["fds"],
             **start_counts,
         }
-        with mariadb_cpu_into(server, results):
-            cpu_before = tree_cpu(job.pid)
+        with harness.mariadb_cpu_into(server, results):
+            cpu_before = harness.tree_cpu(job.pid)
             scraper = job.scrape()
             writer = MixedWriter(server, keys, args.rate)
             writer.start()
@@ -233,7 +222,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
         results["writer"] = {**writer.summary(), "by_kind": writer.by_kind}
         results["job_cpu_s"] = round(sum(cpu_after.values()) - sum(cpu_before.values()), 3)
         results["scrapes_failed"] = scraper.failed  # before the stop: once the job exits, every scrape fails
-        progress(f"writer stopped after {writer.written:,} statements; SIGTERM to the job")
+        harness.progress(f"writer stopped after {writer.written:,} statements; SIGTERM to the job")
         stopped_at = time.monotonic()
         code = job.stop()
         results["stop_s"] = round(time.monotonic() - stopped_at, 3)
@@ -252,13 +241,13 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
             results["job_log_tail"] = job.tail().splitlines()
             return
     results["at_end"] = lake_counts(catalog, config, warehouse)
-    progress("ingest verify")
-    results["verify"] = run_verify(config_path)
+    harness.progress("ingest verify")
+    results["verify"] = harness.run_verify(config_path)
     results["source_rows"] = source_counts(server)
 
 
 def sample_run(
-    job: JobProcess, writer: MixedWriter, catalog: Any, config: PipelineConfig, warehouse: Path, args: Any
+    job: harness.JobProcess, writer: MixedWriter, catalog: Any, config: PipelineConfig, warehouse: Path, args: Any
 ) -> tuple[list[dict[str, Any]], str | None, dict[str, float]]:
     """Every `--sample-seconds` for `--minutes`: a sample of the scrapes, the tree's CPU and the lake's counts; then
     the writer stops. The samples, why the run stopped early (or None) and the tree's CPU at the end."""
@@ -267,7 +256,7 @@ def sample_run(
     maintenance_runs = warnings = 0
     count = max(1, math.floor(args.minutes * 60 / args.sample_seconds))
     written = applied = 0.0
-    cpu_prev = tree_cpu(job.pid)
+    cpu_prev = harness.tree_cpu(job.pid)
     failure: str | None = None
     for k in range(1, count + 1):
         boundary = k * args.sample_seconds
@@ -280,7 +269,7 @@ def sample_run(
             failure = f"the writer stopped: {writer.error}"
             break
         sample = window_sample(job.scraper.between(boundary - args.sample_seconds, boundary), args.sample_seconds)
-        cpu_now = tree_cpu(job.pid)
+        cpu_now = harness.tree_cpu(job.pid)
         counts = lake_counts(catalog, config, warehouse)
         lines = job.new_log_lines()
         maintenance_runs += sum(1 for line in lines if MAINTENANCE_LINE.search(line))
@@ -296,7 +285,7 @@ def sample_run(
                 else round((now_applied - applied) / args.sample_seconds, 1),
                 # exited workers count through their parent
                 "cores": round((sum(cpu_now.values()) - sum(cpu_prev.values())) / args.sample_seconds, 3),
-                "pss_mib": round(tree_memory(job.pid)["pss"] / MIB, 1),
+                "pss_mib": round(harness.tree_memory(job.pid)["pss"] / harness.MIB, 1),
                 **sample,
                 **{k_: v for k_, v in counts.items() if k_ != "by_table"},
                 "maintenance_runs": maintenance_runs,
@@ -307,13 +296,22 @@ def sample_run(
         written, cpu_prev = float(writer.written), cpu_now
         applied = applied if now_applied is None else now_applied
         x = samples[-1]
-        progress(
+        harness.progress(
             f"sample {k}/{count}: RSS {x['rss_mib']} MiB (JVM {x['jvm_rss_mib']}), lag p95 "
-            f"{fmt(x['lag_p95_s'], '.2f')}s, files {x['data_files']}+{x['delete_files']} del, "
+            f"{harness.fmt(x['lag_p95_s'], '.2f')}s, files {x['data_files']}+{x['delete_files']} del, "
             f"snapshots {x['snapshots']}, metadata.json {x['metadata_files']}"
         )
     writer.stop()
-    return samples, failure, tree_cpu(job.pid) if job.alive() else cpu_prev
+    return samples, failure, harness.tree_cpu(job.pid) if job.alive() else cpu_prev
+
+
+SAMPLE_COLUMNS = harness.columns(
+    "#:3; min:5:.1f; offer/s:7; appl/s:7; cores:5:.2f; RSS:6; JVM:6; PSS:6; lag p50:7:.2f; p95:6:.2f; max:6:.2f; "
+    "data:5; del:5; snaps:5; state:5; meta:5; maint:5"
+)
+FLATNESS = "slope_first_half_per_h slope_second_half_per_h last_quarter_over_first"
+EMPTY_FLATNESS = dict.fromkeys(FLATNESS.split())
+FLATNESS_COLUMNS = harness.columns("unit:38; 1st half /h:12:,.1f; 2nd half /h:12:,.1f; last/first q:12:.3f")
 
 
 def render(results: dict[str, Any]) -> str:
@@ -325,46 +323,29 @@ def render(results: dict[str, Any]) -> str:
         f"maintenance every {s['maintenance_every_commits']} commits, expiry after "
         f"{s['maintenance_expire_after_hours']} h; {results['host']['cpus']} CPUs",
         f"initial rows {results.get('initial_rows')}; binlog phase reached after "
-        f"{fmt(results.get('ready_s'), '.1f')}s (Spark start, discovery, snapshot)",
+        f"{harness.fmt(results.get('ready_s'), '.1f')}s (Spark start, discovery, snapshot)",
     ]
-    start = results.get("at_start")
-    header = (
-        f"{'#':>3} {'min':>5} {'offer/s':>7} {'appl/s':>7} {'cores':>5} {'RSS':>6} {'JVM':>6} {'PSS':>6} "
-        f"{'lag p50':>7} {'p95':>6} {'max':>6} {'data':>5} {'del':>5} {'snaps':>5} {'state':>5} {'meta':>5} "
-        f"{'maint':>5}"
-    )
+    rows = []
+    if start := results.get("at_start"):
+        rows.append([" 0", 0.0, "", "", "", *harness.pick(start, "rss_mib jvm_rss_mib"), "", "", "", ""])
+        rows[-1] += [*harness.pick(start, "data_files delete_files snapshots state_snapshots metadata_files"), ""]
+    for x in results.get("samples", []):
+        first = [f"{x['sample']:>2}", x["elapsed_s"] / 60, *harness.pick(x, "offered_per_s applied_per_s cores")]
+        last = "rss_mib jvm_rss_mib pss_mib lag_p50_s lag_p95_s lag_max_s data_files delete_files snapshots"
+        rows.append(first + harness.pick(x, last + " state_snapshots metadata_files maintenance_runs"))
     lines += [
         "",
         "RSS/JVM/PSS in MiB (at the sample); lag s (ingest_lag_seconds over the window); files summed",
-        header,
-    ]
-    if start:
-        lines.append(
-            f"{'0':>3} {0:>5.1f} {'':>7} {'':>7} {'':>5} {start['rss_mib']:>6.0f} {start['jvm_rss_mib']:>6.0f} "
-            f"{'':>6} {'':>7} {'':>6} {'':>6} {start['data_files']:>5} {start['delete_files']:>5} "
-            f"{start['snapshots']:>5} {start['state_snapshots']:>5} {start['metadata_files']:>5} {'':>5}"
-        )
-    for x in results.get("samples", []):
-        lines.append(
-            f"{x['sample']:>3} {x['elapsed_s'] / 60:>5.1f} {fmt(x['offered_per_s']):>7} {fmt(x['applied_per_s']):>7} "
-            f"{fmt(x['cores'], '.2f'):>5} {fmt(x['rss_mib']):>6} {fmt(x['jvm_rss_mib']):>6} "
-            f"{fmt(x['pss_mib']):>6} {fmt(x['lag_p50_s'], '.2f'):>7} {fmt(x['lag_p95_s'], '.2f'):>6} "
-            f"{fmt(x['lag_max_s'], '.2f'):>6} {x['data_files']:>5} {x['delete_files']:>5} {x['snapshots']:>5} "
-            f"{x['state_snapshots']:>5} {x['metadata_files']:>5} {x['maintenance_runs']:>5}"
-        )
-    flat = results.get("flatness", {})
-    lines += [
+        *harness.text_table(SAMPLE_COLUMNS, rows, rule=False),
         "",
         "Flatness (least-squares slope per hour over each half of the samples; "
         "last-quarter mean / first-quarter mean):",
-        f"  {'':<26} {'unit':<9} {'1st half /h':>12} {'2nd half /h':>12} {'last/first q':>12}",
     ]
-    for key, label, unit in FLAT_KEYS:
-        f = flat.get(key, {})
-        lines.append(
-            f"  {label:<26} {unit:<9} {fmt(f.get('slope_first_half_per_h'), ',.1f'):>12} "
-            f"{fmt(f.get('slope_second_half_per_h'), ',.1f'):>12} {fmt(f.get('last_quarter_over_first'), '.3f'):>12}"
-        )
+    flat = [
+        [f"  {label:<26} {unit:<9}", *harness.pick(results.get("flatness", {}).get(key) or EMPTY_FLATNESS, FLATNESS)]
+        for key, label, unit in FLAT_KEYS
+    ]
+    lines += harness.text_table(FLATNESS_COLUMNS, flat, rule=False)
     w = results.get("writer")
     if w:
         lines += [
@@ -375,12 +356,12 @@ def render(results: dict[str, Any]) -> str:
     whole = results.get("lag_whole_run_s")
     if whole:
         lines.append(
-            f"lag over the whole run: p50 {fmt(whole['p50'], '.2f')}s, p95 {fmt(whole['p95'], '.2f')}s, "
-            f"max {fmt(whole['max'], '.2f')}s"
+            "lag over the whole run: "
+            + ", ".join(f"{p} {harness.fmt(whole[p], '.2f')}s" for p in ("p50", "p95", "max"))
         )
     if "job_cpu_s" in results:
         lines.append(
-            f"job CPU {results['job_cpu_s']:.1f}s; MariaDB CPU {fmt(results.get('mariadb_cpu_s'), '.1f')}s; "
+            f"job CPU {results['job_cpu_s']:.1f}s; MariaDB CPU {harness.fmt(results.get('mariadb_cpu_s'), '.1f')}s; "
             f"maintenance runs {results.get('maintenance_runs')}; job warnings/errors logged "
             f"{results.get('job_warnings')}; failed scrapes {results.get('scrapes_failed')}"
         )
@@ -399,23 +380,25 @@ def render(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = parser_for("bench.soak", __doc__)
-    parser.add_argument("--minutes", type=positive_float, default=60.0, help="minutes of offered load (60)")
-    parser.add_argument("--rate", type=positive_float, default=500.0, help="offered changes per second (500)")
-    parser.add_argument("--sample-seconds", type=positive_float, default=30.0, help="seconds between two samples (30)")
+    parser = harness.parser_for("bench.soak", __doc__)
+    parser.add_argument("--minutes", type=harness.positive_float, default=60.0, help="minutes of offered load (60)")
+    parser.add_argument("--rate", type=harness.positive_float, default=500.0, help="offered changes per second (500)")
+    parser.add_argument(
+        "--sample-seconds", type=harness.positive_float, default=30.0, help="seconds between two samples (30)"
+    )
     parser.add_argument(
         "--interval",
-        type=positive_float,
+        type=harness.positive_float,
         default=5.0,
         help="stream.batch_interval_seconds (5, the job's default)",
     )
     parser.add_argument(
         "--initial-rows",
-        type=positive,
+        type=harness.positive,
         default=20_000,
         help="initial orders (customers 1/4, events 1/2; 20000)",
     )
-    add_common_options(parser, spark_conf=False)
+    harness.add_common_options(parser, spark_conf=False)
     args = parser.parse_args(argv)
     if args.sample_seconds > args.minutes * 60:
         parser.error("--sample-seconds must not be longer than the run (--minutes)")
@@ -423,7 +406,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    results = run_bench("soak", parse_args(argv), measure, render, mariadb={})
+    results = harness.run_bench("soak", parse_args(argv), measure, render, mariadb={})
     return 0 if not results.get("failure") and results.get("verify", {}).get("ok", False) else 1
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,14 +15,7 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from bench.harness import (
-    CDC_USER,
-    DATABASE,
-    PASSWORD_ENV,
-    PacedWriter,
-    measured_here,
-    pipeline_document,
-)
+from bench import harness
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
 
@@ -58,8 +52,8 @@ def select_all(server: MariaDBServer, names: list[str]) -> dict[str, Any]:
         conn = pymysql.connect(
             host=server.host,
             port=server.port,
-            user=CDC_USER,
-            password=os.environ[PASSWORD_ENV],
+            user=harness.CDC_USER,
+            password=os.environ[harness.PASSWORD_ENV],
             charset="utf8mb4",
             init_command="SET time_zone = '+00:00'",
         )
@@ -74,7 +68,7 @@ def select_all(server: MariaDBServer, names: list[str]) -> dict[str, Any]:
             conn.close()
         return {"rows": rows}
 
-    return measured_here(server, body)
+    return harness.measured_here(server, body)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -85,9 +79,9 @@ COLUMNS = "id, c_bigint, c_varchar, c_decimal, c_datetime, c_timestamp, c_double
 
 def create_table(server: MariaDBServer, table: str) -> None:
     server.execute(
-        f"CREATE DATABASE IF NOT EXISTS {DATABASE}",
-        f"DROP TABLE IF EXISTS {DATABASE}.{table}",
-        f"""CREATE TABLE {DATABASE}.{table} (
+        f"CREATE DATABASE IF NOT EXISTS {harness.DATABASE}",
+        f"DROP TABLE IF EXISTS {harness.DATABASE}.{table}",
+        f"""CREATE TABLE {harness.DATABASE}.{table} (
             id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
             c_bigint BIGINT NOT NULL,
             c_varchar VARCHAR(64) NOT NULL,
@@ -101,31 +95,41 @@ def create_table(server: MariaDBServer, table: str) -> None:
     )
 
 
-def fill_table(server: MariaDBServer, table: str, rows: int) -> float:
-    """Insert rows 1..`rows` from the sequence engine, in slices; returns the seconds taken.
+def sequence(offset: int, n: int) -> str:
+    """Rows `s` = offset+1 .. offset+n from the sequence engine, for INSERT ... SELECT."""
+    return f"(SELECT CAST(seq + {offset} AS SIGNED) AS s FROM {harness.DATABASE}.seq_1_to_{n}) AS g"
 
-    The load is kept out of the binlog (sql_log_bin=0): the snapshot never reads it, and it would
-    only cost time and disk.
-    """
+
+def insert_unlogged(
+    server: MariaDBServer, rows: int, insert: Callable[[int, int], str], step: int = LOAD_SLICE
+) -> float:
+    """`insert(offset, n)` for slices of rows 1..`rows`, kept out of the binlog (the snapshot reads the rows, the binlog
+    would only cost time and disk); the seconds taken."""
     started = time.perf_counter()
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
-        for offset in range(0, rows, LOAD_SLICE):
-            n = min(LOAD_SLICE, rows - offset)
-            cur.execute(
-                f"INSERT INTO {DATABASE}.{table} ({COLUMNS}) SELECT "
-                "s, s * 2654435761, CONCAT('item-', s, '-', LEFT(MD5(s), 16)), "
-                "IF(s % 17 = 0, NULL, (s % 10000000) / 100), "
-                "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL s * 1000003 MICROSECOND, "
-                "FROM_UNIXTIME(1600000000 + s), IF(s % 13 = 0, NULL, s / 7e0), s % 256 - 128, "
-                "RPAD(CONCAT('note ', s, ': '), 60, 'lorem ipsum dolor sit amet ') "
-                f"FROM (SELECT CAST(seq + {offset} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
-            )
+        for offset in range(0, rows, step):
+            cur.execute(insert(offset, min(step, rows - offset)))
     return time.perf_counter() - started
 
 
+def fill_table(server: MariaDBServer, table: str, rows: int) -> float:
+    """bench.items' rows 1..`rows`; the seconds taken."""
+    return insert_unlogged(
+        server,
+        rows,
+        lambda offset, n: (
+            f"INSERT INTO {harness.DATABASE}.{table} ({COLUMNS}) SELECT "
+            "s, s * 2654435761, CONCAT('item-', s, '-', LEFT(MD5(s), 16)), IF(s % 17 = 0, NULL, (s % 10000000) / 100), "
+            "TIMESTAMP'2020-01-01 00:00:00' + INTERVAL s * 1000003 MICROSECOND, "
+            "FROM_UNIXTIME(1600000000 + s), IF(s % 13 = 0, NULL, s / 7e0), s % 256 - 128, "
+            f"RPAD(CONCAT('note ', s, ': '), 60, 'lorem ipsum dolor sit amet ') FROM {sequence(offset, n)}"
+        ),
+    )
+
+
 def drop_table(server: MariaDBServer, table: str) -> None:
-    server.execute(f"DROP TABLE IF EXISTS {DATABASE}.{table}")
+    server.execute(f"DROP TABLE IF EXISTS {harness.DATABASE}.{table}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -134,9 +138,9 @@ def drop_table(server: MariaDBServer, table: str) -> None:
 
 def create_tables(server: MariaDBServer) -> None:
     server.execute(
-        f"CREATE DATABASE IF NOT EXISTS {DATABASE}",
-        *(f"DROP TABLE IF EXISTS {DATABASE}.{t}" for t in TABLES),
-        f"""CREATE TABLE {DATABASE}.orders (
+        f"CREATE DATABASE IF NOT EXISTS {harness.DATABASE}",
+        *(f"DROP TABLE IF EXISTS {harness.DATABASE}.{t}" for t in TABLES),
+        f"""CREATE TABLE {harness.DATABASE}.orders (
             id INT NOT NULL PRIMARY KEY,
             customer_id BIGINT NOT NULL,
             status VARCHAR(16) NOT NULL,
@@ -145,7 +149,7 @@ def create_tables(server: MariaDBServer) -> None:
             updated_us BIGINT NOT NULL,
             note VARCHAR(64) NULL
         ) ENGINE=InnoDB""",
-        f"""CREATE TABLE {DATABASE}.customers (
+        f"""CREATE TABLE {harness.DATABASE}.customers (
             id BIGINT NOT NULL PRIMARY KEY,
             name VARCHAR(64) NOT NULL,
             email VARCHAR(128) NOT NULL,
@@ -153,7 +157,7 @@ def create_tables(server: MariaDBServer) -> None:
             tier TINYINT NOT NULL,
             updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
         ) ENGINE=InnoDB""",
-        f"""CREATE TABLE {DATABASE}.events (
+        f"""CREATE TABLE {harness.DATABASE}.events (
             event_key VARCHAR(40) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY,
             kind VARCHAR(16) NOT NULL,
             payload TEXT NOT NULL,
@@ -186,14 +190,14 @@ def _orders_select(first: int, n: int, version: str) -> str:
         f"SELECT s, s % 5000 + 1, ELT(1 + s % 4, {', '.join(repr(s) for s in STATUSES)}), "
         "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
         f"{US_NOW}, CONCAT('order ', s, ' {version}') "
-        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
+        f"FROM {sequence(first - 1, n)}"
     )
 
 
 def _customers_select(first: int, n: int) -> str:
     return (
         "SELECT s, CONCAT('customer ', s), CONCAT('c', s, '@example.com'), s * 1.25, s % 5, NOW(6) "
-        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
+        f"FROM {sequence(first - 1, n)}"
     )
 
 
@@ -201,14 +205,14 @@ def _events_select(first: int, n: int) -> str:
     return (
         "SELECT CONCAT('ev-', LPAD(s, 12, '0')), ELT(1 + s % 3, 'click', 'view', 'buy'), "
         "CONCAT('{\"n\":', s, ',\"tag\":\"', MD5(s), '\"}'), IF(s % 7 = 0, NULL, s / 3e0), NOW(3), s "
-        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
+        f"FROM {sequence(first - 1, n)}"
     )
 
 
 def load_initial(server: MariaDBServer, orders: int) -> KeySpace:
     """The initial rows (kept out of the binlog: the snapshot reads them); customers and events are smaller."""
     customers, events = max(orders // 4, SLICE), max(orders // 2, SLICE)
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"INSERT INTO orders ({ORDER_COLUMNS}) {_orders_select(1, orders, 'v0')}")
         columns = "id, name, email, balance, tier, updated_at"
@@ -226,7 +230,7 @@ def _window(lo: int, hi: int, size: int, step: int) -> int:
 def round_transactions(keys: KeySpace, r: int) -> list[list[str]]:
     """One round of transactions, about 4.25 * SLICE row changes over the three tables; updates `keys`."""
     k, half, quarter = SLICE, SLICE // 2, SLICE // 4
-    db = DATABASE
+    db = harness.DATABASE
     txs: list[list[str]] = []
     # 1. k new orders.
     txs.append([f"INSERT INTO {db}.orders ({ORDER_COLUMNS}) {_orders_select(keys.orders_hi, k, f'r{r}')}"])
@@ -283,7 +287,7 @@ def record_binlog(server: MariaDBServer, config: PipelineConfig, keys: KeySpace,
         start = read_watermark(conn, "mariadb").position
     affected = transactions = rounds = 0
     started = time.perf_counter()
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
         while affected < changes:
             for tx in round_transactions(keys, rounds):
                 cur.execute("BEGIN")
@@ -310,13 +314,13 @@ def three_tables_document(
     name: str, server_id: int, host: str, port: int, warehouse: Path, **sections: Any
 ) -> dict[str, Any]:
     """The pipeline over the three tables into an embedded warehouse, snapshot parallelism 2, Spark local[2]."""
-    include = rf"{DATABASE}\.({'|'.join(TABLES)})"
+    include = rf"{harness.DATABASE}\.({'|'.join(TABLES)})"
     sections = {"snapshot": {"parallelism": 2}, "spark": {"master": "local[2]"}, **sections}
-    return pipeline_document(name, host, port, include, warehouse, server_id, **sections)
+    return harness.pipeline_document(name, host, port, include, warehouse, server_id, **sections)
 
 
 def source_counts(server: MariaDBServer) -> dict[str, int]:
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
         out = {}
         for t in TABLES:
             cur.execute(f"SELECT COUNT(*) FROM {t}")
@@ -325,7 +329,7 @@ def source_counts(server: MariaDBServer) -> dict[str, int]:
         return out
 
 
-class MixedWriter(PacedWriter):
+class MixedWriter(harness.PacedWriter):
     """Single-row autocommit statements at about `rate` per second, cycling through MIX: new orders and events
     at the top of their key ranges, deletes of the oldest, updates of random live keys, customer updates."""
 
@@ -334,7 +338,7 @@ class MixedWriter(PacedWriter):
         self.keys = keys
         self.by_kind: dict[str, int] = {"insert": 0, "update": 0, "delete": 0}
         self._rng = random.Random(20261125)
-        db = DATABASE
+        db = harness.DATABASE
         self._sql = {
             ("orders", "insert"): f"INSERT INTO {db}.orders ({ORDER_COLUMNS}) "
             f"VALUES (%s, %s, 'new', 1.00, NOW(6), {US_NOW}, 'soak')",
