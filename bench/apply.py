@@ -1,30 +1,10 @@
 """What one binlog batch costs to apply as its target grows (issue 31), against an append of the same rows and
-against the MERGE the job ran before it pruned its target, in one run.
+against the MERGE the job ran before it pruned its target, in one run; then the read cost of many batches before
+and after compaction, and the same end to end on a private MariaDB. No timing is asserted; see bench/README.md.
 
     .venv/bin/python -m bench.apply [--sizes 200000,2000000,20000000] [--changes 20000] [--rounds 3]
                                     [--formats 2,3] [--rows-per-file 1000000] [--partition-by SPEC ...]
                                     [--read-rows 2000000] [--read-batches 50] [--e2e-sizes 200000,10000000]
-                                    [--spark-conf KEY=VALUE ...]
-
-No MySQL: each target is created by the job's own `ensure_target` (its table properties, and the partition spec
-`--partition-by` gives, as `table_options.<table>.partition_by` would) and filled in the JVM from `range()` in
-files of `--rows-per-file` contiguous keys, as a snapshot's chunks are. Then batches of `--changes` final changes
-(50 % updates, 10 % deletes of existing keys, 40 % inserts of new keys) are applied with the job's `merge_into`,
-with keys drawn from the newest 1 % of the table (on a small table: the newest three times as many keys as a
-batch updates and deletes) or uniformly from all of it:
-
-- **apply**: the job's MERGE, its target read only where the batch's keys can be (ingest/sink/pruning.py);
-- **unpruned**: the same statement without those predicates, what the job ran before issue 31 (baseline);
-- **append**: the same rows appended to a table of the same format (a delete as its before image): what writing
-  the batch costs with no read of the target at all.
-
-Each round applies a fresh batch per distribution and mode to the same table (the two MERGEs leave the same rows,
-so the table stays alike for both; the order alternates per round). Then the read cost: `--read-batches` batches
-applied to a table of `--read-rows` rows, `SELECT count(*)` and point lookups timed, the table compacted by the
-job's maintenance, and timed again (and a few batches applied after it). Last, end to end on a private MariaDB
-(`EndToEnd`): tables of `--e2e-sizes` rows are snapshotted by the job, then each batch of changes is written to
-MySQL and `run(until_caught_up=True)` timed, with the job's MERGE and the unpruned one. Nothing asserts on timing;
-results go to bench/results/apply-<time>.json.
 """
 
 from __future__ import annotations

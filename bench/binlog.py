@@ -1,18 +1,10 @@
-"""Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run.
+"""Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run:
+the raw python-mysql-replication parse of a recorded binlog (the baseline), our reader without Spark, the job's
+catch-up, its lag at offered loads, MERGE against append, a long run of MERGEs with and without maintenance, and the
+catch-up of a binlog without column names. The job runs in `python -m bench.binlog --worker SPEC` children. No
+timing is asserted; see bench/README.md.
 
-    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5]
-                                     [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
-                                     [--merge-rounds 3] [--upkeep-batches 60] [--upkeep-every 20]
-                                     [--upkeep-changes 500] [--upkeep-base-rows 30000] [--no-names-changes 100000]
-                                     [--keep-logs] [--spark-conf KEY=VALUE ...]
-
-A private MariaDB with bench.tables' three tables, snapshotted by the job in a child process; a recorded binlog of
-at least `--changes` row changes; then, in order: the raw python-mysql-replication parse of that range (the
-baseline) and our `BinlogReader` without Spark in this process; the job's catch-up over the same range in a child;
-the end-to-end lag at each offered load of `--loads`, stopped by SIGTERM; MERGE INTO against a plain append of the
-same batch on format-version 2 and 3 tables; a long run of small MERGEs with and without maintenance; the same
-catch-up over a binlog without column names. The children are `python -m bench.binlog --worker SPEC`. Nothing here
-asserts on timing. See bench/README.md for what each number means.
+    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5] ...
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""What following foreign keys costs (issue 40): the same deletes, once as InnoDB's unlogged actions, once logged.
-
-A private MariaDB holds two databases of the same three tables: `--parents` parents `p`, five children `c` per
-parent and one grandchild `g` per child. In database `keyed`, `c` refers to `p` with `ON DELETE CASCADE` and `g`
-refers to `c` with `ON DELETE SET NULL`; in database `logged` the same columns have no foreign key. Both are copied
-by a first `ingest run --until-caught-up`. Then:
-
-- **keyed**: `DELETE FROM p WHERE id <= --deleted`. The binlog holds those parents' deletes only; InnoDB deletes
-  their children and nulls the grandchildren's references without a row event. The job applies those actions
-  itself, reading the rows they reach from the targets, in two rounds (the children's delete acts in turn on the
-  grandchildren), and commits the tables one after another.
-- **logged**, the baseline: the same end state by statements whose every row is logged: the grandchildren's
-  update, then the children's and the parents' deletes.
-
-Each is followed by `ingest run --until-caught-up`, timed as a user runs it (its JVM's start included). Printed:
-seconds, the changes the binlog holds, and the ratio of the two runs; `ingest verify` must find every table equal.
-Results go to `bench/results/foreign_keys-<UTC time>.json`.
+"""What following foreign keys costs (issue 40): the same deletes, once as InnoDB's unlogged actions (`keyed`), once
+with every row change logged (`logged`, the baseline); each caught up by `ingest run --until-caught-up` and verified.
+See bench/README.md.
 
     .venv/bin/python -m bench.foreign_keys                          # 20,000 parents, 2,000 deleted
     .venv/bin/python -m bench.foreign_keys --parents 2000 --deleted 200

@@ -1,18 +1,5 @@
-"""What a table without a key costs against the same table with a primary key (issue 41), in one run.
-
-A private MariaDB holds two tables of `--rows` rows with the same columns and values (an `INT`, a `VARCHAR`, an
-`INT`, a `DATETIME(6)` and a `DECIMAL`): `keyed.t`, whose `INT` is its primary key, and `keyless.t`, with no key
-at all. For each, into a fresh embedded warehouse (SQLite JDBC catalog, local files):
-
-- **baseline**: one PyMySQL connection as the CDC user streams `SELECT *` with an unbuffered `SSCursor`;
-- **snapshot**: `ingest run --snapshot-only`, as a user runs it (its wall clock includes the JVM's start); the
-  keyless table is read in one chunk and its alike rows numbered;
-- **catch-up**: the same `--changes` row changes are written to both tables (updates, deletes and inserts in
-  ranges of 1,000 rows, one transaction each), then `ingest run --until-caught-up` applies them: a MERGE by key
-  against a MERGE that reads the target's numbers of every changed row value.
-
-Printed: seconds per step and the ratio keyless / keyed; `ingest verify` must find both equal. Results go to
-`bench/results/keyless-<UTC time>.json`.
+"""What a table without a key costs against the same table with a primary key (issue 41), in one run: the SSCursor
+baseline, the snapshot and the catch-up of the same changes, keyless / keyed. See bench/README.md.
 
     .venv/bin/python -m bench.keyless                      # 200,000 rows, 20,000 changes
     .venv/bin/python -m bench.keyless --rows 20000 --changes 2000

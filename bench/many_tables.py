@@ -1,24 +1,6 @@
-"""What the job pays per table: many small tables against one table of as many rows (issue 39).
-
-A private MariaDB holds `--tables` tables of `--rows` rows each in database `many`, and one table of
-`--tables` x `--rows` rows in database `one` (each: an `INT` key, a `VARCHAR`, an `INT`, a `DATETIME(6)` and a
-`DECIMAL`). Measured in one run, for each of the two databases in turn:
-
-- **baseline**: one PyMySQL connection as the CDC user streams `SELECT *` of every table with an unbuffered
-  `SSCursor`, table after table, and discards the rows;
-- **snapshot**: `ingest run --snapshot-only`, exactly as a user runs it, into a fresh embedded warehouse
-  (SQLite JDBC catalog, local files); its wall clock includes the JVM's start;
-- **first run**: `ingest run --until-caught-up` into another fresh warehouse: the default run, whose streaming
-  query reads the chunks between its binlog batches;
-- **idle catch-up**: `ingest run --until-caught-up` right after it, with no change to stream: what every run
-  pays for the tables it captures;
-- **a batch over every table**: `--batch-changes` updates spread evenly over the database's tables (one
-  transaction per table), then `ingest run --until-caught-up`: one batch, over 200 tables or one;
-- **a batch in one table**: as many updates in the first table only, then `ingest run --until-caught-up`: what
-  a one-table batch pays for the other tables captured beside it.
-
-Printed: seconds, seconds per table, and the ratio of the many tables' time to the one table's (the same rows);
-`ingest verify` must find every table equal. Results go to `bench/results/many_tables-<UTC time>.json`.
+"""What the job pays per table (issue 39): `--tables` tables of `--rows` rows against one table of as many rows, each
+through the SSCursor baseline, the snapshot, a first run, an idle catch-up and a batch over every table or one. See
+bench/README.md.
 
     .venv/bin/python -m bench.many_tables                      # 100 tables of 1,000 rows
     .venv/bin/python -m bench.many_tables --tables 20 --rows 200 --batch-changes 2000

@@ -1,19 +1,7 @@
-"""The running job's lag while pt-online-schema-change alters a captured table under load (issue 32).
-
-A private MariaDB holds bench.soak's tables (`--rows` orders, a quarter as many customers, half as many events);
-the job runs as a user runs it (`ingest run`, `--interval`), its /metrics scraped every second, while bench.soak's
-mixed writer offers `--rate` single-row transactions a second to the three tables. After `--calm` seconds the real
-pt-online-schema-change alters `orders` (`--alter`); `--calm` seconds after it ends the writer stops, the job is
-stopped with SIGTERM and `ingest verify` compares every table with MySQL.
-
-The baseline is the same run's lag before the migration: the bench prints lag p50/p95/max (`ingest_lag_seconds`)
-before, during (from pt-osc's start until `--interval` seconds after the job logged that it followed the swap) and
-after it, and p95 / the interval (issue 32's goal during the swap: <= 2). What the job did at the swap (followed
-as a schema change, no copy again) is read from its log.
-
-`--backfill` (issue 49) runs an ALTER whose old rows' values the server computes (a STORED generated column added
-to `orders`) directly instead: the job reads `orders` again into its branch while the others stream, and the same
-job then copies a table of `orders`' key and that column's values again, the baseline the backfill is compared with.
+"""The running job's lag while pt-online-schema-change alters a captured table under load (issue 32): lag before,
+during and after the swap, against the same run's lag before it; `--recopy` an ALTER the job copies again, and
+`--backfill` (issue 49) one whose old rows the server computes, against a copy of the key and the new column. See
+bench/README.md.
 
     .venv/bin/python -m bench.osc                          # 200,000 orders, 500 changes/s, interval 5 s
     .venv/bin/python -m bench.osc --rows 20000 --calm 20   # a smoke run

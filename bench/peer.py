@@ -1,41 +1,10 @@
-"""The job against a peer, Debezium's MariaDB connector, on the same data in one run.
+"""The job against a peer, Debezium's MariaDB connector (embedded, `bench/peer/CountingEngine.java`), on the same data
+in one run: a snapshot of bench.items and a catch-up over a recorded binlog, each against its raw baseline,
+`--rounds` times, medians shown. Debezium's jars are fetched by mvn into the tools cache the first time. See
+bench/README.md.
 
     .venv/bin/python -m bench.peer                                           # 1,000,000 rows, 200,000 changes, 3 rounds
     .venv/bin/python -m bench.peer --rows 50000 --changes 20000 --rounds 1   # a quick one
-
-One private MariaDB (`MariaDBServer`: binlog ROW/FULL, GTIDs, a 1 GB buffer pool) and the project's CDC user
-(`SELECT, REPLICATION SLAVE, BINLOG MONITOR`: no RELOAD, no LOCK TABLES). Two parts, each with a raw baseline:
-
-- **Snapshot**: `bench.items` of `--rows` rows (bench.snapshot's table) read by a PyMySQL `SSCursor` `SELECT *`
-  (the baseline), by Debezium's snapshot (`snapshot.mode=initial_only`, `snapshot.locking.mode=none`) and by
-  `ingest run --snapshot-only` into a fresh embedded warehouse.
-- **Catch-up**: bench.binlog's three tables, snapshotted by the job, then a recorded binlog of at least
-  `--changes` row changes; over that range the raw python-mysql-replication parse (the baseline, bench.binlog's
-  `measure_raw_parse`), Debezium streaming it, and the job's `run(until_caught_up=True)` (bench.binlog's
-  `measure_catchup`, which also runs `ingest verify`).
-
-Each part runs its three measurements in turn, `--rounds` times (each of our catch-ups from a warehouse of its own,
-snapshotted before the binlog was recorded), and the table shows the median of every figure: the machine is shared,
-and load that comes and goes then falls on all three alike.
-
-Debezium runs as `bench/peer/CountingEngine.java`: the embedded engine (`DebeziumEngine`, Kafka Connect's
-`SourceRecord`s, no serialization) whose consumer counts the row changes and drops them, and prints JSON lines
-with the wall clock; the bench stops it once it counted the expected records. Its jars (`bench/peer/pom.xml`,
-Debezium `DEBEZIUM_VERSION`) are copied from Maven Central by `mvn` into
-`ingest.runtime.cache.tools_dir()/debezium-<version>` the first time, and the program is compiled there by
-`javac`; nothing of it is in git.
-
-How Debezium is made to catch up over exactly the recorded range: the binlog is recorded first (Debezium is not
-running), then the engine starts with an in-memory offset store that holds, at start, the offset an earlier run of
-the same engine would have committed had it stopped where the recording began (`file`, `pos` and `gtids`, the
-last from `BINLOG_GTID_POS` of that position: the MariaDB connector resumes by GTID), and with
-`snapshot.mode=recovery`: the connector rebuilds its (in-memory) schema history from the tables as they are (no
-DDL ran meanwhile) and streams from the offset. That is Debezium's documented way to resume after its schema
-history was lost, and it reads the range as a connector that had been down would.
-
-Printed: seconds, rows (or changes) per second, the ratio to the baseline, and ours / Debezium (throughput),
-each of ours against the Debezium line measured the same way. Results go to `bench/results/peer-<UTC time>.json`.
-See bench/README.md for what each line means.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Snapshot throughput, CPU and memory of the job against a plain PyMySQL read of the same table, in one run.
+"""Snapshot throughput, CPU and memory of the job against a plain PyMySQL read of the same table, in one run. The
+baselines run in this process, the job in `python -m bench.snapshot --worker SPEC` children (a Spark session's
+master cannot change; the child's tree is exactly the job). No timing is asserted; see bench/README.md.
 
     .venv/bin/python -m bench.snapshot [--rows N] [--chunk-size 8192] [--parallelism 1,2]
                                        [--memory-sizes 1000000,4000000] [--update-rate 500] [--in-query 2]
-                                       [--keep-logs] [--spark-conf KEY=VALUE ...]
-
-Starts a private MariaDB, fills `bench.items`, measures the baselines in this process, then runs
-`ingest.query.pipeline.run(snapshot_only=True)` once per measurement in a child process (and, for `--in-query`,
-`run(until_caught_up=True)`, whose streaming query reads the chunks in chunk batches)
-(`python -m bench.snapshot --worker SPEC`): a Spark session's master cannot change, and the child's
-process tree (driver, JVM, Python workers) is exactly the job, without MariaDB. Nothing here asserts on timing.
-See bench/README.md for what each number means.
 """
 
 from __future__ import annotations

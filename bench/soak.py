@@ -1,18 +1,7 @@
-"""Soak: the job running for a long time under a steady mixed load, sampled for growth of memory, files and lag.
+"""Soak: the job running for a long time under a steady mixed load (`ingest run` as a user runs it), sampled for
+growth of memory, files and lag; printed: a line per sample and the flatness figures. See bench/README.md.
 
-    .venv/bin/python -m bench.soak [--minutes 60] [--rate 500] [--sample-seconds 30]
-                                   [--interval 5] [--initial-rows 20000] [--keep-logs]
-
-Starts a private MariaDB with the three tables of `bench.binlog` (`bench.orders`, `bench.customers`,
-`bench.events`), then runs the job as a user does, `ingest run --config soak.yaml`, in a child process of its
-own session: it snapshots the tables and follows the binlog until SIGTERM, with `metrics.port` on a free port
-and `sink.maintenance` at its defaults. Once the job is in the binlog phase a writer thread offers `--rate`
-single-row transactions per second (inserts, updates and deletes over the three tables, the row counts
-staying level) for `--minutes`. Each second the job's `/metrics` is scraped and its process tree's RSS read;
-every `--sample-seconds` the Iceberg tables are counted (data files, delete files, snapshots, metadata.json
-files) with pyiceberg. At the end the writer stops, the job gets SIGTERM, and `ingest verify` compares MySQL
-and Iceberg. Printed: a line per sample and the flatness figures (least-squares slopes over each half of the
-run, last-quarter mean / first-quarter mean). Nothing here asserts on timing. See bench/README.md.
+    .venv/bin/python -m bench.soak [--minutes 60] [--rate 500] [--sample-seconds 30] [--interval 5]
 """
 
 from __future__ import annotations
