@@ -10,9 +10,7 @@ timing is asserted; see bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import io
 import os
 import sys
 import threading
@@ -56,7 +54,13 @@ def make_config(
     spec: Mapping[str, Any], *, format_version: int = 2, targets: Mapping[str, str] | None = None
 ) -> PipelineConfig:
     """The pipeline over the three tables into an embedded warehouse (SQLite JDBC catalog), Spark local[2]."""
-    document = three_tables_document(
+    return parse_config(make_document(spec, format_version, targets))
+
+
+def make_document(
+    spec: Mapping[str, Any], format_version: int = 2, targets: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    return three_tables_document(
         PIPELINE,
         JOB_SERVER_ID,
         spec["host"],
@@ -66,7 +70,6 @@ def make_config(
         stream={"batch_interval_seconds": float(spec["interval"])} if "interval" in spec else {},
         table_options={f"{harness.DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
     )
-    return parse_config(document)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -662,15 +665,6 @@ def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
     return out
 
 
-def run_verify(config: PipelineConfig) -> dict[str, Any]:
-    from ingest.commands.verify import verify
-
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        ok = verify(config)
-    return {"ok": ok, "output": buffer.getvalue().splitlines()}
-
-
 def measure_catchup(
     server: MariaDBServer, spec: Mapping[str, Any], config: PipelineConfig, log: Path
 ) -> dict[str, Any]:
@@ -684,7 +678,8 @@ def measure_catchup(
     stream_s = catchup["stream_seconds"]
     catchup["changes_per_s"] = catchup["changes"] / stream_s if stream_s else None
     catchup["cpu_s_per_million"] = harness.per_million(catchup["stream_cpu_s"], catchup["changes"])
-    catchup["verify"] = run_verify(config)
+    config_file = Path(spec["warehouse"]).parent / f"{spec['label']}.yaml"
+    catchup["verify"] = harness.run_verify(harness.write_pipeline(make_document(spec), config_file))
     return catchup
 
 

@@ -767,6 +767,9 @@ class Scraper:
         if self._thread.is_alive():
             self._thread.join()
 
+    def start(self) -> None:
+        self._thread.start()
+
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
@@ -821,7 +824,7 @@ class JobProcess:
     def scrape(self) -> Scraper:
         """Start scraping; the scrapes' times count from now."""
         self.scraper = Scraper(self.pid, self.port)
-        self.scraper._thread.start()
+        self.scraper.start()
         return self.scraper
 
     def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> int | None:

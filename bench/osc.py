@@ -188,8 +188,8 @@ def render(results: dict[str, Any]) -> str:
     ]
     for name, stats in results["lag_s"].items():
         p95 = stats["p95"]
-        ratio = "" if p95 is None else f"{p95 / interval:.2f}"
-        out.append(f"| {name} | {stats['p50']} | {p95} | {stats['max']} | {ratio} |")
+        per_interval = "" if p95 is None else f"{p95 / interval:.2f}"
+        out.append(f"| {name} | {stats['p50']} | {p95} | {stats['max']} | {per_interval} |")
     args = results["args"]
     what = "copy again complete" if args["recopy"] or args["backfill"] else "swap followed"
     end = "the ALTER's" if args["backfill"] else "pt-osc's"
@@ -200,7 +200,7 @@ def render(results: dict[str, Any]) -> str:
             f"backfill (copy again of orders, {results['seconds_to_follow']:.1f} s after the ALTER's end) / a copy "
             f"of its key and the new column by the same job ({baseline:.1f} s): "
             f"{results['seconds_to_follow'] / baseline:.2f}; lag p95 during / before: "
-            f"{harness.fmt(ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95']), '.2f')}"
+            f"{harness.fmt(harness.ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95']), '.2f')}"
         )
     out.append(
         f"tables copied again: {results['copied_again']}; verify: {'equal' if results['verify']['ok'] else 'DIFFERS'}"

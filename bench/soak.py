@@ -300,7 +300,10 @@ SAMPLE_COLUMNS = harness.columns(
 )
 FLATNESS = "slope_first_half_per_h slope_second_half_per_h last_quarter_over_first"
 EMPTY_FLATNESS = dict.fromkeys(FLATNESS.split())
-FLATNESS_COLUMNS = harness.columns("unit:38; 1st half /h:12:,.1f; 2nd half /h:12:,.1f; last/first q:12:.3f")
+FLATNESS_COLUMNS = [
+    harness.Column(f"{'':<28} unit", 38),
+    *harness.columns("1st half /h:12:,.1f; 2nd half /h:12:,.1f; last/first q:12:.3f"),
+]
 
 
 def render(results: dict[str, Any]) -> str:
