@@ -194,10 +194,10 @@ class StreamProbe:
                 probe.ended = time.perf_counter()
                 probe.cpu_end = harness.tree_cpu(probe.root)
 
-        def commit(*args: Any) -> None:
+        def commit(*args: Any, **kwargs: Any) -> None:
             prepared = args[4]  # per table, its part of the batch, prepared in the source's process
             started_wall, started = time.time(), time.perf_counter()
-            original_commit(*args)
+            original_commit(*args, **kwargs)
             probe.batches.append(
                 {
                     "started_at": round(started_wall, 3),
