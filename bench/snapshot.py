@@ -333,7 +333,7 @@ def render(results: dict[str, Any]) -> str:
                 ]
             )
             if m["reused_idle_run"]:
-                memory_rows[-1][-1] = f"{m['rows_per_s']:,.0f}  (same run as the idle one above)"
+                memory_rows[-1][-1] = f"{m['rows_per_s']:>10,.0f}  (same run as the idle one above)"
         lines += harness.text_table(MEMORY_COLUMNS, memory_rows, rule=False)
     return "\n".join(lines + harness.ratio_lines(results["ratios"]))
 
