@@ -1,30 +1,10 @@
 """What one binlog batch costs to apply as its target grows (issue 31), against an append of the same rows and
-against the MERGE the job ran before it pruned its target, in one run.
+against the MERGE the job ran before it pruned its target, in one run; then the read cost of many batches before
+and after compaction, and the same end to end on a private MariaDB. No timing is asserted; see bench/README.md.
 
     .venv/bin/python -m bench.apply [--sizes 200000,2000000,20000000] [--changes 20000] [--rounds 3]
                                     [--formats 2,3] [--rows-per-file 1000000] [--partition-by SPEC ...]
                                     [--read-rows 2000000] [--read-batches 50] [--e2e-sizes 200000,10000000]
-                                    [--spark-conf KEY=VALUE ...]
-
-No MySQL: each target is created by the job's own `ensure_target` (its table properties, and the partition spec
-`--partition-by` gives, as `table_options.<table>.partition_by` would) and filled in the JVM from `range()` in
-files of `--rows-per-file` contiguous keys, as a snapshot's chunks are. Then batches of `--changes` final changes
-(50 % updates, 10 % deletes of existing keys, 40 % inserts of new keys) are applied with the job's `merge_into`,
-with keys drawn from the newest 1 % of the table (on a small table: the newest three times as many keys as a
-batch updates and deletes) or uniformly from all of it:
-
-- **apply**: the job's MERGE, its target read only where the batch's keys can be (ingest/sink/pruning.py);
-- **unpruned**: the same statement without those predicates, what the job ran before issue 31 (baseline);
-- **append**: the same rows appended to a table of the same format (a delete as its before image): what writing
-  the batch costs with no read of the target at all.
-
-Each round applies a fresh batch per distribution and mode to the same table (the two MERGEs leave the same rows,
-so the table stays alike for both; the order alternates per round). Then the read cost: `--read-batches` batches
-applied to a table of `--read-rows` rows, `SELECT count(*)` and point lookups timed, the table compacted by the
-job's maintenance, and timed again (and a few batches applied after it). Last, end to end on a private MariaDB
-(`EndToEnd`): tables of `--e2e-sizes` rows are snapshotted by the job, then each batch of changes is written to
-MySQL and `run(until_caught_up=True)` timed, with the job's MERGE and the unpruned one. Nothing asserts on timing;
-results go to bench/results/apply-<time>.json.
 """
 
 from __future__ import annotations
@@ -35,12 +15,9 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
@@ -48,17 +25,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from bench.snapshot import (
-    _int_list,
-    _positive,
-    add_spark_conf_option,
-    embedded_catalog,
-    host_info,
-    share_spark_conf,
-    spark_conf_note,
-    spark_section,
-    write_results,
-)
+from bench import harness
+from bench.tables import insert_unlogged, sequence
 from ingest.config import MaintenanceConfig, PipelineConfig, parse_config
 from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition, Watermark
@@ -67,7 +35,6 @@ from ingest.model.schema import TableSchema
 log = logging.getLogger("bench.apply")
 
 PIPELINE = "bench_apply"
-PASSWORD_ENV = "INGEST_BENCH_APPLY_UNUSED_PASSWORD"
 MIX = (0.5, 0.1, 0.4)
 """Updates of existing keys, deletes of existing keys, inserts of new keys, as shares of a batch."""
 NEWEST_SHARE = 0.01
@@ -157,22 +124,25 @@ class Keys:
         return merge, append
 
 
-def make_config(base: Path, format_version: int, partition_by: Sequence[str]) -> PipelineConfig:
-    os.environ.setdefault(PASSWORD_ENV, "unused")
-    return parse_config(
-        {
-            "name": PIPELINE,
-            "source": {"host": "127.0.0.1", "user": "unused", "password": {"env": PASSWORD_ENV}},
-            "tables": {"include": [r"bench\.items"]},
-            "sink": {
-                "catalog_name": "lake",
-                "catalog": embedded_catalog(base),
-                "format_version": format_version,
-            },
-            "spark": spark_section("local[2]"),
-            "table_options": {"bench.items": {"partition_by": list(partition_by)}},
-        }
+def make_config(
+    base: Path, format_version: int, partition_by: Sequence[str], rows: int | None = None, server: Any = None
+) -> PipelineConfig:
+    """The pipeline of bench.items (or, end to end, of bench.items_<rows> on `server`) into an embedded warehouse."""
+    table = "items" if rows is None else f"items_{rows}"
+    document = harness.pipeline_document(
+        PIPELINE if rows is None else f"bench_e2e_{rows}",
+        "127.0.0.1" if server is None else server.host,
+        3306 if server is None else server.port,
+        rf"{harness.DATABASE}\.{table}",
+        base,
+        5403,
+        sink={"format_version": format_version},
+        spark={"master": "local[2]"},
+        table_options={f"{harness.DATABASE}.{table}": {"partition_by": list(partition_by)}},
     )
+    if rows is not None:
+        document["sink"]["catalog_name"] = f"e2e_{rows}"
+    return parse_config(document)
 
 
 BEFORE_CONF = {
@@ -264,7 +234,7 @@ class Bench:
         table = self.target(version, f"items_v{version}_{rows}")
         fill_s = self.fill(table, rows)
         keys = Keys(rows, seed=rows + version)
-        _progress(f"v{version}, {rows:,} rows: filled in {fill_s:.1f} s")
+        harness.progress(f"v{version}, {rows:,} rows: filled in {fill_s:.1f} s")
         for distribution in DISTRIBUTIONS:  # warm-up: plans, JIT, the first read of the table's metadata
             for mode in MODES:
                 self.merge(table, keys.batch(min(self.args.changes, 1000), distribution)[0], mode == "apply")
@@ -276,7 +246,7 @@ class Bench:
                     times[distribution][mode].append(self.merge(table, merge, mode == "apply"))
                     if mode == "apply":
                         times[distribution]["append"].append(self.append(append_table, rows_of))
-            _progress(f"v{version}, {rows:,} rows: round {r + 1} {_medians(times)}")
+            harness.progress(f"v{version}, {rows:,} rows: round {r + 1} {_medians(times)}")
         return {
             "format_version": version,
             "rows": rows,
@@ -306,7 +276,9 @@ class Bench:
         files = self.files(table)
         # What compaction left of the key order the MERGE's ranges rely on: a few batches of recent keys after it.
         later = [self.merge(table, keys.batch(self.args.changes, DISTRIBUTIONS[0])[0], True) for _ in range(3)]
-        _progress(f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}; then {later}")
+        harness.progress(
+            f"v{version} reads after {len(applied)} batches: {after}, compacted: {compacted}; then {later}"
+        )
         return {
             "format_version": version,
             "rows": rows,
@@ -339,8 +311,6 @@ class Bench:
         return {"data_files": int(data), "delete_files": int(deletes)}
 
 
-E2E_USER = "bench_apply_cdc"
-E2E_PASSWORD_ENV = "INGEST_BENCH_APPLY_MYSQL_PASSWORD"
 E2E_WINDOW = 100_000
 """Keys the end-to-end batch updates and deletes among: the newest 100,000 (1 % of 10 M rows)."""
 E2E_LOAD_SLICE = 500_000
@@ -353,48 +323,12 @@ class EndToEnd:
     `run(until_caught_up=True)`, which reads them from the binlog and commits them, once with the job as it is and
     once with the MERGE of before issue 31 (alternating)."""
 
-    def __init__(self, bench: Bench) -> None:
-        import secrets
-
-        from ingest.devservers.mariadb import MariaDBServer
-
-        self.bench = bench
-        self.password = secrets.token_urlsafe(16)
-        os.environ[E2E_PASSWORD_ENV] = self.password
-        self.server = MariaDBServer(extra_args=("--innodb-buffer-pool-size=1G",))
-
-    def __enter__(self) -> EndToEnd:
-        self.server.__enter__()
-        self.server.create_cdc_user(E2E_USER, self.password)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.__exit__(None, None, None)
+    def __init__(self, bench: Bench, server: Any) -> None:
+        self.bench, self.server = bench, server
 
     def config(self, rows: int) -> PipelineConfig:
-        base = self.bench.base / f"e2e-{rows}"
-        base.mkdir(exist_ok=True)
-        return parse_config(
-            {
-                "name": f"bench_e2e_{rows}",
-                "source": {
-                    "host": self.server.host,
-                    "port": self.server.port,
-                    "user": E2E_USER,
-                    "password": {"env": E2E_PASSWORD_ENV},
-                    "flavor": "mariadb",
-                    "server_id": 5403,
-                },
-                "tables": {"include": [rf"bench\.items_{rows}"]},
-                "sink": {
-                    "catalog_name": f"e2e_{rows}",
-                    "catalog": embedded_catalog(base),
-                    "format_version": self.bench.args.formats[0],
-                },
-                "spark": spark_section("local[2]"),
-                "table_options": {f"bench.items_{rows}": {"partition_by": list(self.bench.args.partition_by)}},
-            }
-        )
+        args = self.bench.args
+        return make_config(self.bench.base / f"e2e-{rows}", args.formats[0], args.partition_by, rows, self.server)
 
     def load(self, rows: int) -> float:
         table = f"bench.items_{rows}"
@@ -406,16 +340,16 @@ class EndToEnd:
             "status VARCHAR(16) NOT NULL, amount DECIMAL(12,2) NULL, created_at DATETIME(6) NOT NULL, "
             "updated_us BIGINT NOT NULL, note VARCHAR(64) NULL) ENGINE=InnoDB",
         )
-        with self.server.admin("bench") as conn, conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")
-            for offset in range(0, rows, E2E_LOAD_SLICE):
-                n = min(E2E_LOAD_SLICE, rows - offset)
-                cur.execute(
-                    f"INSERT INTO {table} SELECT s, s % 5000, ELT(1 + s % 4, 'new', 'paid', 'shipped', 'done'), "
-                    "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
-                    f"1700000000000000, CONCAT('order ', s, ' v0') FROM (SELECT CAST(seq + {offset} AS SIGNED) AS s "
-                    f"FROM bench.seq_1_to_{n}) AS g"
-                )
+        insert_unlogged(
+            self.server,
+            rows,
+            lambda offset, n: (
+                f"INSERT INTO {table} SELECT s, s % 5000, ELT(1 + s % 4, 'new', 'paid', 'shipped', 'done'), "
+                "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
+                f"1700000000000000, CONCAT('order ', s, ' v0') FROM {sequence(offset, n)}"
+            ),
+            E2E_LOAD_SLICE,
+        )
         return time.perf_counter() - started
 
     def write_batch(self, rows: int, top: int, round_: int) -> int:
@@ -438,7 +372,7 @@ class EndToEnd:
             cur.execute(
                 f"INSERT INTO {table} SELECT s, s % 5000, 'new', 1.00, "
                 "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
-                f"1, 'new' FROM (SELECT CAST(seq + {top} AS SIGNED) AS s FROM bench.seq_1_to_{inserts}) AS g"
+                f"1, 'new' FROM {sequence(top, inserts)}"
             )
             cur.execute("COMMIT")
         return top + inserts
@@ -451,7 +385,7 @@ class EndToEnd:
         started = time.perf_counter()
         run(config, snapshot_only=True, spark=self.bench.spark)
         snapshot_s = time.perf_counter() - started
-        _progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
+        harness.progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
         top = rows
         times: dict[str, list[float]] = {m: [] for m in MODES}
         for r in range(1 + self.bench.args.rounds):  # round 0 warms the binlog phase up, not reported
@@ -462,7 +396,7 @@ class EndToEnd:
                     run(config, until_caught_up=True, spark=self.bench.spark)
                 if r:
                     times[mode].append(time.perf_counter() - started)
-            _progress(f"end to end, {rows:,} rows: round {r} {times}")
+            harness.progress(f"end to end, {rows:,} rows: round {r} {times}")
         return {
             "rows": rows,
             "load_s": round(load_s, 1),
@@ -476,27 +410,15 @@ def _medians(times: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, fl
     return {d: {m: round(statistics.median(ts), 3) if ts else None for m, ts in by.items()} for d, by in times.items()}
 
 
-def _progress(message: str) -> None:
-    print(f"[bench.apply {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 def slope_200m(points: Sequence[tuple[int, float]]) -> float | None:
     """Apply time at 200 M rows on a least-squares line through (rows, seconds)."""
-    if len(points) < 2:
-        return None
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx == 0:
-        return None
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return my + slope * (200_000_000 - mx)
+    line = harness.least_squares([x for x, _ in points], [y for _, y in points])
+    return None if line is None else line[2] + line[0] * (200_000_000 - line[1])
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for version in results["formats"]:
+    for version in results["args"]["formats"]:
         runs = [s for s in results["scaling"] if s["format_version"] == version]
         if not runs:
             continue
@@ -509,27 +431,27 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 "unpruned_largest_over_smallest": _ratio(m_large["unpruned"], m_small["unpruned"]),
                 "apply_over_append_largest": _ratio(m_large["apply"], m_large["append"]),
                 "apply_over_unpruned_smallest": _ratio(m_small["apply"], m_small["unpruned"]),
-                "apply_s_at_200m": _round(slope_200m([(r["rows"], r["median_s"][d]["apply"]) for r in runs])),
-                "unpruned_s_at_200m": _round(slope_200m([(r["rows"], r["median_s"][d]["unpruned"]) for r in runs])),
+                "apply_s_at_200m": harness.rounded(
+                    slope_200m([(r["rows"], r["median_s"][d]["apply"]) for r in runs]), 2
+                ),
+                "unpruned_s_at_200m": harness.rounded(
+                    slope_200m([(r["rows"], r["median_s"][d]["unpruned"]) for r in runs]), 2
+                ),
             }
         out[f"v{version}"] = per
     return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else round(a / b, 2)
-
-
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 2)
+    return harness.rounded(harness.ratio(a, b), 2)
 
 
 def render(results: dict[str, Any]) -> str:
     lines = [
-        f"bench.apply: {results['changes']:,} changes per batch "
+        f"bench.apply: {results['args']['changes']:,} changes per batch "
         f"({', '.join(f'{int(s * 100)} %' for s in MIX)} updates/deletes/inserts), "
-        f"{results['rows_per_file']:,} rows per file, partition_by {results['partition_by'] or 'none'}"
-        f"{spark_conf_note(results.get('spark_conf'))}",
+        f"{results['args']['rows_per_file']:,} rows per file, partition_by {results['args']['partition_by'] or 'none'}"
+        f"{harness.spark_conf_note(results['args'].get('spark_conf'))}",
         "",
         "| format | rows | keys | apply s | unpruned s (before) | append s | apply / append | apply / unpruned |",
         "|---|---|---|---|---|---|---|---|",
@@ -590,17 +512,17 @@ def render(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.apply", description=__doc__.split("\n\n")[0])
+    parser = harness.parser_for("bench.apply", __doc__)
     parser.add_argument(
         "--sizes",
-        type=lambda text: _int_list(text) if text else [],
+        type=lambda text: harness.int_list(text) if text else [],
         default=[200_000, 2_000_000, 20_000_000],
         help="target sizes of the scaling part; '' skips it",
     )
-    parser.add_argument("--changes", type=_positive, default=20_000)
-    parser.add_argument("--rounds", type=_positive, default=3)
-    parser.add_argument("--formats", type=_int_list, default=[2, 3])
-    parser.add_argument("--rows-per-file", type=_positive, default=1_000_000)
+    parser.add_argument("--changes", type=harness.positive, default=20_000)
+    parser.add_argument("--rounds", type=harness.positive, default=3)
+    parser.add_argument("--formats", type=harness.int_list, default=[2, 3])
+    parser.add_argument("--rows-per-file", type=harness.positive, default=1_000_000)
     parser.add_argument(
         "--partition-by",
         action="append",
@@ -612,51 +534,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--read-batches", type=int, default=50)
     parser.add_argument(
         "--e2e-sizes",
-        type=lambda text: _int_list(text) if text else [],
+        type=lambda text: harness.int_list(text) if text else [],
         default=[200_000, 10_000_000],
         help="table sizes of the end-to-end part (a MariaDB table, the job's snapshot, then catch-ups); '' skips it",
     )
-    add_spark_conf_option(parser)
+    harness.add_common_options(parser)
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def measure(_: None, args: argparse.Namespace, base: Path, results: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    conf = share_spark_conf(args.spark_conf)
-    base = Path(tempfile.mkdtemp(prefix="bench-apply-"))
-    results: dict[str, Any] = {
-        "host": host_info(),
-        "changes": args.changes,
-        "rounds": args.rounds,
-        "formats": args.formats,
-        "rows_per_file": args.rows_per_file,
-        "partition_by": args.partition_by,
-        "spark_conf": conf,
-        "scaling": [],
-        "reads": [],
-        "end_to_end": [],
-    }
-    try:
-        bench = Bench(args, base)
-        results["spark_start_s"] = round(bench.spark_start_s, 2)
+    results.update(scaling=[], reads=[], end_to_end=[])
+    bench = Bench(args, base)
+    results["spark_start_s"] = round(bench.spark_start_s, 2)
+    for version in args.formats:
+        append_table = bench.target(version, f"items_v{version}_append")
+        for rows in sorted(args.sizes):
+            results["scaling"].append(bench.scaling(version, rows, append_table))
+            bench.spark.sql(f"DROP TABLE IF EXISTS lake.applybench.items_v{version}_{rows} PURGE")
+    if args.read_rows > 0 and args.read_batches > 0:
         for version in args.formats:
-            append_table = bench.target(version, f"items_v{version}_append")
-            for rows in sorted(args.sizes):
-                results["scaling"].append(bench.scaling(version, rows, append_table))
-                bench.spark.sql(f"DROP TABLE IF EXISTS lake.applybench.items_v{version}_{rows} PURGE")
-        if args.read_rows > 0 and args.read_batches > 0:
-            for version in args.formats:
-                results["reads"].append(bench.read_cost(version))
-        if args.e2e_sizes:
-            with EndToEnd(bench) as e2e:
-                results["end_to_end"] = [e2e.measure(rows) for rows in sorted(args.e2e_sizes)]
-        results["summary"] = summarize(results)
-        bench.spark.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    print(render(results))
-    print(f"\nresults: {write_results(results, 'apply')}")
+            results["reads"].append(bench.read_cost(version))
+    if args.e2e_sizes:
+        with harness.private_mariadb(extra_args=("--innodb-buffer-pool-size=1G",), base_dir=base / "mariadb") as server:
+            e2e = EndToEnd(bench, server)
+            results["end_to_end"] = [e2e.measure(rows) for rows in sorted(args.e2e_sizes)]
+    results["summary"] = summarize(results)
+    bench.spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    results = harness.run_bench("apply", parse_args(argv), measure, render)
     print(json.dumps(results["summary"]))
     return 0
 

@@ -1,74 +1,38 @@
-"""Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run.
+"""Binlog-phase throughput, lag, stop time and MERGE cost of the job against raw binlog parsing, in one run:
+the raw python-mysql-replication parse of a recorded binlog (the baseline), our reader without Spark, the job's
+catch-up, its lag at offered loads, MERGE against append, a long run of MERGEs with and without maintenance, and the
+catch-up of a binlog without column names. The job runs in `python -m bench.binlog --worker SPEC` children. No
+timing is asserted; see bench/README.md.
 
-    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5]
-                                     [--initial-rows 20000] [--merge-changes 20000] [--merge-base-rows 200000]
-                                     [--merge-rounds 3] [--upkeep-batches 60] [--upkeep-every 20]
-                                     [--upkeep-changes 500] [--upkeep-base-rows 30000]
-                                     [--keep-logs] [--spark-conf KEY=VALUE ...]
-
-Starts a private MariaDB with three tables (`bench.orders`, `bench.customers`, `bench.events` with a VARCHAR
-key), snapshots them with `ingest.query.pipeline.run(snapshot_only=True)` in a child process, records a binlog of
-at least `--changes` row changes with set-based SQL, then measures in this order: the raw
-python-mysql-replication parse of that binlog range (the baseline) and our `BinlogReader` without Spark in
-this process; the job's catch-up over the same range (`run(until_caught_up=True)`) in a child; the
-end-to-end lag at each offered load of `--loads` with the job running continuously in a child, stopped by
-SIGTERM; and MERGE INTO against a plain append of the same batch on format-version 2 and 3 tables in a
-child. The children are `python -m bench.binlog --worker SPEC` (their process tree is exactly the job).
-Nothing here asserts on timing. See bench/README.md for what each number means.
+    .venv/bin/python -m bench.binlog [--changes 200000] [--loads 500,2000] [--duration 60] [--interval 5] ...
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import io
-import json
-import logging
-import math
 import os
-import secrets
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from bench.snapshot import (
-    CDC_USER,
-    CPU_METHOD,
-    DATABASE,
-    DONE_LINE,
-    PASSWORD_ENV,
-    RESULT_PREFIX,
-    ROOT,
-    STARTED_LINE,
-    BenchError,
-    PacedWriter,
-    TreeMonitor,
-    _fmt,
-    _int_list,
-    _positive,
-    _progress,
-    add_spark_conf_option,
-    cpu_delta,
-    embedded_catalog,
-    host_info,
-    mariadb_cpu,
-    per_million,
-    share_spark_conf,
-    spark_conf_note,
-    spark_section,
-    tree_cpu,
-    write_results,
+from bench import harness
+from bench.tables import (
+    ORDER_COLUMNS,
+    SLICE,
+    STATUSES,
+    TABLES,
+    US_NOW,
+    KeySpace,
+    create_tables,
+    load_initial,
+    record_binlog,
+    source_counts,
+    three_tables_document,
 )
 from ingest.config import PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -80,268 +44,36 @@ STREAM_LINE = "BENCH_STREAM_STARTED"
 PIPELINE = "bench_binlog"
 JOB_SERVER_ID = 5402
 BASELINE_SERVER_ID = 5490
-TABLES = ("orders", "customers", "events")
-SLICE = 1000
-"""Rows per set-based statement when recording the binlog; a transaction holds up to 2 * SLICE row changes."""
-STATUSES = ("new", "paid", "shipped", "done")
 LAG_POLL_SECONDS = 0.25
 MERGE_WARMUP_CHANGES = 1000
 MERGE_MIX = (0.6, 0.1, 0.3)
 """Updates of existing keys, deletes of existing keys, inserts of new keys, as shares of a MERGE batch."""
-
-US_NOW = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
-"""The server's wall clock at the statement, in microseconds since the epoch (same host clock as ours)."""
-ORDER_COLUMNS = "id, customer_id, status, amount, created_at, updated_us, note"
-
-log = logging.getLogger("bench.binlog")
-
-
-# ---------------------------------------------------------------------------------------------------
-# The source tables and the recorded binlog.
-
-
-def create_tables(server: MariaDBServer) -> None:
-    server.execute(
-        f"CREATE DATABASE IF NOT EXISTS {DATABASE}",
-        *(f"DROP TABLE IF EXISTS {DATABASE}.{t}" for t in TABLES),
-        f"""CREATE TABLE {DATABASE}.orders (
-            id INT NOT NULL PRIMARY KEY,
-            customer_id BIGINT NOT NULL,
-            status VARCHAR(16) NOT NULL,
-            amount DECIMAL(12,2) NULL,
-            created_at DATETIME(6) NOT NULL,
-            updated_us BIGINT NOT NULL,
-            note VARCHAR(64) NULL
-        ) ENGINE=InnoDB""",
-        f"""CREATE TABLE {DATABASE}.customers (
-            id BIGINT NOT NULL PRIMARY KEY,
-            name VARCHAR(64) NOT NULL,
-            email VARCHAR(128) NOT NULL,
-            balance DECIMAL(14,2) NOT NULL,
-            tier TINYINT NOT NULL,
-            updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-        ) ENGINE=InnoDB""",
-        f"""CREATE TABLE {DATABASE}.events (
-            event_key VARCHAR(40) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY,
-            kind VARCHAR(16) NOT NULL,
-            payload TEXT NOT NULL,
-            score DOUBLE NULL,
-            seen_at DATETIME(3) NOT NULL,
-            n INT NOT NULL
-        ) ENGINE=InnoDB""",
-    )
-
-
-def event_key(n: int) -> str:
-    """Zero-padded, so the keys' collation order is their numeric order and ranges are BETWEEN two keys."""
-    return f"ev-{n:012d}"
-
-
-@dataclass
-class KeySpace:
-    """The live key ranges of the three tables: deletes take keys from the bottom, inserts add at the top."""
-
-    orders_lo: int = 1
-    orders_hi: int = 1
-    """Next new order id."""
-    customers_hi: int = 1
-    events_lo: int = 1
-    events_hi: int = 1
-
-
-def _orders_select(first: int, n: int, version: str) -> str:
-    return (
-        f"SELECT s, s % 5000 + 1, ELT(1 + s % 4, {', '.join(repr(s) for s in STATUSES)}), "
-        "IF(s % 11 = 0, NULL, (s % 100000) / 100), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL s SECOND, "
-        f"{US_NOW}, CONCAT('order ', s, ' {version}') "
-        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
-    )
-
-
-def _customers_select(first: int, n: int) -> str:
-    return (
-        "SELECT s, CONCAT('customer ', s), CONCAT('c', s, '@example.com'), s * 1.25, s % 5, NOW(6) "
-        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
-    )
-
-
-def _events_select(first: int, n: int) -> str:
-    return (
-        "SELECT CONCAT('ev-', LPAD(s, 12, '0')), ELT(1 + s % 3, 'click', 'view', 'buy'), "
-        "CONCAT('{\"n\":', s, ',\"tag\":\"', MD5(s), '\"}'), IF(s % 7 = 0, NULL, s / 3e0), NOW(3), s "
-        f"FROM (SELECT CAST(seq + {first - 1} AS SIGNED) AS s FROM {DATABASE}.seq_1_to_{n}) AS g"
-    )
-
-
-def load_initial(server: MariaDBServer, orders: int) -> KeySpace:
-    """The initial rows (kept out of the binlog: the snapshot reads them); customers and events are smaller."""
-    customers, events = max(orders // 4, SLICE), max(orders // 2, SLICE)
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute(f"INSERT INTO orders ({ORDER_COLUMNS}) {_orders_select(1, orders, 'v0')}")
-        columns = "id, name, email, balance, tier, updated_at"
-        cur.execute(f"INSERT INTO customers ({columns}) {_customers_select(1, customers)}")
-        cur.execute(f"INSERT INTO events (event_key, kind, payload, score, seen_at, n) {_events_select(1, events)}")
-    return KeySpace(1, orders + 1, customers + 1, 1, events + 1)
-
-
-def _window(lo: int, hi: int, size: int, step: int) -> int:
-    """The first key of a window of `size` live keys in [lo, hi), moving by `step` per call (wrapping)."""
-    span = hi - lo - size
-    return lo if span <= 0 else lo + step % (span + 1)
-
-
-def round_transactions(keys: KeySpace, r: int) -> list[list[str]]:
-    """One round of transactions, about 4.25 * SLICE row changes over the three tables; updates `keys`."""
-    k, half, quarter = SLICE, SLICE // 2, SLICE // 4
-    db = DATABASE
-    txs: list[list[str]] = []
-    # 1. k new orders.
-    txs.append([f"INSERT INTO {db}.orders ({ORDER_COLUMNS}) {_orders_select(keys.orders_hi, k, f'r{r}')}"])
-    keys.orders_hi += k
-    # 2. One transaction over the three tables: k order updates, k/2 customer updates, k/2 new events.
-    u = _window(keys.orders_lo, keys.orders_hi, k, r * 7919)
-    c = _window(1, keys.customers_hi, half, r * 3571)
-    txs.append(
-        [
-            f"UPDATE {db}.orders SET status = ELT(1 + (id + {r}) % 4, 'new', 'paid', 'shipped', 'done'), "
-            f"amount = IFNULL(amount, 0) + 1, updated_us = {US_NOW} WHERE id BETWEEN {u} AND {u + k - 1}",
-            f"UPDATE {db}.customers SET balance = balance + 1, tier = (tier + 1) % 5, updated_at = NOW(6) "
-            f"WHERE id BETWEEN {c} AND {c + half - 1}",
-            f"INSERT INTO {db}.events (event_key, kind, payload, score, seen_at, n) "
-            f"{_events_select(keys.events_hi, half)}",
-        ]
-    )
-    keys.events_hi += half
-    # 3. k/2 event updates by a VARCHAR key range.
-    e = _window(keys.events_lo, keys.events_hi, half, r * 4093)
-    txs.append(
-        [
-            f"UPDATE {db}.events SET n = n + 1, score = IFNULL(score, 0) + 0.5, seen_at = NOW(3) "
-            f"WHERE event_key BETWEEN '{event_key(e)}' AND '{event_key(e + half - 1)}'"
-        ]
-    )
-    # 4. Deletes of the oldest k/4 orders and k/4 events.
-    txs.append(
-        [
-            f"DELETE FROM {db}.orders WHERE id BETWEEN {keys.orders_lo} AND {keys.orders_lo + quarter - 1}",
-            f"DELETE FROM {db}.events WHERE event_key BETWEEN '{event_key(keys.events_lo)}' "
-            f"AND '{event_key(keys.events_lo + quarter - 1)}'",
-        ]
-    )
-    keys.orders_lo += quarter
-    keys.events_lo += quarter
-    # 5. k/4 new customers.
-    txs.append(
-        [
-            f"INSERT INTO {db}.customers (id, name, email, balance, tier, updated_at) "
-            f"{_customers_select(keys.customers_hi, quarter)}"
-        ]
-    )
-    keys.customers_hi += quarter
-    return txs
-
-
-def record_binlog(server: MariaDBServer, config: PipelineConfig, keys: KeySpace, changes: int) -> dict[str, Any]:
-    """Write at least `changes` row changes in multi-row transactions; the binlog range they occupy."""
-    from ingest.source.mysql import connect
-    from ingest.source.watermark import read_watermark
-
-    with connect(config.source) as conn:
-        start = read_watermark(conn, "mariadb").position
-    affected = transactions = rounds = 0
-    started = time.perf_counter()
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
-        while affected < changes:
-            for tx in round_transactions(keys, rounds):
-                cur.execute("BEGIN")
-                for statement in tx:
-                    affected += int(cur.execute(statement))
-                cur.execute("COMMIT")
-                transactions += 1
-            rounds += 1
-    seconds = time.perf_counter() - started
-    with connect(config.source) as conn:
-        end = read_watermark(conn, "mariadb").position
-    return {
-        "start": str(start),
-        "end": str(end),
-        "bytes": end.pos - start.pos if end.file == start.file else None,
-        "rows_affected": affected,
-        "transactions": transactions,
-        "rounds": rounds,
-        "seconds": round(seconds, 3),
-    }
-
-
-def source_counts(server: MariaDBServer) -> dict[str, int]:
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
-        out = {}
-        for t in TABLES:
-            cur.execute(f"SELECT COUNT(*) FROM {t}")
-            row = cur.fetchone()
-            out[t] = int(row[0]) if row else 0
-        return out
 
 
 def make_config(
     spec: Mapping[str, Any], *, format_version: int = 2, targets: Mapping[str, str] | None = None
 ) -> PipelineConfig:
     """The pipeline over the three tables into an embedded warehouse (SQLite JDBC catalog), Spark local[2]."""
-    base = Path(spec["warehouse"])
-    stream: dict[str, Any] = {}
-    if "interval" in spec:
-        stream["batch_interval_seconds"] = float(spec["interval"])
-    return parse_config(
-        {
-            "name": PIPELINE,
-            "source": {
-                "host": spec["host"],
-                "port": int(spec["port"]),
-                "user": CDC_USER,
-                "password": {"env": PASSWORD_ENV},
-                "flavor": "mariadb",
-                "server_id": JOB_SERVER_ID,
-            },
-            "tables": {"include": [rf"{DATABASE}\.({'|'.join(TABLES)})"]},
-            "sink": {
-                "catalog_name": "lake",
-                "catalog": embedded_catalog(base),
-                "format_version": format_version,
-            },
-            "snapshot": {"parallelism": 2},
-            "spark": spark_section("local[2]"),
-            "stream": stream,
-            "table_options": {f"{DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
-        }
+    return parse_config(make_document(spec, format_version, targets))
+
+
+def make_document(
+    spec: Mapping[str, Any], format_version: int = 2, targets: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    return three_tables_document(
+        PIPELINE,
+        JOB_SERVER_ID,
+        spec["host"],
+        int(spec["port"]),
+        Path(spec["warehouse"]),
+        sink={"format_version": format_version},
+        stream={"batch_interval_seconds": float(spec["interval"])} if "interval" in spec else {},
+        table_options={f"{harness.DATABASE}.{t}": {"target": v} for t, v in (targets or {}).items()},
     )
 
 
 # ---------------------------------------------------------------------------------------------------
 # Baselines, measured in this process over the recorded range.
-
-
-def _measured(server: MariaDBServer, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    db_before = mariadb_cpu(server)
-    load = os.getloadavg()[0]
-    cpu = time.process_time()
-    started = time.perf_counter()
-    out = body()
-    wall = time.perf_counter() - started
-    cpu = time.process_time() - cpu
-    db_after = mariadb_cpu(server)
-    rows = int(out["rows"])
-    out.update(
-        {
-            "seconds": round(wall, 3),
-            "rows_per_s": rows / wall if wall else float("nan"),
-            "cpu_s": round(cpu, 3),
-            "cpu_s_per_million": per_million(cpu, rows),
-            "mariadb_cpu_s": None if db_before is None or db_after is None else round(db_after - db_before, 3),
-            "load_avg_1m_before": load,
-        }
-    )
-    return out
 
 
 def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
@@ -372,7 +104,7 @@ def measure_raw_parse(server: MariaDBServer, config: PipelineConfig, start: str,
             stream.close()
         return {"rows": rows, "row_events": events}
 
-    return _measured(server, body)
+    return harness.measured_here(server, body)
 
 
 def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, end: str) -> dict[str, Any]:
@@ -420,7 +152,7 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
             reader.close()
         return {"rows": rows, "transactions": transactions, "batches": batches, "final_rows": finals}
 
-    return _measured(server, body)
+    return harness.measured_here(server, body)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -452,7 +184,7 @@ class StreamProbe:
         probe = self
 
         def stream(*args: Any, **kwargs: Any) -> BinlogPosition:
-            probe.cpu_start = tree_cpu(probe.root)
+            probe.cpu_start = harness.tree_cpu(probe.root)
             probe.started_wall = time.time()
             probe.started = time.perf_counter()
             print(STREAM_LINE, flush=True)
@@ -460,12 +192,12 @@ class StreamProbe:
                 return original_stream(*args, **kwargs)
             finally:
                 probe.ended = time.perf_counter()
-                probe.cpu_end = tree_cpu(probe.root)
+                probe.cpu_end = harness.tree_cpu(probe.root)
 
-        def commit(*args: Any) -> None:
+        def commit(*args: Any, **kwargs: Any) -> None:
             prepared = args[4]  # per table, its part of the batch, prepared in the source's process
             started_wall, started = time.time(), time.perf_counter()
-            original_commit(*args)
+            original_commit(*args, **kwargs)
             probe.batches.append(
                 {
                     "started_at": round(started_wall, 3),
@@ -480,7 +212,7 @@ class StreamProbe:
 
     def summary(self) -> dict[str, Any]:
         wall = None if self.started is None or self.ended is None else self.ended - self.started
-        cpu = cpu_delta(self.cpu_start, self.cpu_end) if self.cpu_end else {}
+        cpu = harness.cpu_delta(self.cpu_start, self.cpu_end) if self.cpu_end else {}
         changes = sum(b["changes"] for b in self.batches)
         with_changes = [b for b in self.batches if b["changes"]]
         starts = [b["started_at"] for b in with_changes]
@@ -493,10 +225,10 @@ class StreamProbe:
             "changes": changes,
             "batches": len(self.batches),
             "batches_with_changes": len(with_changes),
-            "batch_commit_seconds_median": percentile([b["seconds"] for b in with_changes], 0.5),
+            "batch_commit_seconds_median": harness.percentile([b["seconds"] for b in with_changes], 0.5),
             "batch_commit_seconds_max": max((b["seconds"] for b in with_changes), default=None),
             "batch_changes_max": max((b["changes"] for b in with_changes), default=None),
-            "trigger_interval_observed_median_s": percentile(gaps, 0.5),
+            "trigger_interval_observed_median_s": harness.percentile(gaps, 0.5),
             "after_first_batch": after_first_batch(with_changes),
             "batch_log": self.batches[:500],
         }
@@ -527,46 +259,28 @@ def after_first_batch(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any] | 
     }
 
 
-def _worker_spark(spec: Mapping[str, Any], config: PipelineConfig) -> tuple[Any, float]:
-    from ingest.runtime.spark import spark_session
-
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    started = time.perf_counter()
-    spark = spark_session(config, app_name=f"bench-binlog-{spec['label']}")
-    return spark, time.perf_counter() - started
-
-
 def worker_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: `run()` as the spec's kind says (snapshot, catchup, lag), the process tree measured."""
     from ingest.query.pipeline import run
 
     config = make_config(spec)
-    spark, spark_start = _worker_spark(spec, config)
-    root = os.getpid()
-    probe = StreamProbe(root)
+    spark, spark_start = harness.start_spark(config, f"binlog-{spec['label']}")
+    probe = StreamProbe(os.getpid())
     probe.install()
     kind = spec["kind"]
-    load = os.getloadavg()[0]
-    cpu_before = tree_cpu(root)
-    print(STARTED_LINE, flush=True)  # the parent's TreeMonitor samples the tree from here to DONE_LINE
-    started = time.perf_counter()
     if kind == "snapshot":
-        run(config, snapshot_only=True, spark=spark)
+        measured = harness.measured_tree(lambda: run(config, snapshot_only=True, spark=spark))
     else:
-        run(config, until_caught_up=kind == "catchup", spark=spark)
-    wall = time.perf_counter() - started
-    cpu_after = tree_cpu(root)
-    print(DONE_LINE, flush=True)  # run() returned: after a SIGTERM, the job has stopped here
+        measured = harness.measured_tree(lambda: run(config, until_caught_up=kind == "catchup", spark=spark))
     spark.stop()
-    cpu = cpu_delta(cpu_before, cpu_after)
     return {
         "label": spec["label"],
         "kind": kind,
-        "run_seconds": round(wall, 3),
-        "run_cpu_s": round(sum(cpu.values()), 3),
-        "run_cpu_s_by_part": cpu,
+        "run_seconds": measured["seconds"],
+        "run_cpu_s": measured["cpu_s"],
+        "run_cpu_s_by_part": measured["cpu"],
         "spark_start_s": round(spark_start, 3),
-        "load_avg_1m_before": load,
+        "load_avg_1m_before": measured["load_avg_1m_before"],
         **(probe.summary() if kind != "snapshot" else {}),
     }
 
@@ -629,10 +343,13 @@ SUMMARY_KEYS = (
 )
 
 
-def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Inside the child: MERGE INTO (the job's `merge_into`) vs append of the same batch, format v2 and v3."""
+def orders_tables(
+    spec: Mapping[str, Any], tables: Mapping[Any, tuple[int, str]], base: int
+) -> tuple[Any, float, Any, dict[Any, str]]:
+    """In a merge or upkeep worker: Spark, `bench.orders`' schema, and a target per entry of `tables` (format
+    version, name) made by the job's `ensure_target` and filled with `base` rows; the Spark start's seconds."""
     from ingest.sink.catalog import load_pyiceberg_catalog
-    from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
+    from ingest.sink.merge import OP_COLUMN, batch_arrow
     from ingest.sink.targets import ensure_target
     from ingest.source.discovery import discover
 
@@ -640,25 +357,29 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
     # As in run(), pyiceberg creates the catalog's tables before Spark first uses the catalog (StateTable.open);
     # a SQLite catalog that Spark's JdbcCatalog creates has no view support, and its tableExists() then fails.
     load_pyiceberg_catalog(config.sink).list_namespaces()
-    spark, spark_start = _worker_spark(spec, config)
+    spark, spark_start = harness.start_spark(config, f"binlog-{spec['label']}")
     schema = next(s for s in discover(config).schemas if s.table == "orders")
-    n, base, rounds = int(spec["merge_changes"]), int(spec["merge_base_rows"]), int(spec["merge_rounds"])
-    base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}
-    versions = (2, 3)
     names = {
-        (version, mode): ensure_target(
-            spark,
-            make_config(spec, format_version=version, targets={"orders": f"mergebench.orders_v{version}_{mode}"}),
-            schema,
-        )
-        for version in versions
-        for mode in ("merge", "append")
+        key: ensure_target(spark, make_config(spec, format_version=v, targets={"orders": name}), schema)
+        for key, (v, name) in tables.items()
     }
-    started = time.perf_counter()
+    base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}
     frame = spark.createDataFrame(batch_arrow(schema, base_rows)).drop(OP_COLUMN)
     for table in names.values():
         frame.writeTo(table).append()
-    load_s = time.perf_counter() - started
+    return spark, spark_start, schema, names
+
+
+def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Inside the child: MERGE INTO (the job's `merge_into`) vs append of the same batch, format v2 and v3."""
+    from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
+
+    n, base, rounds = int(spec["merge_changes"]), int(spec["merge_base_rows"]), int(spec["merge_rounds"])
+    versions = (2, 3)
+    tables = {(v, mode): (v, f"mergebench.orders_v{v}_{mode}") for v in versions for mode in ("merge", "append")}
+    started = time.perf_counter()
+    spark, spark_start, schema, names = orders_tables(spec, tables, base)
+    load_s = time.perf_counter() - started - spark_start
     measured: dict[int, list[dict[str, Any]]] = {v: [] for v in versions}
     for r in range(rounds + 1):  # round 0 is a small warm-up (JIT, first MERGE plans), not reported
         batch, rows = merge_batch(schema, base, r, min(n, MERGE_WARMUP_CHANGES) if r == 0 else n)
@@ -688,8 +409,8 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
             )
     out: dict[str, Any] = {"spark_start_s": round(spark_start, 3), "base_load_s": round(load_s, 3), "formats": []}
     for version in versions:
-        merge_med = percentile([m["merge_s"] for m in measured[version]], 0.5)
-        append_med = percentile([m["append_s"] for m in measured[version]], 0.5)
+        merge_med = harness.percentile([m["merge_s"] for m in measured[version]], 0.5)
+        append_med = harness.percentile([m["append_s"] for m in measured[version]], 0.5)
         out["formats"].append(
             {
                 "format_version": version,
@@ -699,7 +420,7 @@ def worker_merge(spec: Mapping[str, Any]) -> dict[str, Any]:
                 "rounds": measured[version],
                 "merge_s_median": merge_med,
                 "append_s_median": append_med,
-                "build_frame_s_median": percentile([m["build_frame_s"] for m in measured[version]], 0.5),
+                "build_frame_s_median": harness.percentile([m["build_frame_s"] for m in measured[version]], 0.5),
                 "merge_vs_append": None if not merge_med or not append_med else merge_med / append_med,
             }
         )
@@ -715,30 +436,15 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Inside the child: the same long run of small MERGEs into two tables, one maintained by the job's
     `maintain` every `upkeep_every` batches and one left alone; MERGE times early and late, files at the end."""
     from ingest.config import MaintenanceConfig
-    from ingest.sink.catalog import load_pyiceberg_catalog
     from ingest.sink.maintenance import maintain
-    from ingest.sink.merge import OP_COLUMN, batch_arrow, merge_into
-    from ingest.sink.targets import ensure_target
-    from ingest.source.discovery import discover
+    from ingest.sink.merge import merge_into
 
-    config = make_config(spec)
-    load_pyiceberg_catalog(config.sink).list_namespaces()  # as in worker_merge
-    spark, spark_start = _worker_spark(spec, config)
-    schema = next(s for s in discover(config).schemas if s.table == "orders")
     n, base, batches, every = (
         int(spec[k]) for k in ("upkeep_changes", "upkeep_base_rows", "upkeep_batches", "upkeep_every")
     )
     modes = ("maintained", "left alone")
-    names = {
-        mode: ensure_target(
-            spark, make_config(spec, targets={"orders": f"upkeepbench.orders_{mode.replace(' ', '_')}"}), schema
-        )
-        for mode in modes
-    }
-    base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}
-    frame = spark.createDataFrame(batch_arrow(schema, base_rows)).drop(OP_COLUMN)
-    for table in names.values():
-        frame.writeTo(table).append()
+    tables = {mode: (2, f"upkeepbench.orders_{mode.replace(' ', '_')}") for mode in modes}
+    spark, spark_start, schema, names = orders_tables(spec, tables, base)
     settings = MaintenanceConfig(every_commits=every, expire_after_hours=0)
     merge_s: dict[str, list[float]] = {mode: [] for mode in modes}
     upkeep_s: list[float] = []
@@ -763,8 +469,8 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
             {
                 "table": mode,
                 "merge_s": times,
-                "merge_s_first_median": percentile(times[1 : 1 + tail], 0.5),  # batch 0 warms the JVM up
-                "merge_s_last_median": percentile(times[-tail:], 0.5),
+                "merge_s_first_median": harness.percentile(times[1 : 1 + tail], 0.5),  # batch 0 warms the JVM up
+                "merge_s_last_median": harness.percentile(times[-tail:], 0.5),
                 "merge_s_total": round(sum(times), 3),
                 "maintenance_s": upkeep_s if mode == "maintained" else [],
                 "data_files": int(summary.get("total-data-files", 0)),
@@ -776,106 +482,7 @@ def worker_upkeep(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class Worker:
-    """`python -m bench.binlog --worker SPEC` in its own session; stdout lines are marks and the result."""
-
-    def __init__(self, spec: Mapping[str, Any], log_path: Path) -> None:
-        self.spec = spec
-        self.log_path = log_path
-        self.marks: dict[str, float] = {}
-        self.result: dict[str, Any] | None = None
-        self.exit_time: float | None = None
-        self._events = {line: threading.Event() for line in (STARTED_LINE, STREAM_LINE, DONE_LINE)}
-        self.monitor: TreeMonitor | None = None
-        """Samples the worker's tree between STARTED_LINE and DONE_LINE, from this process."""
-        self._exited = threading.Event()
-        self._log = open(log_path, "a")  # closed in finish() or __exit__
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.binlog", "--worker", json.dumps(spec)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
-            start_new_session=True,  # a kill on failure reaches its JVM and Python workers too
-        )
-        self._thread = threading.Thread(target=self._read, name=f"worker-{spec['label']}", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.rstrip("\n")
-            if line in self._events:
-                self.marks[line] = time.time()
-                self._events[line].set()
-                if line == STARTED_LINE:
-                    self.monitor = TreeMonitor(self.proc.pid, interval=1.0)
-                    self.monitor.start()
-                elif line == DONE_LINE and self.monitor is not None:
-                    self.monitor.stop()
-            elif line.startswith(RESULT_PREFIX):
-                self.result = json.loads(line[len(RESULT_PREFIX) :])
-            else:
-                self._log.write(line + "\n")
-                self._log.flush()
-        if self.monitor is not None:
-            self.monitor.stop()
-        self.proc.wait()
-        self.exit_time = time.time()
-        self._exited.set()
-
-    def wait_for(self, line: str, timeout: float) -> bool:
-        """True once the worker printed `line`; False if it exited first or the timeout passed."""
-        deadline = time.monotonic() + timeout
-        event = self._events[line]
-        while not event.wait(0.2):
-            if self._exited.is_set() or time.monotonic() > deadline:
-                return event.is_set()
-        return True
-
-    def terminate(self) -> float:
-        """SIGTERM to the job's driver only (its handler asks for a stop after the current commit)."""
-        os.kill(self.proc.pid, signal.SIGTERM)
-        return time.time()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def finish(self, timeout: float = 3600) -> dict[str, Any]:
-        if not self._exited.wait(timeout):
-            self.kill()
-            self._exited.wait(30)
-        self._thread.join(5)
-        self._log.close()
-        code = self.proc.returncode
-        if code != 0 or self.result is None:
-            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
-            label = self.spec["label"]
-            raise BenchError(f"worker {label} failed (exit code {code}); log {self.log_path}, tail:\n{tail}")
-        if self.monitor is None:
-            return self.result
-        peaks = self.monitor.peaks()
-        return {**self.result, "peak_rss_mib": peaks["peak_rss_mib"], "peak_pss_mib": peaks["peak_pss_mib"]}
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        if et is not None:
-            self.kill()
-            if not self._log.closed:
-                self._thread.join(5)
-                self._log.close()
-
-
-# ---------------------------------------------------------------------------------------------------
-# Lag at a fixed offered load.
-
-
-class InsertWriter(PacedWriter):
+class InsertWriter(harness.PacedWriter):
     """Single-row autocommit INSERTs into bench.orders at about `rate` per second, ids from `first_id` up.
 
     Each row's `updated_us` is the server's clock at the statement (its commit follows at once)."""
@@ -884,7 +491,7 @@ class InsertWriter(PacedWriter):
         super().__init__(server, rate, "insert-writer")
         self.first_id = first_id
         self._sql = (
-            f"INSERT INTO {DATABASE}.orders ({ORDER_COLUMNS}) "
+            f"INSERT INTO {harness.DATABASE}.orders ({ORDER_COLUMNS}) "
             f"VALUES (%s, %s, 'lag', 1.00, NOW(6), {US_NOW}, 'lag probe')"
         )
 
@@ -902,7 +509,7 @@ class LagPoller:
         from ingest.sink.catalog import load_pyiceberg_catalog
 
         self.catalog = load_pyiceberg_catalog(config.sink)
-        self.identifier = config.target_for(DATABASE, "orders")
+        self.identifier = config.target_for(harness.DATABASE, "orders")
         self.interval = interval
         self.max_id = first_id - 1
         self.rows = 0
@@ -975,29 +582,6 @@ class LagPoller:
             )
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def lag_stats(values: Sequence[float]) -> dict[str, float | None]:
-    def r(v: float | None) -> float | None:
-        return None if v is None else round(v, 3)
-
-    return {
-        "p50": r(percentile(values, 0.5)),
-        "p95": r(percentile(values, 0.95)),
-        "p99": r(percentile(values, 0.99)),
-        "max": r(max(values)) if values else None,
-        "min": r(min(values)) if values else None,
-    }
-
-
 def measure_lag(
     server: MariaDBServer,
     spec: dict[str, Any],
@@ -1007,11 +591,14 @@ def measure_lag(
     log_path: Path,
 ) -> dict[str, Any]:
     config = make_config(spec)
-    db_before = mariadb_cpu(server)
-    with Worker(spec, log_path) as worker:
+    stats: dict[str, Any] = {}
+    with (
+        harness.mariadb_cpu_into(server, stats),
+        harness.Worker("bench.binlog", spec, log_path, marks=(STREAM_LINE,)) as worker,
+    ):
         if not worker.wait_for(STREAM_LINE, timeout=900):
             worker.finish(60)  # raises with the log's tail
-            raise BenchError(f"worker {spec['label']} never reached the binlog phase")
+            raise harness.BenchError(f"worker {spec['label']} never reached the binlog phase")
         poller = LagPoller(config, first_id)
         writer = InsertWriter(server, first_id, rate)
         poller.start()
@@ -1020,15 +607,14 @@ def measure_lag(
             time.sleep(duration)
             written_before_stop = writer.written
             sigterm_at = worker.terminate()
-            returned = worker.wait_for(DONE_LINE, timeout=600)
+            returned = worker.wait_for(harness.DONE_LINE, timeout=600)
         finally:
             writer.stop()
         try:
             result = worker.finish(600)
         finally:
             poller.stop()
-    db_after = mariadb_cpu(server)
-    returned_at = worker.marks.get(DONE_LINE) if returned else None
+    returned_at = worker.marks.get(harness.DONE_LINE) if returned else None
     stream_s = result.get("stream_seconds") or float("nan")
     missing = max(0, first_id + written_before_stop - 1 - poller.max_id)
     return {
@@ -1046,9 +632,9 @@ def measure_lag(
         },
         "rows_visible": poller.rows,
         "rows_written_before_sigterm_not_visible": missing,
-        "lag_commit_s": lag_stats(poller.lag_commit_s),
-        "lag_seen_s": lag_stats(poller.lag_seen_s),
-        "lag_commit_after_first_commit_s": lag_stats(poller.lag_commit_after_first_s),
+        "lag_commit_s": harness.lag_stats(poller.lag_commit_s),
+        "lag_seen_s": harness.lag_stats(poller.lag_seen_s),
+        "lag_commit_after_first_commit_s": harness.lag_stats(poller.lag_commit_after_first_s),
         "rows_visible_after_first_commit": len(poller.lag_commit_after_first_s),
         "iceberg_snapshots_seen": len(poller.snapshots),
         "snapshot_log": poller.snapshots[:500],
@@ -1056,12 +642,8 @@ def measure_lag(
         "stop_run_returned_s": None if returned_at is None else round(returned_at - sigterm_at, 3),
         "stop_process_exit_s": None if worker.exit_time is None else round(worker.exit_time - sigterm_at, 3),
         "stream_cores": (result.get("stream_cpu_s") or 0.0) / stream_s if stream_s == stream_s else None,
-        "mariadb_cpu_s": None if db_before is None or db_after is None else round(db_after - db_before, 3),
+        **stats,
     }
-
-
-# ---------------------------------------------------------------------------------------------------
-# The run.
 
 
 def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
@@ -1072,7 +654,7 @@ def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
     catalog = load_pyiceberg_catalog(config.sink)
     out: dict[str, int] = {}
     for t in TABLES:
-        table = catalog.load_table(config.target_for(DATABASE, t))
+        table = catalog.load_table(config.target_for(harness.DATABASE, t))
         out[t] = 0
         for s in table.snapshots():
             props = s.summary.additional_properties if s.summary is not None else {}
@@ -1083,180 +665,96 @@ def iceberg_commits(config: PipelineConfig) -> dict[str, int]:
     return out
 
 
-def run_verify(config: PipelineConfig) -> dict[str, Any]:
-    from ingest.commands.verify import verify
-
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        ok = verify(config)
-    return {"ok": ok, "output": buffer.getvalue().splitlines()}
-
-
 def measure_catchup(
     server: MariaDBServer, spec: Mapping[str, Any], config: PipelineConfig, log: Path
 ) -> dict[str, Any]:
     """The job's catch-up over the recorded binlog in a child process, then `ingest verify`."""
     commits_before = iceberg_commits(config)
     catchup: dict[str, Any] = {}
-    db_before = mariadb_cpu(server)
-    with Worker(spec, log) as w:
+    with harness.mariadb_cpu_into(server, catchup), harness.Worker("bench.binlog", spec, log) as w:
         catchup.update(w.finish())
-    db_after = mariadb_cpu(server)
-    catchup["mariadb_cpu_s"] = None if db_before is None or db_after is None else round(db_after - db_before, 3)
     commits_after = iceberg_commits(config)
     catchup["iceberg_commits"] = {k: commits_after[k] - commits_before.get(k, 0) for k in commits_after}
     stream_s = catchup["stream_seconds"]
     catchup["changes_per_s"] = catchup["changes"] / stream_s if stream_s else None
-    catchup["cpu_s_per_million"] = per_million(catchup["stream_cpu_s"], catchup["changes"])
-    catchup["verify"] = run_verify(config)
+    catchup["cpu_s_per_million"] = harness.per_million(catchup["stream_cpu_s"], catchup["changes"])
+    config_file = Path(spec["warehouse"]).parent / f"{spec['label']}.yaml"
+    catchup["verify"] = harness.run_verify(harness.write_pipeline(make_document(spec), config_file))
     return catchup
 
 
-def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
-    password = "bench-" + secrets.token_hex(8)
-    os.environ[PASSWORD_ENV] = password  # the workers inherit it; the config references it by name
-    spark_conf = share_spark_conf(args.spark_conf)
-    started_at = dt.datetime.now(dt.UTC)
+def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
     defaults = StreamConfig()
-    results: dict[str, Any] = {
-        "benchmark": "binlog",
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "host": host_info(),
-        "args": {
-            "changes": args.changes,
-            "loads": args.loads,
-            "duration": args.duration,
-            "interval": args.interval,
-            "initial_rows": args.initial_rows,
-            "merge_changes": args.merge_changes,
-            "merge_base_rows": args.merge_base_rows,
-            "merge_rounds": args.merge_rounds,
-            "upkeep_batches": args.upkeep_batches,
-            "upkeep_changes": args.upkeep_changes,
-            "upkeep_every": args.upkeep_every,
-            "upkeep_base_rows": args.upkeep_base_rows,
-            "no_names_changes": args.no_names_changes,
-            "spark_conf": spark_conf,
-        },
-        "tables": {
-            "orders": "INT key + BIGINT, VARCHAR(16), DECIMAL(12,2) (some NULLs), DATETIME(6), BIGINT, VARCHAR(64)",
-            "customers": "BIGINT key + VARCHAR(64), VARCHAR(128), DECIMAL(14,2), TINYINT, TIMESTAMP(6)",
-            "events": "VARCHAR(40) _ci key + VARCHAR(16), TEXT, DOUBLE (some NULLs), DATETIME(3), INT",
-        },
-        "spark_master": "local[2]",
-        "catchup_stream_config": {
-            "batch_max_changes": defaults.batch_max_changes,
-            "batch_interval_seconds": defaults.batch_interval_seconds,
-        },
-        "cpu_method": CPU_METHOD,
+    results["tables"] = {
+        "orders": "INT key + BIGINT, VARCHAR(16), DECIMAL(12,2) (some NULLs), DATETIME(6), BIGINT, VARCHAR(64)",
+        "customers": "BIGINT key + VARCHAR(64), VARCHAR(128), DECIMAL(14,2), TINYINT, TIMESTAMP(6)",
+        "events": "VARCHAR(40) _ci key + VARCHAR(16), TEXT, DOUBLE (some NULLs), DATETIME(3), INT",
     }
-    scratch = Path(tempfile.mkdtemp(prefix="ingest-bench-binlog-"))
-    keep_scratch = False
-    try:
-        server = MariaDBServer()
-        with server:
-            server.create_cdc_user(CDC_USER, password)
-            warehouse = scratch / "warehouse"
-            warehouse.mkdir()  # the SQLite catalog file's directory must exist
-            base_spec = {"host": server.host, "port": server.port, "warehouse": str(warehouse)}
-            config = make_config(base_spec)
+    results["spark_master"] = "local[2]"
+    results["catchup_stream_config"] = {
+        "batch_max_changes": defaults.batch_max_changes,
+        "batch_interval_seconds": defaults.batch_interval_seconds,
+    }
+    results["cpu_method"] = harness.CPU_METHOD
+    base_spec = {"host": server.host, "port": server.port, "warehouse": str(scratch / "warehouse")}
+    config = make_config(base_spec)
+    create_tables(server)
+    keys = load_initial(server, args.initial_rows)
+    results["initial_rows"] = source_counts(server)
+    harness.progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
+    with harness.Worker(
+        "bench.binlog", {**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log"
+    ) as w:
+        results["snapshot"] = w.finish()
 
-            create_tables(server)
-            keys = load_initial(server, args.initial_rows)
-            results["initial_rows"] = source_counts(server)
-            _progress(f"snapshot of {results['initial_rows']} (log {scratch}/snapshot.log)")
-            with Worker({**base_spec, "kind": "snapshot", "label": "snapshot"}, scratch / "snapshot.log") as w:
-                results["snapshot"] = w.finish()
+    harness.progress(f"recording a binlog of at least {args.changes:,} row changes")
+    binlog = results["binlog"] = record_binlog(server, config, keys, args.changes)
+    results["rows_after_binlog"] = source_counts(server)
+    harness.progress(
+        f"recorded {binlog['rows_affected']:,} row changes in {binlog['transactions']:,} transactions "
+        f"({binlog['seconds']:.1f}s), {binlog['start']} .. {binlog['end']}; baseline: raw parse"
+    )
+    results["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
+    harness.progress("BinlogReader + materialize, no Spark")
+    results["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
+    log_path = scratch / "catchup.log"
+    harness.progress(f"ours: catch-up with run(until_caught_up=True) (log {log_path})")
+    catchup = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "catchup"}, config, log_path)
+    results["catchup"] = catchup
+    harness.progress(
+        f"ours: {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, verify {catchup['verify']['ok']}"
+    )
 
-            _progress(f"recording a binlog of at least {args.changes:,} row changes")
-            binlog = record_binlog(server, config, keys, args.changes)
-            results["binlog"] = binlog
-            results["rows_after_binlog"] = source_counts(server)
-            _progress(
-                f"recorded {binlog['rows_affected']:,} row changes in {binlog['transactions']:,} transactions "
-                f"({binlog['seconds']:.1f}s), {binlog['start']} .. {binlog['end']}; baseline: raw parse"
-            )
-            results["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
-            _progress("BinlogReader + materialize, no Spark")
-            results["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
+    results["lag"] = []
+    first_id = keys.orders_hi + 1_000_000
+    for rate in args.loads:
+        label = f"lag{rate}"
+        harness.progress(
+            f"lag at {rate}/s for {args.duration:.0f}s, interval {args.interval:g}s (log {scratch}/{label}.log)"
+        )
+        spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval}
+        entry = measure_lag(server, spec, rate, args.duration, first_id, scratch / f"{label}.log")
+        results["lag"].append(entry)
+        first_id += entry["writer"]["rows"] + 1_000_000
+        harness.progress(f"lag at {rate}/s: p50 {harness.fmt(entry['lag_commit_s']['p50'], '.2f')}s")
 
-            log_path = scratch / "catchup.log"
-            _progress(f"ours: catch-up with run(until_caught_up=True) (log {log_path})")
-            catchup = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "catchup"}, config, log_path)
-            results["catchup"] = catchup
-            _progress(
-                f"ours: {catchup['changes']:,} changes in {catchup['stream_seconds']:.1f}s, "
-                f"verify {'OK' if catchup['verify']['ok'] else 'FAILED'}"
-            )
-
-            lag_runs: list[dict[str, Any]] = []
-            first_id = keys.orders_hi + 1_000_000
-            for rate in args.loads:
-                label = f"lag{rate}"
-                _progress(
-                    f"lag at {rate}/s for {args.duration:.0f}s, trigger interval {args.interval:g}s "
-                    f"(log {scratch}/{label}.log)"
-                )
-                spec = {**base_spec, "kind": "lag", "label": label, "interval": args.interval}
-                entry = measure_lag(server, spec, rate, args.duration, first_id, scratch / f"{label}.log")
-                lag_runs.append(entry)
-                first_id += entry["writer"]["rows"] + 1_000_000
-                lc = entry["lag_commit_s"]
-                _progress(f"lag at {rate}/s: p50 {_fmt(lc['p50'], '.2f')}s, p95 {_fmt(lc['p95'], '.2f')}s")
-            results["lag"] = lag_runs
-
-            if args.merge_changes > 0:
-                merge_dir = scratch / "warehouse-merge"
-                merge_dir.mkdir()
-                _progress(
-                    f"MERGE vs append: {args.merge_changes:,} changes on {args.merge_base_rows:,} rows, "
-                    f"{args.merge_rounds} rounds (log {scratch}/merge.log)"
-                )
-                spec = {
-                    **base_spec,
-                    "warehouse": str(merge_dir),
-                    "kind": "merge",
-                    "label": "merge",
-                    "merge_changes": args.merge_changes,
-                    "merge_base_rows": args.merge_base_rows,
-                    "merge_rounds": args.merge_rounds,
-                }
-                with Worker(spec, scratch / "merge.log") as w:
-                    results["merge"] = w.finish()
-
-            if args.upkeep_batches > 0:
-                upkeep_dir = scratch / "warehouse-upkeep"
-                upkeep_dir.mkdir()
-                _progress(
-                    f"maintenance: {args.upkeep_batches} MERGEs of {args.upkeep_changes:,} changes, compaction every "
-                    f"{args.upkeep_every} against none (log {scratch}/upkeep.log)"
-                )
-                spec = {
-                    **base_spec,
-                    "warehouse": str(upkeep_dir),
-                    "kind": "upkeep",
-                    "label": "upkeep",
-                    "upkeep_changes": args.upkeep_changes,
-                    "upkeep_base_rows": args.upkeep_base_rows,
-                    "upkeep_batches": args.upkeep_batches,
-                    "upkeep_every": args.upkeep_every,
-                }
-                with Worker(spec, scratch / "upkeep.log") as w:
-                    results["upkeep"] = w.finish()
-            if args.no_names_changes > 0:
-                results["no_names"] = measure_without_names(server, base_spec, config, keys, args, scratch)
-    except BaseException:
-        keep_scratch = True
-        _progress("failed")
-        raise
-    finally:
-        if keep_scratch or args.keep_logs:
-            _progress(f"worker logs kept in {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+    for kind, wanted, what in (
+        ("merge", args.merge_changes, f"MERGE vs append: {args.merge_changes:,} changes, {args.merge_rounds} rounds"),
+        (
+            "upkeep",
+            args.upkeep_batches,
+            f"maintenance: {args.upkeep_batches} MERGEs, compaction every {args.upkeep_every}",
+        ),
+    ):
+        if wanted > 0:
+            harness.progress(f"{what} (log {scratch}/{kind}.log)")
+            spec = {**base_spec, "warehouse": str(scratch / f"warehouse-{kind}"), "kind": kind, "label": kind}
+            spec |= {k: v for k, v in vars(args).items() if k.startswith(kind)}
+            with harness.Worker("bench.binlog", spec, scratch / f"{kind}.log") as w:
+                results[kind] = w.finish()
+    if args.no_names_changes > 0:
+        results["no_names"] = measure_without_names(server, base_spec, config, keys, args, scratch)
     results["ratios"] = ratios(results)
-    results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    return results
 
 
 def measure_without_names(
@@ -1273,15 +771,15 @@ def measure_without_names(
     out: dict[str, Any] = {}
     server.execute("SET GLOBAL binlog_row_metadata = 'NO_LOG'")
     try:
-        _progress(f"binlog_row_metadata NO_LOG: recording {args.no_names_changes:,} row changes")
+        harness.progress(f"binlog_row_metadata NO_LOG: recording {args.no_names_changes:,} row changes")
         binlog = out["binlog"] = record_binlog(server, config, keys, args.no_names_changes)
     finally:
         server.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
-    _progress("NO_LOG: baseline raw parse, then BinlogReader + materialize, no Spark")
+    harness.progress("NO_LOG: baseline raw parse, then BinlogReader + materialize, no Spark")
     out["baseline_raw_parse"] = measure_raw_parse(server, config, binlog["start"], binlog["end"])
     out["reader_no_spark"] = measure_reader(server, config, binlog["start"], binlog["end"])
     log_path = scratch / "catchup-no-names.log"
-    _progress(f"NO_LOG: ours, catch-up with run(until_caught_up=True) (log {log_path})")
+    harness.progress(f"NO_LOG: ours, catch-up with run(until_caught_up=True) (log {log_path})")
     out["catchup"] = measure_catchup(server, {**base_spec, "kind": "catchup", "label": "no-names"}, config, log_path)
     return out
 
@@ -1317,84 +815,86 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
-# Output.
+CATCHUP_COLUMNS = harness.columns(
+    "measurement:44; changes:9:,; changes/s:10; x baseline:10:.3f; wall s:8:.1f; CPU s:8:.1f; CPU s/M:8:.1f; "
+    "x base CPU:10:.2f; MariaDB CPU s:13:.1f"
+)
+LAG_COLUMNS = harness.columns(
+    "offered/s:9:,; achieved/s:10; interval s:10:g; trig obs s:10:.1f; rows seen:9:,; p50 s:6:.2f; p95 s:6:.2f; "
+    "max s:6:.2f; seen p50:8:.2f; seen p95:8:.2f; seen max:8:.2f; commits:7; cores:5:.2f; stop s:6:.1f; "
+    "exit s:6:.1f; unseen:6:,"
+)
+MERGE_COLUMNS = harness.columns(
+    "table:30; MERGE s:8:.2f; append s:8:.2f; MERGE/append:12:.2f; build s:8:.2f;  deletes written:16"
+)
+UPKEEP_COLUMNS = harness.columns(
+    "table:12; MERGE s early:13:.2f; MERGE s late:12:.2f; MERGE s sum:11:.1f; upkeep s sum:12:.1f; data files:10; "
+    "delete files:12; snapshots:9"
+)
+
+
+def catchup_rows(base: Mapping[str, Any], reader: Mapping[str, Any], c: Mapping[str, Any]) -> list[list[Any]]:
+    """The baseline, the reader without Spark and the job's binlog phase, against the baseline."""
+    rows = [
+        ("baseline: python-mysql-replication rows", base, "rows", "rows_per_s", "seconds", "cpu_s"),
+        ("BinlogReader + materialize, no Spark", reader, "rows", "rows_per_s", "seconds", "cpu_s"),
+        ("ours: run(until_caught_up) binlog phase", c, "changes", "changes_per_s", "stream_seconds", "stream_cpu_s"),
+    ]
+    per_base = base["cpu_s_per_million"]
+    return [
+        [
+            name,
+            m[n],
+            m[rate],
+            harness.ratio(m[rate], base["rows_per_s"]),
+            m[wall],
+            m[cpu],
+            m["cpu_s_per_million"],
+            m["cpu_s_per_million"] / per_base,
+            m["mariadb_cpu_s"],
+        ]
+        for name, m, n, rate, wall, cpu in rows
+    ]
+
+
+def lag_row(e: Mapping[str, Any]) -> list[Any]:
+    first = [f"{e['offered_rate']:>9,}", e["writer"]["achieved_rate_until_sigterm"]]
+    first += harness.pick(e, "interval_s trigger_interval_observed_median_s rows_visible")
+    lags = [e[lag][p] for lag in ("lag_commit_s", "lag_seen_s") for p in ("p50", "p95", "max")]
+    last = "batches_with_changes stream_cores stop_run_returned_s stop_process_exit_s"
+    return [*first, *lags, *harness.pick(e, last + " rows_written_before_sigterm_not_visible")]
+
+
+def upkeep_row(t: Mapping[str, Any]) -> list[Any]:
+    first = harness.pick(t, "table merge_s_first_median merge_s_last_median merge_s_total")
+    return [*first, sum(t["maintenance_s"]), *harness.pick(t, "data_files delete_files snapshots")]
 
 
 def render(results: dict[str, Any]) -> str:
-    base = results["baseline_raw_parse"]
-    reader = results["reader_no_spark"]
-    c = results["catchup"]
+    base, reader, c = results["baseline_raw_parse"], results["reader_no_spark"], results["catchup"]
     b = results["binlog"]
+    args, stream = results["args"], results["catchup_stream_config"]
+    commits = c["iceberg_commits"]
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in c["stream_cpu_s_by_part"].items())
+    warm = c.get("after_first_batch")
     lines = [
         f"Binlog benchmark, {results['started_at']}: {results['host']['cpus']} CPUs, "
         f"load average at start {results['host']['load_avg_1m_at_start']:.2f}, Spark {results['spark_master']}"
-        f"{spark_conf_note(results['args'].get('spark_conf'))}",
-        f"tables {', '.join(f'{DATABASE}.{t}' for t in TABLES)}: initial rows {results['initial_rows']}, "
+        f"{harness.spark_conf_note(args.get('spark_conf'))}",
+        f"tables {', '.join(f'{harness.DATABASE}.{t}' for t in TABLES)}: initial rows {results['initial_rows']}, "
         f"after the recorded binlog {results['rows_after_binlog']}",
         f"binlog {b['start']} .. {b['end']}: {b['rows_affected']:,} row changes in {b['transactions']:,} "
         f"transactions, recorded in {b['seconds']:.1f}s; snapshot took {results['snapshot']['run_seconds']:.1f}s",
         f"CPU of ours: {results['cpu_method']}",
         "",
-        f"Catch-up over the recorded binlog (batch_max_changes {results['catchup_stream_config']['batch_max_changes']}"
-        f", batch_interval_seconds {results['catchup_stream_config']['batch_interval_seconds']:g})",
-    ]
-    header = (
-        f"{'measurement':<44} {'changes':>9} {'changes/s':>10} {'x baseline':>10} {'wall s':>8} {'CPU s':>8} "
-        f"{'CPU s/M':>8} {'x base CPU':>10} {'MariaDB CPU s':>13}"
-    )
-    lines += [header, "-" * len(header)]
-
-    def row(name: str, rows: int, rate: float | None, wall: float | None, cpu: float, per_m: float, db: Any) -> str:
-        ratio = None if rate is None else rate / base["rows_per_s"]
-        return (
-            f"{name:<44} {rows:>9,} {_fmt(rate):>10} {_fmt(ratio, '.3f'):>10} "
-            f"{_fmt(wall, '.1f'):>8} {_fmt(cpu, '.1f'):>8} {_fmt(per_m, '.1f'):>8} "
-            f"{_fmt(per_m / base['cpu_s_per_million'], '.2f'):>10} {_fmt(db, '.1f'):>13}"
-        )
-
-    lines.append(
-        row(
-            "baseline: python-mysql-replication rows",
-            base["rows"],
-            base["rows_per_s"],
-            base["seconds"],
-            base["cpu_s"],
-            base["cpu_s_per_million"],
-            base["mariadb_cpu_s"],
-        )
-    )
-    lines.append(
-        row(
-            "BinlogReader + materialize, no Spark",
-            reader["rows"],
-            reader["rows_per_s"],
-            reader["seconds"],
-            reader["cpu_s"],
-            reader["cpu_s_per_million"],
-            reader["mariadb_cpu_s"],
-        )
-    )
-    lines.append(
-        row(
-            "ours: run(until_caught_up) binlog phase",
-            c["changes"],
-            c["changes_per_s"],
-            c["stream_seconds"],
-            c["stream_cpu_s"],
-            c["cpu_s_per_million"],
-            c["mariadb_cpu_s"],
-        )
-    )
-    commits = c["iceberg_commits"]
-    target_commits = sum(v for k, v in commits.items() if k != "state_table")
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in c["stream_cpu_s_by_part"].items())
-    warm = c.get("after_first_batch")
-    lines += [
+        f"Catch-up over the recorded binlog (batch_max_changes {stream['batch_max_changes']}, "
+        f"batch_interval_seconds {stream['batch_interval_seconds']:g})",
+        *harness.text_table(CATCHUP_COLUMNS, catchup_rows(base, reader, c)),
         "",
         f"ours: {c['batches_with_changes']} batches with changes ({c['batches']} commits of an offset), up to "
-        f"{_fmt(c['batch_changes_max'], ',')} changes, commit median {_fmt(c['batch_commit_seconds_median'], '.1f')}s; "
-        f"Iceberg commits: {target_commits} to the targets "
+        f"{harness.fmt(c['batch_changes_max'], ',')} changes, "
+        f"commit median {harness.fmt(c['batch_commit_seconds_median'], '.1f')}s; "
+        f"Iceberg commits: {sum(v for k, v in commits.items() if k != 'state_table')} to the targets "
         f"({', '.join(f'{t} {commits.get(t, 0)}' for t in TABLES)}) "
         f"+ {commits.get('state_table', 0)} to the state table",
         f"ours: binlog-phase CPU s by part: {parts}; run() in all {c['run_seconds']:.1f}s, {c['run_cpu_s']:.1f} CPU s; "
@@ -1402,66 +902,60 @@ def render(results: dict[str, Any]) -> str:
         f"PSS {c['peak_pss_mib']:,.0f} MiB",
         f"ours: verify (MySQL vs Iceberg, row by row): {'OK' if c['verify']['ok'] else 'FAILED'}"
         + ("" if c["verify"]["ok"] else "  <-- " + "; ".join(c["verify"]["output"][-6:])),
-        *(
-            [
-                f"ours: after the first batch (a warm JVM): {_fmt(warm['changes'], ',')} changes in "
-                f"{warm['seconds']:.1f}s, {_fmt(warm['changes_per_s'])} changes/s, "
-                f"{_fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
-            ]
-            if warm
-            else []
-        ),
-        f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
-        f"{reader['batches']} batches folding to {reader['final_rows']:,} final rows",
     ]
+    if warm:
+        lines.append(
+            f"ours: after the first batch (a warm JVM): {harness.fmt(warm['changes'], ',')} changes in "
+            f"{warm['seconds']:.1f}s, {harness.fmt(warm['changes_per_s'])} changes/s, "
+            f"{harness.fmt(warm['changes_per_s'] and warm['changes_per_s'] / base['rows_per_s'], '.3f')} x baseline"
+        )
+    lines.append(
+        f"baseline: {base['row_events']:,} row events; reader: {reader['transactions']:,} transactions, "
+        f"{reader['batches']} batches folding to {reader['final_rows']:,} final rows"
+    )
     if base["rows"] != c["changes"] or reader["rows"] != base["rows"]:
         lines.append(
             f"  <-- CHANGE COUNT MISMATCH: baseline {base['rows']:,}, reader {reader['rows']:,}, job {c['changes']:,}"
         )
-
-    lag = results.get("lag") or []
-    if lag:
+    if results["lag"]:
         lines += [
             "",
-            f"Lag, MySQL commit -> row visible in Iceberg (single-row INSERTs into {DATABASE}.orders for "
-            f"{results['args']['duration']:g}s each; committed = Iceberg snapshot timestamp_ms, seen = first poll "
+            f"Lag, MySQL commit -> row visible in Iceberg (single-row INSERTs into {harness.DATABASE}.orders for "
+            f"{args['duration']:g}s each; committed = Iceberg snapshot timestamp_ms, seen = first poll "
             f"that saw it, every {LAG_POLL_SECONDS:g}s)",
         ]
-        head = (
-            f"{'offered/s':>9} {'achieved/s':>10} {'interval s':>10} {'trig obs s':>10} "
-            f"{'rows seen':>9} "
-            f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'seen p50':>8} {'seen p95':>8} {'seen max':>8} "
-            f"{'commits':>7} {'cores':>5} {'stop s':>6} {'exit s':>6} {'unseen':>6}"
-        )
-        lines += [head, "-" * len(head)]
-        for e in lag:
-            lc, ls, w = e["lag_commit_s"], e["lag_seen_s"], e["writer"]
-            lines.append(
-                f"{e['offered_rate']:>9,} {w['achieved_rate_until_sigterm']:>10,.0f} "
-                f"{e['interval_s']:>10g} "
-                f"{_fmt(e['trigger_interval_observed_median_s'], '.1f'):>10} {e['rows_visible']:>9,} "
-                f"{_fmt(lc['p50'], '.2f'):>6} {_fmt(lc['p95'], '.2f'):>6} {_fmt(lc['max'], '.2f'):>6} "
-                f"{_fmt(ls['p50'], '.2f'):>8} {_fmt(ls['p95'], '.2f'):>8} {_fmt(ls['max'], '.2f'):>8} "
-                f"{e['batches_with_changes']:>7} {_fmt(e['stream_cores'], '.2f'):>5} "
-                f"{_fmt(e['stop_run_returned_s'], '.1f'):>6} {_fmt(e['stop_process_exit_s'], '.1f'):>6} "
-                f"{e['rows_written_before_sigterm_not_visible']:>6,}"
-            )
-        for e in lag:
+        lag_rows = [
+            [
+                f"{e['offered_rate']:>9,}",
+                e["writer"]["achieved_rate_until_sigterm"],
+                e["interval_s"],
+                e["trigger_interval_observed_median_s"],
+                e["rows_visible"],
+                *(e[lag][p] for lag in ("lag_commit_s", "lag_seen_s") for p in ("p50", "p95", "max")),
+                e["batches_with_changes"],
+                e["stream_cores"],
+                e["stop_run_returned_s"],
+                e["stop_process_exit_s"],
+                e["rows_written_before_sigterm_not_visible"],
+            ]
+            for e in results["lag"]
+        ]
+        lines += harness.text_table(LAG_COLUMNS, lag_rows)
+        for e in results["lag"]:
             af = e["lag_commit_after_first_commit_s"]
             notes = [
                 f"rows written after the first commit (a fresh JVM's first MERGE): "
                 f"{e['rows_visible_after_first_commit']:,}, "
-                f"p50 {_fmt(af['p50'], '.2f')}s, p95 {_fmt(af['p95'], '.2f')}s, max {_fmt(af['max'], '.2f')}s",
-                f"commit median {_fmt(e['batch_commit_seconds_median'], '.1f')}s",
+                + ", ".join(f"{p} {harness.fmt(af[p], '.2f')}s" for p in ("p50", "p95", "max")),
+                f"commit median {harness.fmt(e['batch_commit_seconds_median'], '.1f')}s",
             ]
             if e["writer"]["error"]:
                 notes.append(f"writer error: {e['writer']['error']}")
             if e["poller"]["errors"]:
                 notes.append(f"{len(e['poller']['errors'])} failed polls, e.g. {e['poller']['errors'][0][:160]}")
             lines.append(f"  at {e['offered_rate']}/s: " + "; ".join(notes))
-
     merge = results.get("merge")
-    if merge and merge.get("formats"):
+    if merge and merge["formats"]:
         f0 = merge["formats"][0]
         lines += [
             "",
@@ -1469,127 +963,60 @@ def render(results: dict[str, Any]) -> str:
             f"{MERGE_MIX[1]:.0%} deletes, {MERGE_MIX[2]:.0%} inserts; {f0['base_rows']:,} rows in the table; "
             f"median of {len(f0['rounds'])} rounds after a warm-up)",
         ]
-        head = f"{'table':<30} {'MERGE s':>8} {'append s':>8} {'MERGE/append':>12} {'build s':>8}  deletes written"
-        lines += [head, "-" * len(head)]
+        merge_rows = []
         for f in merge["formats"]:
             s = f["rounds"][-1]["merge_summary"] if f["rounds"] else {}
-            deletes = ", ".join(
-                f"{k} {s[k]}" for k in ("added-delete-files", "added-position-deletes", "added-dvs") if k in s
-            )
-            name = f"v{f['format_version']} ({f['deletes']})"
-            lines.append(
-                f"{name:<30} {_fmt(f['merge_s_median'], '.2f'):>8} "
-                f"{_fmt(f['append_s_median'], '.2f'):>8} {_fmt(f['merge_vs_append'], '.2f'):>12} "
-                f"{_fmt(f['build_frame_s_median'], '.2f'):>8}  {deletes or '-'}"
-            )
+            kinds = ("added-delete-files", "added-position-deletes", "added-dvs")
+            deletes = ", ".join(f"{k} {s[k]}" for k in kinds if k in s) or "-"
+            values = harness.pick(f, "merge_s_median append_s_median merge_vs_append build_frame_s_median")
+            merge_rows.append([f"v{f['format_version']} ({f['deletes']})", *values, f"  {deletes}"])
+        lines += harness.text_table(MERGE_COLUMNS, merge_rows)
     upkeep = results.get("upkeep")
-    if upkeep and upkeep.get("tables"):
-        spec = results["args"]
+    if upkeep and upkeep["tables"]:
         lines += [
             "",
-            f"Maintenance: {spec['upkeep_batches']} MERGE batches of {spec['upkeep_changes']:,} changes into "
-            f"{spec['upkeep_base_rows']:,} rows, v2; one table compacted (sink.maintenance) every "
-            f"{spec['upkeep_every']} batches, expiry at 0 h, the other left alone",
+            f"Maintenance: {args['upkeep_batches']} MERGE batches of {args['upkeep_changes']:,} changes into "
+            f"{args['upkeep_base_rows']:,} rows, v2; one table compacted (sink.maintenance) every "
+            f"{args['upkeep_every']} batches, expiry at 0 h, the other left alone",
+            *harness.text_table(UPKEEP_COLUMNS, [upkeep_row(t) for t in upkeep["tables"]]),
         ]
-        head = (
-            f"{'table':<12} {'MERGE s early':>13} {'MERGE s late':>12} {'MERGE s sum':>11} {'upkeep s sum':>12} "
-            f"{'data files':>10} {'delete files':>12} {'snapshots':>9}"
-        )
-        lines += [head, "-" * len(head)]
-        for t in upkeep["tables"]:
-            lines.append(
-                f"{t['table']:<12} {_fmt(t['merge_s_first_median'], '.2f'):>13} "
-                f"{_fmt(t['merge_s_last_median'], '.2f'):>12} "
-                f"{t['merge_s_total']:>11.1f} {sum(t['maintenance_s']):>12.1f} {t['data_files']:>10} "
-                f"{t['delete_files']:>12} {t['snapshots']:>9}"
-            )
     no_names = results.get("no_names")
     if no_names:
-        nb, raw = no_names["binlog"], no_names["baseline_raw_parse"]
+        nb = no_names["binlog"]
         lines += [
             "",
             f"binlog_row_metadata NO_LOG (no column names; read by position): {nb['rows_affected']:,} row changes, "
             f"{nb['start']} .. {nb['end']}; x baseline is against the raw parse of this range",
-            f"{'measurement':<44} {'changes':>9} {'changes/s':>10} {'x baseline':>10} {'CPU s/M':>8}",
         ]
-        for name, rows, rate, per_m in (
-            ("baseline: python-mysql-replication rows", raw["rows"], raw["rows_per_s"], raw["cpu_s_per_million"]),
-            (
-                "BinlogReader + materialize, no Spark",
-                no_names["reader_no_spark"]["rows"],
-                no_names["reader_no_spark"]["rows_per_s"],
-                no_names["reader_no_spark"]["cpu_s_per_million"],
-            ),
-            (
-                "ours: run(until_caught_up) binlog phase",
-                no_names["catchup"]["changes"],
-                no_names["catchup"]["changes_per_s"],
-                no_names["catchup"]["cpu_s_per_million"],
-            ),
-        ):
-            ratio = None if rate is None else rate / raw["rows_per_s"]
-            lines.append(f"{name:<44} {rows:>9,} {_fmt(rate):>10} {_fmt(ratio, '.3f'):>10} {_fmt(per_m, '.1f'):>8}")
-        verified = no_names["catchup"]["verify"]
-        lines.append(f"ours (NO_LOG): verify {'OK' if verified['ok'] else 'FAILED'}")
-    if results.get("ratios"):
-        lines += ["", "Ratios:"]
-        lines += [f"  {k:<40} {v:.3f}" for k, v in results["ratios"].items()]
-    return "\n".join(lines)
+        rows = catchup_rows(no_names["baseline_raw_parse"], no_names["reader_no_spark"], no_names["catchup"])
+        columns = [0, 1, 2, 3, 6]  # measurement, changes, changes/s, x baseline, CPU s/M
+        lines += harness.text_table(
+            [CATCHUP_COLUMNS[i] for i in columns], [[r[i] for i in columns] for r in rows], rule=False
+        )
+        lines.append(f"ours (NO_LOG): verify {'OK' if no_names['catchup']['verify']['ok'] else 'FAILED'}")
+    return "\n".join(lines + harness.ratio_lines(results["ratios"], 40))
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
+OPTIONS: list[harness.Option] = [
+    ("--changes", harness.positive, 200_000, "row changes in the recorded binlog"),
+    ("--loads", harness.int_list, [500, 2000], "comma-separated offered loads, rows/s ('' skips)"),
+    ("--duration", harness.positive_float, 60.0, "seconds of writing per offered load"),
+    ("--interval", harness.positive_float, 5.0, "stream.batch_interval_seconds of the lag runs"),
+    ("--initial-rows", harness.positive, 20_000, "initial orders (customers 1/4, events 1/2)"),
+    ("--merge-changes", harness.non_negative, 20_000, "changes per MERGE batch (0 skips)"),
+    ("--merge-base-rows", harness.positive, 200_000, "rows in the MERGE tables"),
+    ("--merge-rounds", harness.positive, 3, "timed MERGE/append rounds"),
+    ("--upkeep-batches", harness.non_negative, 60, "MERGE batches of the maintenance run (0 skips)"),
+    ("--upkeep-changes", harness.positive, 500, "changes per maintenance-run batch"),
+    ("--upkeep-every", harness.positive, 20, "batches between compactions"),
+    ("--upkeep-base-rows", harness.positive, 30_000, "rows in the maintenance tables"),
+    ("--no-names-changes", harness.non_negative, 100_000, "row changes at binlog_row_metadata NO_LOG (0 skips)"),
+]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.binlog", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--changes", type=_positive, default=200_000, help="row changes in the recorded binlog")
-    parser.add_argument(
-        "--loads", type=_int_list, default=[500, 2000], help="comma-separated offered loads, rows/s ('' skips)"
-    )
-    parser.add_argument("--duration", type=_seconds, default=60.0, help="seconds of writing per offered load (60)")
-    parser.add_argument(
-        "--interval", type=_seconds, default=5.0, help="stream.batch_interval_seconds of the lag runs (5)"
-    )
-    parser.add_argument(
-        "--initial-rows", type=_positive, default=20_000, help="initial orders (customers 1/4, events 1/2)"
-    )
-    parser.add_argument(
-        "--merge-changes", type=_non_negative, default=20_000, help="changes per MERGE batch (20000; 0 skips)"
-    )
-    parser.add_argument("--merge-base-rows", type=_positive, default=200_000, help="rows in the MERGE tables")
-    parser.add_argument("--merge-rounds", type=_positive, default=3, help="timed MERGE/append rounds (3)")
-    parser.add_argument(
-        "--upkeep-batches", type=_non_negative, default=60, help="MERGE batches of the maintenance run (60; 0 skips)"
-    )
-    parser.add_argument("--upkeep-changes", type=_positive, default=500, help="changes per maintenance-run batch (500)")
-    parser.add_argument("--upkeep-every", type=_positive, default=20, help="batches between compactions (20)")
-    parser.add_argument("--upkeep-base-rows", type=_positive, default=30_000, help="rows in the maintenance tables")
-    parser.add_argument(
-        "--no-names-changes",
-        type=_non_negative,
-        default=100_000,
-        help="row changes recorded at binlog_row_metadata NO_LOG for the by-position runs (100000; 0 skips)",
-    )
-    parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (Spark, job) in the temp dir")
-    add_spark_conf_option(parser)
-    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
+    parser = harness.parser_for("bench.binlog", __doc__, OPTIONS)
+    harness.add_common_options(parser)
     args = parser.parse_args(argv)
     if args.initial_rows < 2 * SLICE:
         parser.error(f"--initial-rows must be at least {2 * SLICE}")
@@ -1605,17 +1032,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.worker:
-        spec = json.loads(args.worker)
-        workers = {"merge": worker_merge, "upkeep": worker_upkeep}
-        result = workers.get(spec["kind"], worker_job)(spec)
-        print(RESULT_PREFIX + json.dumps(result), flush=True)
-        return 0
-    results = orchestrate(args)
-    print(render(results))
-    path = write_results(results, "binlog")
-    print(f"\nresults written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    workers = {"merge": worker_merge, "upkeep": worker_upkeep}
+    if not harness.worker_main(
+        sys.argv if argv is None else argv, lambda spec: workers.get(spec["kind"], worker_job)(spec)
+    ):
+        harness.run_bench("binlog", parse_args(argv), measure, render, mariadb={})
     return 0
 
 

@@ -1,20 +1,6 @@
-"""What following foreign keys costs (issue 40): the same deletes, once as InnoDB's unlogged actions, once logged.
-
-A private MariaDB holds two databases of the same three tables: `--parents` parents `p`, five children `c` per
-parent and one grandchild `g` per child. In database `keyed`, `c` refers to `p` with `ON DELETE CASCADE` and `g`
-refers to `c` with `ON DELETE SET NULL`; in database `logged` the same columns have no foreign key. Both are copied
-by a first `ingest run --until-caught-up`. Then:
-
-- **keyed**: `DELETE FROM p WHERE id <= --deleted`. The binlog holds those parents' deletes only; InnoDB deletes
-  their children and nulls the grandchildren's references without a row event. The job applies those actions
-  itself, reading the rows they reach from the targets, in two rounds (the children's delete acts in turn on the
-  grandchildren), and commits the tables one after another.
-- **logged**, the baseline: the same end state by statements whose every row is logged: the grandchildren's
-  update, then the children's and the parents' deletes.
-
-Each is followed by `ingest run --until-caught-up`, timed as a user runs it (its JVM's start included). Printed:
-seconds, the changes the binlog holds, and the ratio of the two runs; `ingest verify` must find every table equal.
-Results go to `bench/results/foreign_keys-<UTC time>.json`.
+"""What following foreign keys costs (issue 40): the same deletes, once as InnoDB's unlogged actions (`keyed`), once
+with every row change logged (`logged`, the baseline); each caught up by `ingest run --until-caught-up` and verified.
+See bench/README.md.
 
     .venv/bin/python -m bench.foreign_keys                          # 20,000 parents, 2,000 deleted
     .venv/bin/python -m bench.foreign_keys --parents 2000 --deleted 200
@@ -23,14 +9,11 @@ Results go to `bench/results/foreign_keys-<UTC time>.json`.
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.many_tables import job, pipeline_file
-from bench.snapshot import CDC_USER, PASSWORD_ENV, _progress, host_info, write_results
+from bench import harness
+from bench.many_tables import pipeline_file
 from ingest.devservers.mariadb import MariaDBServer
 
 CHILDREN_PER_PARENT = 5
@@ -69,46 +52,52 @@ def delete_parents(server: MariaDBServer, database: str, deleted: int, keyed: bo
     return 2 * children + deleted
 
 
-def measure(server: MariaDBServer, database: str, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+def measure_database(server: MariaDBServer, database: str, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     keyed = database == "keyed"
-    _progress(f"{database}: {args.parents} parents, {args.parents * CHILDREN_PER_PARENT} children and grandchildren")
+    harness.progress(
+        f"{database}: {args.parents} parents, {args.parents * CHILDREN_PER_PARENT} children and grandchildren"
+    )
     create_tables(server, database, args.parents, keyed)
     config_file = pipeline_file(server, database, scratch / database)
-    _progress(f"{database}: first run")
-    first = job(config_file, "run", "--until-caught-up")
+    harness.progress(f"{database}: first run")
+    first = harness.ingest(config_file, "run", "--until-caught-up")
     logged = delete_parents(server, database, args.deleted, keyed)
-    _progress(f"{database}: catch-up of {args.deleted} parents' deletes ({logged} row changes logged)")
-    catch_up = job(config_file, "run", "--until-caught-up")
-    _progress(f"{database}: verify")
-    job(config_file, "verify")
-    return {"first_run_s": first, "changes_logged": logged, "catch_up_s": catch_up}
+    label = f"{database}: {args.deleted} parents' deletes ({logged} row changes logged)"
+    return {
+        "first_run_s": first,
+        "changes_logged": logged,
+        "catch_up_s": harness.catch_up_and_verify(config_file, label),
+    }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
+    for database in ("keyed", "logged"):
+        results[database] = measure_database(server, database, args, scratch)
+
+
+def render(results: dict[str, Any]) -> str:
+    keyed, logged, args = results["keyed"], results["logged"], results["args"]
+    children = args["deleted"] * CHILDREN_PER_PARENT
+    return "\n".join(
+        [
+            f"{args['deleted']} of {args['parents']} parents deleted: {children} children deleted, "
+            f"{children} grandchildren nulled",
+            f"{'catch-up run':<44}{'changes logged':>16}{'s':>8}",
+            f"{'keyed: actions applied by the job':<44}{keyed['changes_logged']:>16}{keyed['catch_up_s']:>8.1f}",
+            f"{'logged: every row change in the binlog':<44}{logged['changes_logged']:>16}{logged['catch_up_s']:>8.1f}",
+            f"keyed / logged: {keyed['catch_up_s'] / logged['catch_up_s']:.2f}",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser_for("bench.foreign_keys", __doc__)
     parser.add_argument("--parents", type=int, default=20_000, help="parents (default 20,000)")
     parser.add_argument("--deleted", type=int, default=2_000, help="parents deleted (default 2,000)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0 < args.deleted <= args.parents:
         parser.error("--deleted must be between 1 and --parents")
-    results: dict[str, Any] = {"host": host_info(), "parents": args.parents, "deleted": args.deleted}
-    password = secrets.token_urlsafe(16)
-    os.environ[PASSWORD_ENV] = password
-    with MariaDBServer(server_id=7) as server, tempfile.TemporaryDirectory(prefix="bench-fk-") as scratch:
-        server.create_cdc_user(CDC_USER, password)
-        for database in ("keyed", "logged"):
-            results[database] = measure(server, database, args, Path(scratch))
-    keyed, logged = results["keyed"], results["logged"]
-    children = args.deleted * CHILDREN_PER_PARENT
-    print(
-        f"{args.deleted} of {args.parents} parents deleted: {children} children deleted, "
-        f"{children} grandchildren nulled"
-    )
-    print(f"{'catch-up run':<44}{'changes logged':>16}{'s':>8}")
-    print(f"{'keyed: actions applied by the job':<44}{keyed['changes_logged']:>16}{keyed['catch_up_s']:>8.1f}")
-    print(f"{'logged: every row change in the binlog':<44}{logged['changes_logged']:>16}{logged['catch_up_s']:>8.1f}")
-    print(f"keyed / logged: {keyed['catch_up_s'] / logged['catch_up_s']:.2f}")
-    print(f"results: {write_results(results, 'foreign_keys')}")
+    harness.run_bench("foreign_keys", args, measure, render, mariadb={"server_id": 7})
 
 
 if __name__ == "__main__":

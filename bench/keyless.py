@@ -1,18 +1,5 @@
-"""What a table without a key costs against the same table with a primary key (issue 41), in one run.
-
-A private MariaDB holds two tables of `--rows` rows with the same columns and values (an `INT`, a `VARCHAR`, an
-`INT`, a `DATETIME(6)` and a `DECIMAL`): `keyed.t`, whose `INT` is its primary key, and `keyless.t`, with no key
-at all. For each, into a fresh embedded warehouse (SQLite JDBC catalog, local files):
-
-- **baseline**: one PyMySQL connection as the CDC user streams `SELECT *` with an unbuffered `SSCursor`;
-- **snapshot**: `ingest run --snapshot-only`, as a user runs it (its wall clock includes the JVM's start); the
-  keyless table is read in one chunk and its alike rows numbered;
-- **catch-up**: the same `--changes` row changes are written to both tables (updates, deletes and inserts in
-  ranges of 1,000 rows, one transaction each), then `ingest run --until-caught-up` applies them: a MERGE by key
-  against a MERGE that reads the target's numbers of every changed row value.
-
-Printed: seconds per step and the ratio keyless / keyed; `ingest verify` must find both equal. Results go to
-`bench/results/keyless-<UTC time>.json`.
+"""What a table without a key costs against the same table with a primary key (issue 41), in one run: the SSCursor
+baseline, the snapshot and the catch-up of the same changes, keyless / keyed. See bench/README.md.
 
     .venv/bin/python -m bench.keyless                      # 200,000 rows, 20,000 changes
     .venv/bin/python -m bench.keyless --rows 20000 --changes 2000
@@ -21,14 +8,12 @@ Printed: seconds per step and the ratio keyless / keyed; `ingest verify` must fi
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.many_tables import baseline, job, pipeline_file
-from bench.snapshot import CDC_USER, PASSWORD_ENV, _progress, host_info, write_results
+from bench import harness
+from bench.many_tables import pipeline_file
+from bench.tables import select_all
 from ingest.devservers.mariadb import MariaDBServer
 
 COLUMNS = "id INT NOT NULL, label VARCHAR(20), n INT, at DATETIME(6), amount DECIMAL(10,2)"
@@ -60,48 +45,51 @@ def change_statements(rows: int, changes: int) -> list[str]:
     return statements
 
 
-def measure(
-    server: MariaDBServer, password: str, database: str, statements: list[str], scratch: Path
-) -> dict[str, Any]:
+def measure_database(server: MariaDBServer, database: str, statements: list[str], scratch: Path) -> dict[str, Any]:
     config_file = pipeline_file(server, database, scratch)
-    _progress(f"{database}: baseline")
-    base = baseline(server, [f"{database}.t"], password)
-    _progress(f"{database}: snapshot")
-    snapshot = job(config_file, "run", "--snapshot-only")
+    harness.progress(f"{database}: baseline")
+    base = select_all(server, [f"{database}.t"])["seconds"]
+    harness.progress(f"{database}: snapshot")
+    snapshot = harness.ingest(config_file, "run", "--snapshot-only")
     server.execute(*statements, database=database)
-    _progress(f"{database}: catch-up")
-    catch_up = job(config_file, "run", "--until-caught-up")
-    _progress(f"{database}: verify")
-    job(config_file, "verify")
+    catch_up = harness.catch_up_and_verify(config_file, database)
     return {"baseline_s": base, "snapshot_s": snapshot, "catch_up_s": catch_up}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
+    harness.progress(f"creating two tables of {args.rows} rows")
+    create_table(server, "keyed", args.rows, key=True)
+    create_table(server, "keyless", args.rows, key=False)
+    statements = change_statements(args.rows, args.changes)
+    for database in ("keyed", "keyless"):
+        results[database] = measure_database(server, database, statements, scratch / database)
+
+
+RUNS = (
+    ("baseline: SSCursor SELECT *", "baseline_s"),
+    ("ingest run --snapshot-only", "snapshot_s"),
+    ("catch-up (--until-caught-up)", "catch_up_s"),
+)
+
+
+def render(results: dict[str, Any]) -> str:
+    columns = [
+        harness.Column("run", 34),
+        harness.Column("keyed s", 9, ".1f"),
+        harness.Column("keyless s", 11, ".1f"),
+        harness.Column("keyless/keyed", 15, ".2f"),
+    ]
+    rows = [[label, k, n, n / k] for label, key in RUNS for k, n in [(results["keyed"][key], results["keyless"][key])]]
+    args = results["args"]
+    title = f"{args['rows']} rows with a primary key (keyed) and without any key (keyless), {args['changes']} changes"
+    return "\n".join([title, *harness.text_table(columns, rows, sep="", rule=False)])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser_for("bench.keyless", __doc__)
     parser.add_argument("--rows", type=int, default=200_000, help="rows in each table (default 200,000)")
     parser.add_argument("--changes", type=int, default=20_000, help="row changes to catch up (default 20,000)")
-    args = parser.parse_args()
-    results: dict[str, Any] = {"host": host_info(), "rows": args.rows, "changes": args.changes}
-    password = secrets.token_urlsafe(16)
-    os.environ[PASSWORD_ENV] = password
-    statements = change_statements(args.rows, args.changes)
-    with MariaDBServer(server_id=7) as server, tempfile.TemporaryDirectory(prefix="bench-keyless-") as scratch:
-        server.create_cdc_user(CDC_USER, password)
-        _progress(f"creating two tables of {args.rows} rows")
-        create_table(server, "keyed", args.rows, key=True)
-        create_table(server, "keyless", args.rows, key=False)
-        for database in ("keyed", "keyless"):
-            results[database] = measure(server, password, database, statements, Path(scratch) / database)
-    print(f"{args.rows} rows with a primary key (keyed) and without any key (keyless), {args.changes} changes")
-    print(f"{'run':<34}{'keyed s':>9}{'keyless s':>11}{'keyless/keyed':>15}")
-    for label, key in (
-        ("baseline: SSCursor SELECT *", "baseline_s"),
-        ("ingest run --snapshot-only", "snapshot_s"),
-        ("catch-up (--until-caught-up)", "catch_up_s"),
-    ):
-        k, n = results["keyed"][key], results["keyless"][key]
-        print(f"{label:<34}{k:>9.1f}{n:>11.1f}{n / k:>15.2f}")
-    print(f"results: {write_results(results, 'keyless')}")
+    harness.run_bench("keyless", parser.parse_args(argv), measure, render, mariadb={"server_id": 7})
 
 
 if __name__ == "__main__":

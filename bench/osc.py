@@ -1,19 +1,7 @@
-"""The running job's lag while pt-online-schema-change alters a captured table under load (issue 32).
-
-A private MariaDB holds bench.soak's tables (`--rows` orders, a quarter as many customers, half as many events);
-the job runs as a user runs it (`ingest run`, `--interval`), its /metrics scraped every second, while bench.soak's
-mixed writer offers `--rate` single-row transactions a second to the three tables. After `--calm` seconds the real
-pt-online-schema-change alters `orders` (`--alter`); `--calm` seconds after it ends the writer stops, the job is
-stopped with SIGTERM and `ingest verify` compares every table with MySQL.
-
-The baseline is the same run's lag before the migration: the bench prints lag p50/p95/max (`ingest_lag_seconds`)
-before, during (from pt-osc's start until `--interval` seconds after the job logged that it followed the swap) and
-after it, and p95 / the interval (issue 32's goal during the swap: <= 2). What the job did at the swap (followed
-as a schema change, no copy again) is read from its log.
-
-`--backfill` (issue 49) runs an ALTER whose old rows' values the server computes (a STORED generated column added
-to `orders`) directly instead: the job reads `orders` again into its branch while the others stream, and the same
-job then copies a table of `orders`' key and that column's values again, the baseline the backfill is compared with.
+"""The running job's lag while pt-online-schema-change alters a captured table under load (issue 32): lag before,
+during and after the swap, against the same run's lag before it; `--recopy` an ALTER the job copies again, and
+`--backfill` (issue 49) one whose old rows the server computes, against a copy of the key and the new column. See
+bench/README.md.
 
     .venv/bin/python -m bench.osc                          # 200,000 orders, 500 changes/s, interval 5 s
     .venv/bin/python -m bench.osc --rows 20000 --calm 20   # a smoke run
@@ -23,7 +11,6 @@ job then copies a table of `orders`' key and that column's values again, the bas
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -32,21 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.binlog import TABLES, lag_stats, source_counts
-from bench.harness import catch_up, on_private_mariadb
-from bench.snapshot import DATABASE, BenchError, _progress
-from bench.soak import (
-    READY_TIMEOUT_SECONDS,
-    STOP_TIMEOUT_SECONDS,
-    JobProcess,
-    MixedWriter,
-    Scraper,
-    pipeline_document,
-    run_verify,
-    wait_ready,
-)
+from bench import harness
+from bench.soak import job_options, job_pipeline
+from bench.tables import TABLES, MixedWriter, create_tables, load_initial, source_counts
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.devservers.process import free_port
 
 FOLLOWED_LINE = "followed the schema change"
 RECOPIED_LINE = "the copy is complete"
@@ -70,7 +46,7 @@ def migrate(server: MariaDBServer, alter: str) -> dict[str, Any]:
             "pt-online-schema-change",
             "--alter",
             alter,
-            f"D={DATABASE},t=orders,S={server.socket},u=root",
+            f"D={harness.DATABASE},t=orders,S={server.socket},u=root",
             "--execute",
             "--no-version-check",
             "--recursion-method=none",
@@ -91,49 +67,39 @@ def migrate(server: MariaDBServer, alter: str) -> dict[str, Any]:
 def alter_directly(server: MariaDBServer, alter: str) -> dict[str, Any]:
     """`ALTER TABLE orders <alter>` as root: its duration (the server rebuilds the table, writers wait)."""
     started = time.monotonic()
-    server.execute(f"ALTER TABLE {DATABASE}.orders {alter}")
+    server.execute(f"ALTER TABLE {harness.DATABASE}.orders {alter}")
     return {"exit_code": 0, "seconds": round(time.monotonic() - started, 3), "output": []}
 
 
 def key_and_column_table(server: MariaDBServer) -> None:
     """`--backfill`'s baseline table: orders' key and the values the new column will hold, unlogged."""
-    with server.admin(DATABASE) as conn, conn.cursor() as cur:
+    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"CREATE TABLE {KEY_AND_COLUMN} (id INT NOT NULL PRIMARY KEY, g BIGINT)")
         cur.execute(f"INSERT INTO {KEY_AND_COLUMN} SELECT id, customer_id * 2 FROM orders")
         conn.commit()
 
 
-def copy_again_seconds(job: Any, config_path: Path, table: str, log_lines: list[str]) -> float:
+def copy_again_seconds(job: harness.JobProcess, config_path: Path, table: str, log_lines: list[str]) -> float:
     """Ask the running job to copy `table` again and wait until it logs the copy complete; the seconds taken."""
     started = time.monotonic()
-    asked = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "snapshot", "--config", str(config_path), "--table", table, "--again"],
-        capture_output=True,
-        text=True,
-        check=False,
+    harness.ingest(config_path, "snapshot", "--table", table, "--again")
+    found = job.wait_log(
+        lambda lines: any(table in line and RECOPIED_LINE in line for line in lines), "copy " + table, log_lines
     )
-    if asked.returncode != 0:
-        raise BenchError(f"ingest snapshot --again {table} failed:\n{asked.stderr[-2000:]}")
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline and job.alive():
-        log_lines += job.new_log_lines()
-        if any(table in line and RECOPIED_LINE in line for line in log_lines):
-            return round(time.monotonic() - started, 3)
-        time.sleep(0.5)
-    raise BenchError(f"the job did not copy {table} again:\n" + job.log_tail())
+    return round(found - started, 3)
 
 
 _CHUNKS_READ = re.compile(r"(\S+): chunks (\d+)/(\d+) read")
 
 
-def wait_copied(job: Any, tables: int) -> float:
+def wait_copied(job: harness.JobProcess, tables: int) -> float:
     """Wait until the job has logged every chunk of `tables` tables read; the seconds it took."""
     started = time.monotonic()
     copied: set[str] = set()
     while len(copied) < tables:
-        if not job.alive() or time.monotonic() - started > READY_TIMEOUT_SECONDS:
-            raise BenchError("the job did not copy every table:\n" + job.log_tail())
+        if not job.alive() or time.monotonic() - started > harness.READY_TIMEOUT_SECONDS:
+            raise harness.BenchError("the job did not copy every table; " + job.tail())
         for line in job.log_path.read_text(errors="replace").splitlines():
             m = _CHUNKS_READ.search(line)
             if m and m[2] == m[3]:
@@ -143,66 +109,51 @@ def wait_copied(job: Any, tables: int) -> float:
 
 
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
-    warehouse = scratch / "warehouse"
-    warehouse.mkdir()
-    port = free_port()
-    document = pipeline_document(server.host, server.port, warehouse, args.interval, port)
-    document["name"] = "bench_osc"
-    if args.recopy or args.backfill:
-        document["stream"]["on_unfollowable"] = "recopy"
+    create_tables(server)
+    keys = load_initial(server, args.rows)
+    stream: dict[str, Any] = {"on_unfollowable": "recopy"} if args.recopy or args.backfill else {}
     if args.backfill:
-        document["stream"]["signal_poll_seconds"] = 1  # the baseline's request is taken at once
+        stream["signal_poll_seconds"] = 1  # the baseline's request is taken at once
         key_and_column_table(server)
-        document["tables"]["include"].append(rf"{DATABASE}\.{KEY_AND_COLUMN}")
-    config_path = scratch / "osc.yaml"
-    config_path.write_text(json.dumps(document, indent=2) + "\n")
-    log_path = scratch / "job.log"
-    with JobProcess(config_path, log_path) as job:
-        results["ready_s"] = round(wait_ready(job, port, READY_TIMEOUT_SECONDS), 3)
+    config_path, document, port = job_pipeline(server, scratch, "bench_osc", args.interval)
+    document["stream"].update(stream)
+    if args.backfill:
+        document["tables"]["include"].append(rf"{harness.DATABASE}\.{KEY_AND_COLUMN}")
+    harness.write_pipeline(document, config_path)
+    with harness.JobProcess(config_path, scratch / "job.log", port) as job:
+        results["ready_s"] = job.ready()
         # The query copies the tables between its first binlog batches: the migration comes once all are copied.
         results["copied_s"] = round(wait_copied(job, len(TABLES) + (1 if args.backfill else 0)), 3)
         job.new_log_lines()  # the first copy's lines: what comes after is the migration's
-        t0 = time.monotonic()
-        scraper = Scraper(job.pid, port, t0)
-        keys = args.keys
+        scraper = job.scrape()
         writer = MixedWriter(server, keys, args.rate)
-        scraper.start()
         writer.start()
         time.sleep(args.calm)
         how = "ALTER TABLE orders" if args.backfill else "pt-online-schema-change --alter"
-        _progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
-        osc_start = time.monotonic() - t0
+        harness.progress(f"{how} {args.alter!r} under {args.rate:g} changes/s")
+        osc_start = scraper.elapsed()
         results["pt_osc"] = alter_directly(server, args.alter) if args.backfill else migrate(server, args.alter)
-        osc_end = time.monotonic() - t0
+        osc_end = scraper.elapsed()
         if results["pt_osc"]["exit_code"] != 0:
-            raise BenchError("pt-online-schema-change failed:\n" + "\n".join(results["pt_osc"]["output"]))
-        followed_at = None
-        followed: list[str] = []
+            raise harness.BenchError("pt-online-schema-change failed:\n" + "\n".join(results["pt_osc"]["output"]))
         wanted = RECOPIED_LINE if args.recopy or args.backfill else FOLLOWED_LINE
         lines: list[str] = []
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while followed_at is None and time.monotonic() < deadline and job.alive():
-            lines += job.new_log_lines()
-            followed = [line for line in lines if wanted in line and KEY_AND_COLUMN not in line]
-            if followed:
-                followed_at = time.monotonic() - t0
-            time.sleep(0.5)
-        if followed_at is None:
-            raise BenchError(f"the job did not follow the swap; log {log_path}:\n" + job.log_tail())
+
+        def followed(lines: list[str]) -> list[str]:
+            return [line for line in lines if wanted in line and KEY_AND_COLUMN not in line]
+
+        followed_at = job.wait_log(lambda lines: bool(followed(lines)), "follow the swap", lines) - scraper.t0
         time.sleep(args.calm + args.interval)
         if args.backfill:
-            _progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
+            harness.progress(f"the baseline: {KEY_AND_COLUMN} copied again by the same job, under the same writes")
             results["key_and_column_copy_s"] = copy_again_seconds(
-                job, config_path, f"{DATABASE}.{KEY_AND_COLUMN}", lines
+                job, config_path, f"{harness.DATABASE}.{KEY_AND_COLUMN}", lines
             )
         writer.stop()
         results["writer"] = {"statements": writer.written, "rate": round(writer.written / writer.seconds, 1)}
-        job.terminate()
-        code = job.wait(STOP_TIMEOUT_SECONDS)
-        scraper.stop()
+        code = results["job_exit_code"] = job.stop()
         lines += job.new_log_lines()
-        results["job_exit_code"] = code
-        results["followed"] = followed
+        results["followed"] = followed(lines)
         results["seconds_to_follow"] = round(followed_at - osc_end, 3)
         results["copied_again"] = sum(1 for line in lines if COPIED_LINE in line)
         # "during": from the tool's start (a direct ALTER's end: writers wait on the server's rebuild, which is no
@@ -214,14 +165,15 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
             "during": (during_from, followed_at + args.interval),
             "after": (followed_at + args.interval, followed_at + args.interval + args.calm),
         }
-        results["lag_s"] = {
-            name: lag_stats([p.lag_s for p in scraper.between(lo, hi) if p.lag_s is not None])
-            for name, (lo, hi) in windows.items()
-        }
+        results["lag_s"] = {name: scraper.lag(lo, hi) for name, (lo, hi) in windows.items()}
         if code != 0:
-            raise BenchError(f"the job exited with {code}; log {log_path}:\n" + job.log_tail())
-    results["catch_up_after_stop"] = {"exit_code": 0, "seconds": catch_up(config_path)}
-    results["verify"] = run_verify(config_path)
+            raise harness.BenchError(f"the job exited with {code}; " + job.tail())
+    harness.progress("ingest run --until-caught-up, then ingest verify")
+    results["catch_up_after_stop"] = {
+        "exit_code": 0,
+        "seconds": harness.ingest(config_path, "run", "--until-caught-up"),
+    }
+    results["verify"] = harness.run_verify(config_path)
     results["source_rows"] = source_counts(server)
 
 
@@ -236,8 +188,8 @@ def render(results: dict[str, Any]) -> str:
     ]
     for name, stats in results["lag_s"].items():
         p95 = stats["p95"]
-        ratio = "" if p95 is None else f"{p95 / interval:.2f}"
-        out.append(f"| {name} | {stats['p50']} | {p95} | {stats['max']} | {ratio} |")
+        per_interval = "" if p95 is None else f"{p95 / interval:.2f}"
+        out.append(f"| {name} | {stats['p50']} | {p95} | {stats['max']} | {per_interval} |")
     args = results["args"]
     what = "copy again complete" if args["recopy"] or args["backfill"] else "swap followed"
     end = "the ALTER's" if args["backfill"] else "pt-osc's"
@@ -248,7 +200,7 @@ def render(results: dict[str, Any]) -> str:
             f"backfill (copy again of orders, {results['seconds_to_follow']:.1f} s after the ALTER's end) / a copy "
             f"of its key and the new column by the same job ({baseline:.1f} s): "
             f"{results['seconds_to_follow'] / baseline:.2f}; lag p95 during / before: "
-            f"{_ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95'])}"
+            f"{harness.fmt(harness.ratio(results['lag_s']['during']['p95'], results['lag_s']['before']['p95']), '.2f')}"
         )
     out.append(
         f"tables copied again: {results['copied_again']}; verify: {'equal' if results['verify']['ok'] else 'DIFFERS'}"
@@ -256,16 +208,8 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or not b else f"{a / b:.2f}"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.osc", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000, help="orders (customers a quarter, events half)")
-    parser.add_argument("--rate", type=float, default=500.0, help="offered single-row transactions per second")
-    parser.add_argument("--interval", type=float, default=5.0, help="stream.batch_interval_seconds")
-    parser.add_argument("--calm", type=float, default=30.0, help="seconds of load before and after the migration")
+    parser = harness.parser_for("bench.osc", __doc__, job_options(200_000, 500.0, 5.0, "the migration"))
     parser.add_argument(
         "--alter", default="ADD COLUMN region VARCHAR(8) NOT NULL DEFAULT 'eu'", help="pt-osc's --alter of orders"
     )
@@ -293,8 +237,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if shutil.which("pt-online-schema-change") is None and not args.backfill:
-        raise BenchError("pt-online-schema-change is not installed (`make setup` installs percona-toolkit)")
-    results = on_private_mariadb("osc", args, measure, render)
+        raise harness.BenchError("pt-online-schema-change is not installed (`make setup` installs percona-toolkit)")
+    results = harness.run_bench("osc", args, measure, render, mariadb={})
     copies = 2 if args.backfill else 1 if args.recopy else 0
     return 0 if results["verify"]["ok"] and results["followed"] and results["copied_again"] == copies else 1
 

@@ -1,12 +1,6 @@
-"""The running job's lag across a restart of its source (issue 53): the server stopped for `--outages` seconds each,
-then started again on the same port and data, under a steady writer.
-
-A private MariaDB holds bench.soak's tables (`--rows` orders); the job runs as a user runs it (`ingest run`,
-`--interval`), its /metrics scraped every second, while bench.soak's mixed writer offers `--rate` single-row
-transactions a second (it pauses while the server is down). The baseline is the same run's lag before the first
-outage. For each outage the bench prints how long after the server went away the lag was back at the baseline's
-p95 (plus one interval) for three scrapes in a row, and that time over the outage: issue 53's goal is at most
-2x the outage + 10 s. Then the job is stopped with SIGTERM, catches up, and `ingest verify` compares every table.
+"""The running job's lag across a restart of its source (issue 53): for each outage, how long after the server went
+away the lag was back at the same run's p95 before it, over the outage (the goal: at most 2x + 10 s). See
+bench/README.md.
 
     .venv/bin/python -m bench.outage                     # outages of 5 s and 60 s, 200 changes/s
     .venv/bin/python -m bench.outage --outages 5 --calm 20
@@ -15,32 +9,20 @@ p95 (plus one interval) for three scrapes in a row, and that time over the outag
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.binlog import lag_stats
-from bench.harness import catch_up, on_private_mariadb
-from bench.snapshot import BenchError, _progress
-from bench.soak import (
-    READY_TIMEOUT_SECONDS,
-    STOP_TIMEOUT_SECONDS,
-    JobProcess,
-    MixedWriter,
-    Scraper,
-    pipeline_document,
-    run_verify,
-    wait_ready,
-)
+from bench import harness
+from bench.soak import job_options, job_pipeline
+from bench.tables import MixedWriter, create_tables, load_initial
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.devservers.process import free_port
 
 STEADY_SCRAPES = 3
 
 
-def back_to_normal(scraper: Scraper, down: float, back: float, normal: float, timeout: float) -> float | None:
+def back_to_normal(scraper: harness.Scraper, down: float, back: float, normal: float, timeout: float) -> float | None:
     """Seconds from `down` (the server stopped) until the lag, read after `back` (it started again), stayed at or
     under `normal` for STEADY_SCRAPES scrapes in a row."""
     deadline = time.monotonic() + timeout
@@ -55,47 +37,39 @@ def back_to_normal(scraper: Scraper, down: float, back: float, normal: float, ti
 
 
 def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
-    warehouse = scratch / "warehouse"
-    warehouse.mkdir()
-    port = free_port()
-    document = pipeline_document(server.host, server.port, warehouse, args.interval, port)
-    document["name"] = "bench_outage"
-    config_path = scratch / "outage.yaml"
-    config_path.write_text(json.dumps(document, indent=2) + "\n")
-    with JobProcess(config_path, scratch / "job.log") as job:
-        results["ready_s"] = round(wait_ready(job, port, READY_TIMEOUT_SECONDS), 3)
-        t0 = time.monotonic()
-        scraper = Scraper(job.pid, port, t0)
-        scraper.start()
-        writer = MixedWriter(server, args.keys, args.rate)
+    create_tables(server)
+    keys = load_initial(server, args.rows)
+    config_path, _, port = job_pipeline(server, scratch, "bench_outage", args.interval)
+    with harness.JobProcess(config_path, scratch / "job.log", port) as job:
+        results["ready_s"] = job.ready()
+        scraper = job.scrape()
+        writer = MixedWriter(server, keys, args.rate)
         writer.start()
         time.sleep(args.calm)
-        baseline = lag_stats([p.lag_s for p in scraper.between(args.calm / 2, args.calm) if p.lag_s is not None])
-        results["baseline_lag_s"] = baseline
+        baseline = results["baseline_lag_s"] = scraper.lag(args.calm / 2, args.calm)
         normal = (baseline["p95"] or 0.0) + args.interval
         results["outages"] = []
         for outage in args.outages:
-            _progress(f"the source away for {outage:g} s")
+            harness.progress(f"the source away for {outage:g} s")
             writer.stop()
-            down = time.monotonic() - t0
+            down = scraper.elapsed()
             server.stop()
             time.sleep(outage)
             server.start()
-            back = time.monotonic() - t0
-            writer = MixedWriter(server, args.keys, args.rate)
+            back = scraper.elapsed()
+            writer = MixedWriter(server, keys, args.rate)
             writer.start()
             recovered = back_to_normal(scraper, down, back, normal, timeout=10 * outage + 120)
             if not job.alive():
-                raise BenchError("the job ended during the outage:\n" + job.log_tail())
+                raise harness.BenchError("the job ended during the outage; " + job.tail())
             results["outages"].append({"seconds": outage, "lag_normal_after_s": recovered, "goal_s": 2 * outage + 10})
             time.sleep(args.calm)
         writer.stop()
-        job.terminate()
-        results["job_exit_code"] = job.wait(STOP_TIMEOUT_SECONDS)
-        scraper.stop()
+        results["job_exit_code"] = job.stop()
         results["reconnect_lines"] = sum(1 for line in job.new_log_lines() if "lost the binlog connection" in line)
-    results["catch_up_s"] = catch_up(config_path)
-    results["verify"] = run_verify(config_path)
+    harness.progress("ingest run --until-caught-up, then ingest verify")
+    results["catch_up_s"] = harness.ingest(config_path, "run", "--until-caught-up")
+    results["verify"] = harness.run_verify(config_path)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -116,17 +90,13 @@ def render(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.outage", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=20_000, help="orders (customers a quarter, events half)")
-    parser.add_argument("--rate", type=float, default=200.0, help="offered single-row transactions per second")
-    parser.add_argument("--interval", type=float, default=2.0, help="stream.batch_interval_seconds")
-    parser.add_argument("--calm", type=float, default=30.0, help="seconds of load before and after each outage")
+    parser = harness.parser_for("bench.outage", __doc__, job_options(20_000, 200.0, 2.0, "each outage"))
     parser.add_argument("--outages", type=float, nargs="+", default=[5.0, 60.0], help="seconds the source is away")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    results = on_private_mariadb("outage", parse_args(argv), measure, render)
+    results = harness.run_bench("outage", parse_args(argv), measure, render, mariadb={})
     return 0 if results["verify"]["ok"] and results["job_exit_code"] == 0 else 1
 
 

@@ -1,53 +1,20 @@
-"""The job against a peer, Debezium's MariaDB connector, on the same data in one run.
+"""The job against a peer, Debezium's MariaDB connector (embedded, `bench/peer/CountingEngine.java`), on the same data
+in one run: a snapshot of bench.items and a catch-up over a recorded binlog, each against its raw baseline,
+`--rounds` times, medians shown. Debezium's jars are fetched by mvn into the tools cache the first time. See
+bench/README.md.
 
     .venv/bin/python -m bench.peer                                           # 1,000,000 rows, 200,000 changes, 3 rounds
     .venv/bin/python -m bench.peer --rows 50000 --changes 20000 --rounds 1   # a quick one
-
-One private MariaDB (`MariaDBServer`: binlog ROW/FULL, GTIDs, a 1 GB buffer pool) and the project's CDC user
-(`SELECT, REPLICATION SLAVE, BINLOG MONITOR`: no RELOAD, no LOCK TABLES). Two parts, each with a raw baseline:
-
-- **Snapshot**: `bench.items` of `--rows` rows (bench.snapshot's table) read by a PyMySQL `SSCursor` `SELECT *`
-  (the baseline), by Debezium's snapshot (`snapshot.mode=initial_only`, `snapshot.locking.mode=none`) and by
-  `ingest run --snapshot-only` into a fresh embedded warehouse.
-- **Catch-up**: bench.binlog's three tables, snapshotted by the job, then a recorded binlog of at least
-  `--changes` row changes; over that range the raw python-mysql-replication parse (the baseline, bench.binlog's
-  `measure_raw_parse`), Debezium streaming it, and the job's `run(until_caught_up=True)` (bench.binlog's
-  `measure_catchup`, which also runs `ingest verify`).
-
-Each part runs its three measurements in turn, `--rounds` times (each of our catch-ups from a warehouse of its own,
-snapshotted before the binlog was recorded), and the table shows the median of every figure: the machine is shared,
-and load that comes and goes then falls on all three alike.
-
-Debezium runs as `bench/peer/CountingEngine.java`: the embedded engine (`DebeziumEngine`, Kafka Connect's
-`SourceRecord`s, no serialization) whose consumer counts the row changes and drops them, and prints JSON lines
-with the wall clock; the bench stops it once it counted the expected records. Its jars (`bench/peer/pom.xml`,
-Debezium `DEBEZIUM_VERSION`) are copied from Maven Central by `mvn` into
-`ingest.runtime.cache.tools_dir()/debezium-<version>` the first time, and the program is compiled there by
-`javac`; nothing of it is in git.
-
-How Debezium is made to catch up over exactly the recorded range: the binlog is recorded first (Debezium is not
-running), then the engine starts with an in-memory offset store that holds, at start, the offset an earlier run of
-the same engine would have committed had it stopped where the recording began (`file`, `pos` and `gtids`, the
-last from `BINLOG_GTID_POS` of that position: the MariaDB connector resumes by GTID), and with
-`snapshot.mode=recovery`: the connector rebuilds its (in-memory) schema history from the tables as they are (no
-DDL ran meanwhile) and streams from the offset. That is Debezium's documented way to resume after its schema
-history was lost, and it reads the range as a connector that had been down would.
-
-Printed: seconds, rows (or changes) per second, the ratio to the baseline, and ours / Debezium (throughput),
-each of ours against the Debezium line measured the same way. Results go to `bench/results/peer-<UTC time>.json`.
-See bench/README.md for what each line means.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
 import queue
 import resource
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -61,32 +28,19 @@ from typing import Any
 
 import yaml
 
-from bench.binlog import (
-    BASELINE_SERVER_ID,
-    JOB_SERVER_ID,
-    TABLES,
-    Worker,
-    create_tables,
-    load_initial,
-    make_config,
-    measure_catchup,
-    measure_raw_parse,
-    record_binlog,
-)
-from bench.many_tables import job, pipeline_file
-from bench.snapshot import (
-    CDC_USER,
-    DATABASE,
-    PASSWORD_ENV,
+from bench import harness
+from bench.binlog import BASELINE_SERVER_ID, JOB_SERVER_ID, make_config, measure_catchup, measure_raw_parse
+from bench.many_tables import pipeline_file
+from bench.tables import (
     TABLE,
-    BenchError,
-    _progress,
+    TABLES,
     create_table,
+    create_tables,
     drop_table,
     fill_table,
-    host_info,
-    measure_sscursor,
-    write_results,
+    load_initial,
+    record_binlog,
+    select_all,
 )
 from ingest.config import parse_config
 from ingest.devservers.mariadb import CDC_GRANTS, MariaDBServer
@@ -126,7 +80,7 @@ def fetch_jars(home: Path) -> Path:
     marker = lib / f".complete-{_digest(pom)}"
     if marker.exists():
         return lib
-    _progress(f"fetching Debezium {DEBEZIUM_VERSION} jars with mvn into {lib}")
+    harness.progress(f"fetching Debezium {DEBEZIUM_VERSION} jars with mvn into {lib}")
     shutil.rmtree(lib, ignore_errors=True)
     done = subprocess.run(
         [
@@ -145,7 +99,9 @@ def fetch_jars(home: Path) -> Path:
         check=False,
     )
     if done.returncode != 0:
-        raise BenchError(f"mvn could not fetch Debezium {DEBEZIUM_VERSION}:\n{(done.stdout + done.stderr)[-3000:]}")
+        raise harness.BenchError(
+            f"mvn could not fetch Debezium {DEBEZIUM_VERSION}:\n{(done.stdout + done.stderr)[-3000:]}"
+        )
     marker.touch()
     return lib
 
@@ -161,7 +117,7 @@ def compile_engine(home: Path, lib: Path) -> Path:
         ["javac", "-cp", f"{lib}/*", "-d", str(building), str(source)], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise BenchError(f"javac failed on {source}:\n{done.stderr[-3000:]}")
+        raise harness.BenchError(f"javac failed on {source}:\n{done.stderr[-3000:]}")
     building.rename(classes)
     return classes
 
@@ -184,17 +140,17 @@ def engine_properties(server: MariaDBServer, tables: str, snapshot_mode: str) ->
         "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory",
         "database.hostname": server.host,
         "database.port": str(server.port),
-        "database.user": CDC_USER,
+        "database.user": harness.CDC_USER,
         "database.server.id": str(DEBEZIUM_SERVER_ID),
         "topic.prefix": TOPIC_PREFIX,
-        "database.include.list": DATABASE,
-        "table.include.list": rf"{DATABASE}\.({tables})",
+        "database.include.list": harness.DATABASE,
+        "table.include.list": rf"{harness.DATABASE}\.({tables})",
         "snapshot.mode": snapshot_mode,
         "snapshot.locking.mode": "none",
         # One record per row change, as the baselines count: no tombstone after a delete, no DDL records.
         "tombstones.on.delete": "false",
         "include.schema.changes": "false",
-        "bench.password.env": PASSWORD_ENV,
+        "bench.password.env": harness.PASSWORD_ENV,
     }
 
 
@@ -219,7 +175,7 @@ def _lines(proc: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
         try:
             line = lines.get(timeout=STALL_SECONDS)
         except queue.Empty:
-            raise BenchError(f"Debezium printed nothing for {STALL_SECONDS:.0f} s") from None
+            raise harness.BenchError(f"Debezium printed nothing for {STALL_SECONDS:.0f} s") from None
         if line is None:
             return
         if line.startswith("{"):
@@ -273,7 +229,7 @@ def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path)
     if done is None:
         stopped = events.get("stopped", {})
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise BenchError(f"Debezium stopped before {target:,} records: {stopped}; log {log}, tail:\n{tail}")
+        raise harness.BenchError(f"Debezium stopped before {target:,} records: {stopped}; log {log}, tail:\n{tail}")
     end = done["t_ms"] / 1000
     start, first = events["engine_start"]["t_ms"] / 1000, events["first"]["t_ms"] / 1000
     counted = int(done[settings["bench.count"]])
@@ -299,9 +255,9 @@ def run_engine(classpath: str, settings: dict[str, str], target: int, log: Path)
 
 def our_snapshot(server: MariaDBServer, scratch: Path) -> dict[str, Any]:
     """`ingest run --snapshot-only` of bench.items into a fresh warehouse, timed as a user waits for it."""
-    config_file = pipeline_file(server, DATABASE, scratch)
+    config_file = pipeline_file(server, harness.DATABASE, scratch)
     load = os.getloadavg()[0]
-    seconds = job(config_file, "run", "--snapshot-only")
+    seconds = harness.ingest(config_file, "run", "--snapshot-only")
     rows = iceberg_rows(config_file, TABLE)
     return {"rows": rows, "process_s": round(seconds, 3), "rows_per_s": rows / seconds, "load_avg_1m_before": load}
 
@@ -311,33 +267,31 @@ def iceberg_rows(config_file: Path, table: str) -> int:
     from ingest.sink.catalog import load_pyiceberg_catalog
 
     config = parse_config(yaml.safe_load(config_file.read_text()))
-    target = load_pyiceberg_catalog(config.sink).load_table(config.target_for(DATABASE, table))
+    target = load_pyiceberg_catalog(config.sink).load_table(config.target_for(harness.DATABASE, table))
     snapshot = target.current_snapshot()
     return int(snapshot.summary["total-records"]) if snapshot is not None and snapshot.summary else 0
 
 
-def snapshot_round(server: MariaDBServer, password: str, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
+def snapshot_round(server: MariaDBServer, rows: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """The baseline, Debezium's initial_only snapshot and ours, one after the other over bench.items."""
-    _progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
-    out = {"baseline": measure_sscursor(server, TABLE, password)}
-    _progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
+    harness.progress(f"{scratch.name}: baseline, PyMySQL SSCursor SELECT *")
+    out = {"baseline": select_all(server, [f"{harness.DATABASE}.{TABLE}"])}
+    harness.progress(f"{scratch.name}: Debezium initial_only (log {scratch}/debezium.log)")
     settings = {**engine_properties(server, TABLE, "initial_only"), "bench.count": "snapshot"}
     out["debezium"] = run_engine(classpath, settings, rows, scratch / "debezium.log")
-    _progress(f"{scratch.name}: ours, ingest run --snapshot-only")
+    harness.progress(f"{scratch.name}: ours, ingest run --snapshot-only")
     out["ours"] = our_snapshot(server, scratch / "ours")
     return out
 
 
-def measure_snapshot(
-    server: MariaDBServer, password: str, rows: int, rounds: int, classpath: str, scratch: Path
-) -> dict[str, Any]:
+def measure_snapshot(server: MariaDBServer, rows: int, rounds: int, classpath: str, scratch: Path) -> dict[str, Any]:
     """bench.items of `rows` rows read by the three, `rounds` times in turn; then the table is dropped."""
     create_table(server, TABLE)
-    _progress(f"snapshot: loading {rows:,} rows into {DATABASE}.{TABLE}")
+    harness.progress(f"snapshot: loading {rows:,} rows into {harness.DATABASE}.{TABLE}")
     out: dict[str, Any] = {"load_s": round(fill_table(server, TABLE, rows), 3), "rounds": []}
     for r in range(1, rounds + 1):
         (scratch / f"snapshot-{r}").mkdir()
-        out["rounds"].append(snapshot_round(server, password, rows, classpath, scratch / f"snapshot-{r}"))
+        out["rounds"].append(snapshot_round(server, rows, classpath, scratch / f"snapshot-{r}"))
     drop_table(server, TABLE)
     return out
 
@@ -353,7 +307,7 @@ def gtid_at(server: MariaDBServer, position: str) -> str:
         cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (at.file, at.pos))
         row = cur.fetchone()
     if not row or row[0] is None:
-        raise BenchError(f"the server has no GTID position at {position}")
+        raise harness.BenchError(f"the server has no GTID position at {position}")
     return str(row[0])
 
 
@@ -383,10 +337,10 @@ def prepare_binlog(server: MariaDBServer, specs: list[dict[str, Any]], changes: 
     keys = load_initial(server, initial)
     for spec in specs:
         log = Path(spec["warehouse"]).parent / "snapshot.log"
-        _progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
-        with Worker({**spec, "kind": "snapshot"}, log) as worker:
+        harness.progress(f"catch-up: the job's snapshot of the initial rows for {spec['label']} (log {log})")
+        with harness.Worker("bench.binlog", {**spec, "kind": "snapshot"}, log) as worker:
             worker.finish()
-    _progress(f"catch-up: recording at least {changes:,} row changes")
+    harness.progress(f"catch-up: recording at least {changes:,} row changes")
     return record_binlog(server, make_config(specs[0]), keys, changes)
 
 
@@ -395,12 +349,12 @@ def catchup_round(
 ) -> dict[str, Any]:
     """The recorded range read by the raw parse, by Debezium from its start and by the job's catch-up."""
     scratch, config = Path(spec["warehouse"]).parent, make_config(spec)
-    _progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
+    harness.progress(f"{spec['label']}: raw parse of {binlog['start']} .. {binlog['end']}")
     out = {"baseline": measure_raw_parse(server, config, binlog["start"], binlog["end"])}
-    _progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
+    harness.progress(f"{spec['label']}: Debezium from {binlog['start']} (log {scratch}/debezium.log)")
     settings = streaming_settings(server, binlog["start"])
     out["debezium"] = run_engine(classpath, settings, out["baseline"]["rows"], scratch / "debezium.log")
-    _progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
+    harness.progress(f"{spec['label']}: ours, run(until_caught_up=True) (log {scratch}/catchup.log)")
     out["ours"] = measure_catchup(server, spec, config, scratch / "catchup.log")
     return out
 
@@ -411,7 +365,7 @@ def measure_streaming(
     """One recorded binlog, read by the three `rounds` times in turn (each of ours from its own snapshot)."""
     specs = [round_spec(server, scratch / f"catchup-{r}") for r in range(1, rounds + 1)]
     binlog = prepare_binlog(server, specs, changes, initial)
-    _progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
+    harness.progress(f"catch-up: recorded {binlog['rows_affected']:,} row changes in {binlog['seconds']:.1f} s")
     return {"binlog": binlog, "rounds": [catchup_round(server, binlog, spec, classpath) for spec in specs]}
 
 
@@ -592,7 +546,7 @@ def render(results: Mapping[str, Any]) -> str:
             f"job, medians of {rounds} round(s); Debezium's grants beyond the CDC user's ({CDC_GRANTS}): "
             f"{EXTRA_GRANTS}",
             render_part(
-                f"Snapshot of {DATABASE}.{TABLE}, {int(snap['baseline']['rows']):,} rows",
+                f"Snapshot of {harness.DATABASE}.{TABLE}, {int(snap['baseline']['rows']):,} rows",
                 "rows/s",
                 snapshot_lines(snap),
             ),
@@ -611,61 +565,32 @@ def render(results: Mapping[str, Any]) -> str:
 # The run.
 
 
-def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
-    password = "bench-" + secrets.token_hex(8)
-    os.environ[PASSWORD_ENV] = password  # the job, the workers and the engine read it from there
-    results: dict[str, Any] = {
-        "benchmark": "peer",
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "host": host_info(),
-        "args": vars(args),
-        "debezium": {
-            "version": DEBEZIUM_VERSION,
-            "cdc_grants": CDC_GRANTS,
-            "extra_grants": EXTRA_GRANTS,
-            "server_ids": {"debezium": DEBEZIUM_SERVER_ID, "job": JOB_SERVER_ID, "baseline": BASELINE_SERVER_ID},
-        },
+def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, results: dict[str, Any]) -> None:
+    results["debezium"] = {
+        "version": DEBEZIUM_VERSION,
+        "cdc_grants": CDC_GRANTS,
+        "extra_grants": EXTRA_GRANTS,
+        "server_ids": {"debezium": DEBEZIUM_SERVER_ID, "job": JOB_SERVER_ID, "baseline": BASELINE_SERVER_ID},
     }
     classpath = debezium_classpath()
-    scratch = Path(tempfile.mkdtemp(prefix="ingest-bench-peer-"))
-    try:
-        with MariaDBServer(extra_args=("--innodb-buffer-pool-size=1G",)) as server:
-            server.create_cdc_user(CDC_USER, password)
-            results["snapshot"] = measure_snapshot(server, password, args.rows, args.rounds, classpath, scratch)
-            results["catchup"] = measure_streaming(
-                server, args.changes, args.initial_rows, args.rounds, classpath, scratch
-            )
-    except BaseException:
-        _progress(f"failed; logs kept in {scratch}")
-        raise
-    if args.keep_logs:
-        _progress(f"logs kept in {scratch}")
-    else:
-        shutil.rmtree(scratch, ignore_errors=True)
+    results["snapshot"] = measure_snapshot(server, args.rows, args.rounds, classpath, scratch)
+    results["catchup"] = measure_streaming(server, args.changes, args.initial_rows, args.rounds, classpath, scratch)
     for part in PARTS:
         results[part]["median"] = median_of(results[part]["rounds"])
     results["ratios"] = ratios(results)
-    results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the snapshot table (1,000,000)")
-    parser.add_argument("--changes", type=int, default=200_000, help="at least this many recorded changes (200,000)")
-    parser.add_argument(
-        "--initial-rows", type=int, default=20_000, help="rows of bench.orders before the catch-up's snapshot (20,000)"
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="times each part is measured, in turn; the table shows medians (3)"
-    )
-    parser.add_argument("--keep-logs", action="store_true", help="keep the logs and warehouses in the temp dir")
+    options: list[harness.Option] = [
+        ("--rows", harness.positive, 1_000_000, "rows of the snapshot table"),
+        ("--changes", harness.positive, 200_000, "at least this many recorded changes"),
+        ("--initial-rows", harness.positive, 20_000, "rows of bench.orders before the catch-up's snapshot"),
+        ("--rounds", harness.positive, 3, "times each part is measured, in turn; the table shows medians"),
+    ]
+    parser = harness.parser_for("bench.peer", __doc__, options)
+    harness.add_common_options(parser, spark_conf=False)
     args = parser.parse_args(argv)
-    if min(args.rows, args.changes, args.initial_rows, args.rounds) < 1:
-        parser.error("--rows, --changes, --initial-rows and --rounds must be at least 1")
-    results = orchestrate(args)
-    print(render(results))
-    print(f"results: {write_results(results, 'peer')}")
+    harness.run_bench("peer", args, measure, render, mariadb={"extra_args": ("--innodb-buffer-pool-size=1G",)})
     return 0
 
 
