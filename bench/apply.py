@@ -163,11 +163,17 @@ def unpruned(spark: Any) -> Iterator[None]:
     from ingest.sink import merge
 
     def commit_unpruned(
-        spark_: Any, config: Any, state: Any, tables: Any, prepared: Sequence[Any], *args: Any, **kwargs: Any
+        spark_: Any,
+        targets: Any,
+        stream: Any,
+        state: Any,
+        tables: Any,
+        prepared: Sequence[Any],
+        *args: Any,
+        **kwargs: Any,
     ) -> None:
-        commit_prepared(
-            spark_, config, state, tables, [dataclasses.replace(p, where=None) for p in prepared], *args, **kwargs
-        )
+        unpruned = [dataclasses.replace(p, where=None) for p in prepared]
+        commit_prepared(spark_, targets, stream, state, tables, unpruned, *args, **kwargs)
 
     kept = merge.target_predicate
     conf = {k: spark.conf.get(k) for k in BEFORE_CONF}
@@ -205,7 +211,7 @@ class Bench:
         config = self.configs[version]
         options = dict(config.table_options)
         options["bench.items"] = dataclasses.replace(options["bench.items"], target=f"applybench.{name}")
-        return ensure_target(self.spark, dataclasses.replace(config, table_options=options), SCHEMA)
+        return ensure_target(self.spark, dataclasses.replace(config, table_options=options).targets, SCHEMA)
 
     def fill(self, table: str, rows: int) -> float:
         parts = max(1, -(-rows // self.args.rows_per_file))

@@ -114,7 +114,7 @@ def measure_reader(server: MariaDBServer, config: PipelineConfig, start: str, en
     from ingest.source.binlog.reader import BinlogReader
     from ingest.source.discovery import discover
 
-    info = discover(config)
+    info = discover(config.source, config.tables, config.table_options)
     schemas = {s.table_id: s for s in info.schemas}
     keys = {t: tuple(s.column_names.index(k) for k in s.primary_key) for t, s in schemas.items()}
     last = BinlogPosition.parse(end)
@@ -358,9 +358,10 @@ def orders_tables(
     # a SQLite catalog that Spark's JdbcCatalog creates has no view support, and its tableExists() then fails.
     load_pyiceberg_catalog(config.sink).list_namespaces()
     spark, spark_start = harness.start_spark(config, f"binlog-{spec['label']}")
-    schema = next(s for s in discover(config).schemas if s.table == "orders")
+    found = discover(config.source, config.tables, config.table_options).schemas
+    schema = next(s for s in found if s.table == "orders")
     names = {
-        key: ensure_target(spark, make_config(spec, format_version=v, targets={"orders": name}), schema)
+        key: ensure_target(spark, make_config(spec, format_version=v, targets={"orders": name}).targets, schema)
         for key, (v, name) in tables.items()
     }
     base_rows: Batch = {(i,): _orders_row(schema, i, 0) for i in range(1, base + 1)}

@@ -544,7 +544,7 @@ def start_spark(config: Any, label: str) -> tuple[Any, float]:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     started = time.perf_counter()
-    spark = spark_session(config, app_name=f"bench-{label}")
+    spark = spark_session(config.spark, config.sink, f"bench-{label}")
     return spark, time.perf_counter() - started
 
 

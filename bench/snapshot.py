@@ -54,7 +54,7 @@ def measure_chunk_reader(server: MariaDBServer, table: str, chunk_size: int, scr
 
     spec = {"host": server.host, "port": server.port, "table": table, "parallelism": 1, "chunk_size": chunk_size}
     config = make_config({**spec, "warehouse": str(scratch / "unused")})
-    info = discover(config)
+    info = discover(config.source, config.tables, config.table_options)
     schema = info.schemas[0]
     with connect(config.source) as conn:
         plan = split_table(conn, schema, chunk_size)
@@ -97,7 +97,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         measured = harness.measured_tree(lambda: run(config, snapshot_only=True, spark=spark))
     table_id = f"{harness.DATABASE}.{spec['table']}"
-    done = StateTable.open(config).done(table_id)
+    done = StateTable.open(config.sink, config.name).done(table_id)
     namespace, name = config.target_for(harness.DATABASE, spec["table"])
     rows_in_iceberg = int(spark.table(qualified(config, namespace, name)).count())
     spark.stop()
