@@ -292,6 +292,23 @@ def run_ingest(
     )
 
 
+def start_ingest(config_file: Path, log_file: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`ingest run` of `config_file` as a user starts it, in a process group of its own (to be killed with its JVM),
+    its log in `log_file`; no crash point unless `env` names one."""
+    from ingest.faults import ENV as CRASH_ENV
+
+    env = env if env is not None else {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    with log_file.open("w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
+            cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
 def open_descriptors(spark: Any) -> dict[str, int]:
     """This process's open sockets, pipes and files by kind, and its threads, once the JVM has released every
     Python object it held and the count has stopped changing.

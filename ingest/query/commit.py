@@ -149,7 +149,8 @@ def _maintain_due(spark: Any, targets: Targets, tables: list[TableStream], end: 
             if table.since_compaction[name] >= every:
                 maintain(spark, name, targets.pipeline, end, targets.sink.maintenance)
                 table.since_compaction[name] = 0
-                table.head_known = table.head_known and name != table.target  # compacted: a new snapshot
+                if name == table.target:
+                    table.head_known = False  # compacted: a new snapshot, looked up for the cut
 
 
 def _merge_table(

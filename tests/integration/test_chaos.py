@@ -17,8 +17,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -39,11 +37,10 @@ from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable
-from tests.conftest import ROW_METADATA, minio_sink, source_section
+from tests.conftest import ROW_METADATA, minio_sink, source_section, start_ingest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 KILLS = int(os.environ.get("CHAOS_KILLS", "6"))
 FULL_LENGTH = KILLS >= 50
 # The short run (`make test`) at MariaDB's default row metadata, the harder case (columns matched by
@@ -161,15 +158,7 @@ def test_random_sigkills_during_snapshot_and_binlog_lose_and_duplicate_nothing(
             if named:  # the job kills its own process group there, as a SIGKILL from outside would
                 env[CRASH_ENV] = MAINTENANCE_POINTS[attempt // 10 % 2]  # each point in both kinds of run
             log_file = tmp_path / f"run-{attempt}.log"
-            with log_file.open("w") as stderr:
-                job = subprocess.Popen(
-                    [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
-                    cwd=ROOT,
-                    env=env,
-                    start_new_session=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                )
+            job = start_ingest(config_file, log_file, env)
             deadline = time.monotonic() + 180
             if attempt < SNAPSHOT_KILLS:
                 # The first kills land in the snapshot: once this run has copied chunks, at a random moment.

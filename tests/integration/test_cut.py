@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,14 +23,12 @@ from ingest.commands.cut import cut_report
 from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
-from ingest.faults import ENV as CRASH_ENV
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
-from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
+from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section, start_ingest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 ACCOUNTS, OPENING = 20, 1000
 TABLES = ("accounts", "ledger", "transfers")
 
@@ -123,17 +119,8 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
     try:
         for attempt in range(3):  # two runs killed while they stream, then one stopped by SIGTERM
             before = _cut_offset(config)
-            env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
             log_file = tmp_path / f"run-{attempt}.log"
-            with log_file.open("w") as stderr:
-                job = subprocess.Popen(
-                    [sys.executable, "-m", "ingest.cli", "run", "--config", str(config_file)],
-                    cwd=ROOT,
-                    env=env,
-                    start_new_session=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                )
+            job = start_ingest(config_file, log_file)
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and job.poll() is None and _cut_offset(config) == before:
                 time.sleep(0.5)  # until this run has recorded a cut of its own

@@ -548,8 +548,8 @@ class BinlogReader:
 
     def _contained_at(self, table_id: str) -> BinlogPosition | None:
         """Up to where the snapshot's chunks hold every row change of a captured table (None: no bound)."""
-        key = next((key for key, schema in self.schemas.items() if schema.table_id == table_id), None)
-        return None if key is None else self._contained_until.get(key)
+        database, _, table = table_id.partition(".")  # MySQL names hold no '.'
+        return self._contained_until.get((database, table)) if (database, table) in self.schemas else None
 
     def _completed(
         self, event: Any, end: BinlogPosition, current: Transaction | None, idle: Callable[[float], bool] | None
