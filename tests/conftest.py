@@ -189,6 +189,15 @@ def minio_sink(minio: MinioServer, postgres: PostgresServer, bucket: str) -> dic
     }
 
 
+def main_history(iceberg_table: Any) -> list[Any]:
+    """The snapshots of a table's main branch, oldest first: what the table holds, and how it got there. A batch's
+    write to the stage branch (ingest/sink/atomic.py) that was never published is not among them."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = iceberg_table.current_snapshot()
+    return [] if current is None else list(reversed(list(ancestors_of(current, iceberg_table.metadata))))
+
+
 def mysql_rows(mariadb: MariaDBServer, table: str, key: str) -> list[dict[str, Any]]:
     """A source table's rows by column name, in key order: what a reader of its Iceberg table must see."""
     with mariadb.admin() as conn, conn.cursor() as cur:

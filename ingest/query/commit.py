@@ -1,6 +1,12 @@
-"""A binlog batch committed (`commit_prepared`): per table its target MERGEd with the batch's end offset in its
-snapshot summary (then its changelog appended, tagged the same way), then the offset recorded in the state table. A
-crash anywhere in between replays the batch; each target and each changelog skips what it already committed.
+"""A binlog batch committed (`commit_prepared`), every commit tagged with the batch's end offset in its snapshot
+summary, so that each table says itself which batches it holds.
+
+Where the catalog can (a JDBC catalog, a REST catalog with the transactions endpoint: ingest/sink/atomic.py), the
+batch is one commit: each table's part is staged (a small target's change by pyiceberg; Spark's MERGE or changelog
+append into the table's stage branch), then every target, changelog and the offset with its cut land together, or
+none does. Elsewhere (and for a batch whose foreign key actions act in turn), each table commits on its own, its
+target then its changelog, then the offset is recorded in the state table. A crash anywhere replays the batch; each
+table skips what it already holds.
 """
 
 from __future__ import annotations
@@ -9,23 +15,33 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 from ingest import metrics
 from ingest.config import StreamConfig, Targets
+from ingest.errors import CommitConflictError
 from ingest.faults import crash_point
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.query.batch import TableBatch, TableStream
 from ingest.query.chains import settle_chains
+from ingest.sink.atomic import (
+    Staged,
+    can_commit_together,
+    commit_together,
+    publish_stage,
+    staged,
+    start_stage,
+)
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import append_changelog, with_acted_rows
-from ingest.sink.driver_apply import apply_in_driver, driver_target
+from ingest.sink.driver_apply import apply_in_driver, driver_target, stage_in_driver
 from ingest.sink.key_actions import act_on_target
 from ingest.sink.maintenance import maintain
-from ingest.sink.merge import committed_offset, merge_arrow, stream_offset_properties
+from ingest.sink.merge import MAX_ATTEMPTS, committed_offset, merge_arrow, stream_offset_properties
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import snapshot_properties
-from ingest.sink.targets import qualified, table_of
+from ingest.sink.targets import on_stage_branch, qualified, table_of
 from ingest.state.table import StateTable
 
 log = logging.getLogger(__name__)
@@ -54,23 +70,11 @@ def commit_prepared(
     # Foreign key actions that act in turn are worked out from the rows they reached, read before any commit.
     chained = any(p.pending is not None for p in prepared)
     prepared = settle_chains(spark, targets, stream, tables, prepared, end.position)
-    # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
-    with snapshot_properties(spark, stream_offset_properties(targets.pipeline, end)):
-        # Tables actions reached in turn commit in order (ingest.query.chains), one after the other.
-        workers = 1 if chained else min(len(prepared), stream.concurrent_merges)
-        if workers <= 1:
-            results = [_commit_part(spark, targets, stream, tables[p.table_id], p, end) for p in prepared]
-        else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
-                futures = [
-                    pool.submit(_commit_part, spark, targets, stream, tables[part.table_id], part, end)
-                    for part in prepared
-                ]
-                wait(futures)
-                results = [f.result() for f in futures]  # the first failure is raised; the state is not written
-    crash_point("stream.before_state")
-    state.record_offset(end, source_time, table_cut(targets, tables))
-    crash_point("stream.after_state")
+    catalog = cached_pyiceberg_catalog(targets.sink)
+    if not chained and can_commit_together(catalog):
+        results = _commit_together(spark, targets, stream, state, tables, prepared, end, source_time)
+    else:
+        results = _commit_table_by_table(spark, targets, stream, state, tables, prepared, end, source_time, chained)
     applied_to = {p.table_id: p.applied for p, ok in zip(prepared, results, strict=True) if ok and p.applied}
     metrics.current().batch_committed(applied_to, time.monotonic() - started, end.position, source_time)
     log.info(
@@ -82,19 +86,166 @@ def commit_prepared(
     _maintain_due(spark, targets, [tables[p.table_id] for p in prepared], end)
 
 
-def _commit_part(
-    spark: Any, targets: Targets, stream: StreamConfig, table: TableStream, part: TableBatch, end: Watermark
-) -> bool:
-    """One table's part of a batch: its rejected values, its target, its changelog (each skipped when it holds the
-    batch already). True when the target was committed now."""
-    merged = False
+def _commit_table_by_table(
+    spark: Any,
+    targets: Targets,
+    stream: StreamConfig,
+    state: StateTable,
+    tables: dict[str, TableStream],
+    prepared: Sequence[TableBatch],
+    end: Watermark,
+    source_time: int | None,
+    chained: bool,
+) -> list[bool]:
+    """Each table committed on its own, then the offset: where the catalog cannot commit tables together, and for a
+    batch whose foreign key actions act in turn (those tables commit in order, ingest.query.chains)."""
+    # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
+    with snapshot_properties(spark, stream_offset_properties(targets.pipeline, end)):
+        results = _each_part(
+            stream,
+            prepared,
+            1 if chained else None,
+            lambda p: _commit_part(spark, targets, stream, tables[p.table_id], p, end),
+        )
+    crash_point("stream.before_state")
+    state.record_offset(end, source_time, table_cut(targets, tables, end.position))
+    crash_point("stream.after_state")
+    return results
+
+
+def _commit_together(
+    spark: Any,
+    targets: Targets,
+    stream: StreamConfig,
+    state: StateTable,
+    tables: dict[str, TableStream],
+    prepared: Sequence[TableBatch],
+    end: Watermark,
+    source_time: int | None,
+) -> list[bool]:
+    """The batch in one commit of the catalog (ingest.sink.atomic): every table's part staged (pyiceberg's changes
+    of small targets; Spark's writes into each table's stage branch), then every target, changelog and the offset
+    (with its cut) land together, or none does. Readers of main never see part of a batch. When another writer
+    committed to one of the tables meanwhile, the batch is staged again from fresh metadata."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    catalog = cached_pyiceberg_catalog(targets.sink)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        with snapshot_properties(spark, stream_offset_properties(targets.pipeline, end)):
+            parts = _each_part(
+                stream,
+                prepared,
+                None,
+                lambda p: _stage_part(spark, catalog, targets, stream, tables[p.table_id], p, end),
+            )
+        offset, recorded = state.offset_change(end, source_time, table_cut(targets, tables, end.position))
+        crash_point("stream.before_state")
+        try:
+            commit_together(catalog, [*(c for part in parts for c in part.changes), offset])
+        except CommitFailedException as e:
+            metrics.current().commit_retried("the batch's tables")
+            log.warning("batch up to %s: commit conflict at attempt %d, staging again: %s", end.position, attempt, e)
+            state.refresh()
+            for part in prepared:
+                tables[part.table_id].head_known = False
+            time.sleep(0.2 * attempt)
+            continue
+        recorded()
+        crash_point("stream.after_state")
+        for p, part in zip(prepared, parts, strict=True):
+            table = tables[p.table_id]
+            if part.target:
+                table.committed, table.committed_known = end.position, True
+            if part.changelog:
+                table.changelog_committed = end.position
+        return [part.target for part in parts]
+    raise CommitConflictError(f"the batch up to {end.position} kept conflicting with other writers")
+
+
+def _each_part(stream: StreamConfig, prepared: Sequence[TableBatch], workers: int | None, run: Any) -> list[Any]:
+    """`run` of every part, `stream.concurrent_merges` at a time (or `workers`); the first failure is raised."""
+    workers = min(len(prepared), stream.concurrent_merges) if workers is None else workers
+    if workers <= 1:
+        return [run(p) for p in prepared]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="merge") as pool:
+        futures = [pool.submit(run, part) for part in prepared]
+        wait(futures)
+        return [f.result() for f in futures]
+
+
+@dataclass
+class _StagedPart:
+    changes: list[Staged] = field(default_factory=list)
+    target: bool = False
+    """The target takes the batch in the batch's commit."""
+    changelog: bool = False
+    """The changelog table takes it."""
+
+
+def _stage_part(
+    spark: Any,
+    catalog: Any,
+    targets: Targets,
+    stream: StreamConfig,
+    table: TableStream,
+    part: TableBatch,
+    end: Watermark,
+) -> _StagedPart:
+    """One table's part of a batch staged for the batch's one commit (its rejected values committed now: a replay
+    adds none twice). A target copied again into its copy branch commits there now, outside the cut."""
+    staged_part = _StagedPart()
+    rows, where, changelog = _part_rows(spark, targets, table, part, end)
+    if changelog is not None and not _holds(table.changelog_committed, end):
+        assert table.changelog is not None
+        crash_point("stream.before_changelog_commit")
+        base = start_stage(catalog, table.changelog)
+        _append_changelog(spark, targets, table, changelog, end, on_stage=True)
+        published = publish_stage(catalog, table.changelog, base)
+        if published is not None:
+            staged_part.changes.append(published[0])
+            staged_part.changelog = True
+        crash_point("stream.after_changelog_commit")
+    if rows is None or _holds(table.committed, end):
+        return staged_part
+    if table.target != table_of(table.target):  # its copy branch, which readers do not see
+        staged_part.target = _merge_table(spark, targets, stream, table, rows, where, part.append, end)
+        return staged_part
+    names = targets.target_for(table.schema.database, table.schema.table)
+    small = driver_target(catalog, names, table.target, table.schema, stream.driver_apply_max_rows, rows, part.append)
+    if small is not None:
+        properties = stream_offset_properties(targets.pipeline, end)
+        transaction = stage_in_driver(small, table.schema, rows, properties, part.append)
+        head = transaction.table_metadata.current_snapshot()
+        staged_part.changes.append(staged(small, transaction))
+        table.head, table.head_known, staged_part.target = head.snapshot_id, True, True
+    else:
+        base = start_stage(catalog, names)
+        target = on_stage_branch(table.target)
+        merge_arrow(spark, target, table.schema, rows, where, end, lambda: table.committed, part.append)
+        published = publish_stage(catalog, names, base)
+        if published is not None:
+            staged_part.changes.append(published[0])
+            table.head, table.head_known, staged_part.target = published[1], True, True
+    crash_point("stream.after_table_commit")
+    return staged_part
+
+
+def _holds(committed: BinlogPosition | None, end: Watermark) -> bool:
+    return committed is not None and committed >= end.position
+
+
+def _part_rows(
+    spark: Any, targets: Targets, table: TableStream, part: TableBatch, end: Watermark
+) -> tuple[Any, str | None, Any]:
+    """A part's rejected values committed, and its target's rows, read filter and changelog rows, with what its
+    foreign key actions do to the target's rows."""
     if part.rejected:  # before the target: a target holding the batch implies its rejected rows are held
         name = ensure_rejected(spark, targets, table.schema.database, table.schema.table)
         assert name is not None
         merge_rejected(spark, name, part.rejected)
         crash_point("stream.after_rejected_commit")
     rows, where, changelog = part.rows, part.where, part.changelog
-    if part.actions and not part.target_acted and not (table.committed is not None and table.committed >= end.position):
+    if part.actions and not part.target_acted and not _holds(table.committed, end):
         # The target's rows the batch's foreign key actions reach, as they are before the batch (it holds none
         # of it), acted on; and what each action did to them, for the changelog.
         assert rows is not None
@@ -102,6 +253,16 @@ def _commit_part(
         rows, where, acted = act_on_target(spark, table.target, table.schema, rows, part.actions, read_at)
         if table.changelog is not None and acted:
             changelog = with_acted_rows(table.schema, changelog, acted, part.action_origins)
+    return rows, where, changelog
+
+
+def _commit_part(
+    spark: Any, targets: Targets, stream: StreamConfig, table: TableStream, part: TableBatch, end: Watermark
+) -> bool:
+    """One table's part of a batch: its rejected values, its target, its changelog (each skipped when it holds the
+    batch already). True when the target was committed now."""
+    merged = False
+    rows, where, changelog = _part_rows(spark, targets, table, part, end)
     # With foreign key actions the changelog commits first: what they did to rows the batch does not change is
     # read from the target, which holds the rows as they were before the batch only until its own commit.
     log_first = bool(part.actions)
@@ -189,14 +350,19 @@ def _merge_table(
     return done
 
 
-def table_cut(targets: Targets, tables: Mapping[str, TableStream]) -> dict[str, tuple[str, int | None]]:
-    """The cut at the offset about to be recorded: per table whose copy is complete and whose main branch the
+def table_cut(
+    targets: Targets, tables: Mapping[str, TableStream], at: BinlogPosition
+) -> dict[str, tuple[str, int | None]]:
+    """The cut at the offset `at` about to be recorded: per table whose copy is complete and whose main branch the
     binlog phase writes, its Iceberg table and the snapshot that holds it (looked up where the job's last commit of
     it went through Spark; None: empty). A table still being copied, into its branch or chunk by chunk, is whole only
-    once its last chunk is read, and joins the cut then."""
+    once its last chunk is read, and joins the cut then. A table that holds more than `at` (a batch committed table
+    by table, cut off by a crash, is replayed in other batches) joins it once the offset has caught up with it."""
     cut: dict[str, tuple[str, int | None]] = {}
     for table_id, table in sorted(tables.items()):
         if table.unread or table.target != table_of(table.target):
+            continue
+        if table.committed is not None and table.committed > at:
             continue
         names = targets.target_for(table.schema.database, table.schema.table)
         if not table.head_known:
@@ -206,7 +372,11 @@ def table_cut(targets: Targets, tables: Mapping[str, TableStream]) -> dict[str, 
     return cut
 
 
-def _append_changelog(spark: Any, targets: Targets, table: TableStream, rows: Any, end: Watermark) -> None:
+def _append_changelog(
+    spark: Any, targets: Targets, table: TableStream, rows: Any, end: Watermark, on_stage: bool = False
+) -> None:
+    """Append the part's changelog rows (to the changelog table's stage branch with `on_stage`, published by the
+    batch's one commit)."""
     assert table.changelog is not None
     names = table.changelog
     attempts = 0
@@ -219,7 +389,11 @@ def _append_changelog(spark: Any, targets: Targets, table: TableStream, rows: An
             return done
         return committed_in(targets, names, end, done)
 
-    append_changelog(spark, qualified(targets, *names), rows, targets.pipeline, end, read_offset)
+    name = qualified(targets, *names)
+    if on_stage:
+        append_changelog(spark, on_stage_branch(name), rows, targets.pipeline, end, lambda: table.changelog_committed)
+        return
+    append_changelog(spark, name, rows, targets.pipeline, end, read_offset)
     table.changelog_committed = end.position
 
 

@@ -165,7 +165,9 @@ def prepare(
         # `ingest status` say the targets are caught up rather than that their lag is unknown.
         source_time = goal_at
         if recorded is None or recorded.position != start:
-            state.record_offset(Watermark(start, start_gtid, here), source_time, table_cut(streaming.targets, by_id))
+            state.record_offset(
+                Watermark(start, start_gtid, here), source_time, table_cut(streaming.targets, by_id, start)
+            )
     metrics.current().offset_committed(start, source_time)
     log.info("binlog phase from %s%s", start, f" until {goal}" if goal else "")
     return StreamStart(tables, by_id, filters, start, start_gtid, here, goal)

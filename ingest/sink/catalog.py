@@ -116,10 +116,18 @@ def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
     password = catalog_password(sink)
     try:
         # pyiceberg connects here: a SQL catalog makes sure its tables exist, a REST catalog fetches its config.
-        if password is not None:
-            catalog = _sql_catalog_with_password(sink.catalog_name, password, props)
-        else:
-            catalog = load_catalog(sink.catalog_name, **props)
+        # Two processes opening a new SQL catalog at once (the job and `ingest status`) can both find its tables
+        # missing; the second to create them fails, and finds them the next time.
+        for attempt in (1, 2):
+            try:
+                if password is not None:
+                    catalog = _sql_catalog_with_password(sink.catalog_name, password, props)
+                else:
+                    catalog = load_catalog(sink.catalog_name, **props)
+                break
+            except Exception as e:  # noqa: BLE001
+                if attempt == 2 or "already exists" not in str(e):
+                    raise
     except Exception as e:  # noqa: BLE001 - drivers (SQLAlchemy, requests, sqlite) raise their own types
         raise SinkError(
             f"cannot open the Iceberg catalog `{sink.catalog_name}` at {catalog_address(props)}: "

@@ -93,14 +93,12 @@ def apply_in_driver(
     rows are new keys: only appended. A conflict is retried from fresh metadata, as a MERGE is."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-    final = DataFileWriter(table).conform(rows.filter(pc.equal(rows.column(OP_COLUMN), "U")))
-    keys = None if append else rows.column(schema.primary_key[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         done = read_offset()
         if done is not None and done >= end.position:
             return False  # committed before (a replay, or a commit that raised after succeeding)
         try:
-            _commit(table, schema.primary_key[0], keys, final, properties)
+            stage_in_driver(table, schema, rows, properties, append).commit_transaction()
             return True
         except (CommitFailedException, ValidationException) as e:
             metrics.current().commit_retried(target)
@@ -110,13 +108,17 @@ def apply_in_driver(
     raise CommitConflictError(f"{target}: a batch kept conflicting with other writers after {MAX_ATTEMPTS} tries")
 
 
-def _commit(table: Any, key: str, keys: pa.ChunkedArray | None, final: pa.Table, properties: dict[str, str]) -> None:
-    """One overwrite snapshot: each data file holding one of `keys` replaced by its other rows, and `final` added.
-    The files that may hold them are found by the keys' range and set (pyiceberg reads every file for a set of more
-    than 200 values; the range still prunes those of older keys)."""
+def stage_in_driver(table: Any, schema: TableSchema, rows: pa.Table, properties: dict[str, str], append: bool) -> Any:
+    """The pyiceberg transaction (not committed) that applies the batch `rows` to `table` in one overwrite snapshot
+    tagged with `properties`: each data file holding one of the batch's keys replaced by its other rows, and the
+    batch's final rows added (with `append`, only added). The files that may hold the keys are found by their range
+    and set (pyiceberg reads every file for a set of more than 200 values; the range still prunes older keys')."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
+    final = DataFileWriter(table).conform(rows.filter(pc.equal(rows.column(OP_COLUMN), "U")))
+    key = schema.primary_key[0] if not append else ""
+    keys = None if append else rows.column(key)
     transaction = table.transaction()
     metadata = transaction.table_metadata
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
@@ -146,4 +148,4 @@ def _commit(table: Any, key: str, keys: pa.ChunkedArray | None, final: pa.Table,
                     overwrite.append_data_file(data_file)
         for data_file in files(final) if final.num_rows else ():
             overwrite.append_data_file(data_file)
-    transaction.commit_transaction()
+    return transaction

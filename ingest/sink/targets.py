@@ -23,6 +23,10 @@ COPY_BRANCH = "ingest_copy"
 """The Iceberg branch a target is copied into again (ingest/sink/recopy.py) while readers keep its main. While it
 exists, the job writes the table there and reads what the table holds from there."""
 _BRANCH_SUFFIX = "." + quote_identifier(f"branch_{COPY_BRANCH}")
+STAGE_BRANCH = "ingest_stage"
+"""The Iceberg branch Spark writes a batch's part to (a MERGE, an append) before the batch's one commit moves the
+table's main to it (ingest/sink/atomic.py). Between batches it points where main does; readers never look at it."""
+_STAGE_SUFFIX = "." + quote_identifier(f"branch_{STAGE_BRANCH}")
 
 MERGE_ON_READ = {
     "write.delete.mode": "merge-on-read",
@@ -234,9 +238,14 @@ def on_copy_branch(target: str) -> str:
     return target if target.endswith(_BRANCH_SUFFIX) else target + _BRANCH_SUFFIX
 
 
+def on_stage_branch(target: str) -> str:
+    """The Spark name that writes to (and reads) the stage branch of a qualified table name."""
+    return target + _STAGE_SUFFIX
+
+
 def table_of(target: str) -> str:
     """The qualified table name of a Spark name that may point at the copy branch (for DDL and REFRESH)."""
-    return target.removesuffix(_BRANCH_SUFFIX)
+    return target.removesuffix(_BRANCH_SUFFIX).removesuffix(_STAGE_SUFFIX)
 
 
 def lineage(iceberg_table: Any) -> Iterator[Any]:

@@ -24,12 +24,16 @@ import pyarrow as pa
 from ingest.config import SinkConfig
 from ingest.errors import SinkError
 from ingest.model.position import Watermark
+from ingest.sink.atomic import Staged, staged
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.outage import SinkOutage
 from ingest.source.snapshot.chunks import Chunk, decode_key, encode_key
 from ingest.state.writes import KEEP_SNAPSHOTS, MAX_SNAPSHOTS, StateWrites, retry_commit
 
 log = logging.getLogger(__name__)
+
+CutTables = Mapping[str, tuple[str, int | None]]
+"""A cut's tables: per source table, its Iceberg table and the snapshot that holds it at the cut's offset."""
 
 KIND_PLAN = "plan"
 KIND_CHUNK = "chunk"
@@ -214,9 +218,7 @@ class StateTable:
         """When the job recorded the stream offset: its last binlog-phase commit."""
         return self._offset_recorded_at
 
-    def record_offset(
-        self, offset: Watermark, source_time: int | None = None, cut: Mapping[str, tuple[str, int | None]] | None = None
-    ) -> None:
+    def record_offset(self, offset: Watermark, source_time: int | None = None, cut: CutTables | None = None) -> None:
         """Written strictly after all targets committed the batch ending at `offset`.
 
         The pipeline's offset row is replaced, not added: delete and append are one Iceberg commit, so a
@@ -224,18 +226,25 @@ class StateTable:
         table, its Iceberg table and the snapshot that holds it at `offset`), the cut's rows are replaced in the
         same commit: the cut a reader finds is always whole.
         """
-        now = dt.datetime.now(dt.UTC)
-        marker = Chunk("*", -1, None, None)
-        row = _row(self.pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))
-        if source_time is not None:
-            row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
-        rows = [row, *_cut_rows(self.pipeline, now, offset, cut or {})]
-        kinds = (KIND_OFFSET,) if cut is None else (KIND_OFFSET, KIND_CUT)
-        ours = f"pipeline = {_quote(self.pipeline)} AND kind IN ({', '.join(_quote(k) for k in kinds)})"
-        self._writes.replace("recording the offset", pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA), ours)
-        self._offset = offset
-        self._offset_source_time = source_time
-        self._offset_recorded_at = now
+        rows, ours, now = _offset_rows(self.pipeline, offset, source_time, cut)
+        self._writes.replace("recording the offset", rows, ours)
+        self._offset_recorded(offset, source_time, cut, now)
+
+    def offset_change(
+        self, offset: Watermark, source_time: int | None, cut: CutTables
+    ) -> tuple[Staged, Callable[[], None]]:
+        """`record_offset`'s commit staged, to land in one commit with the targets' (ingest.sink.atomic), and what
+        to call once it has landed."""
+        rows, ours, now = _offset_rows(self.pipeline, offset, source_time, cut)
+        change = staged(self._writes.table, self._writes.staged_replace(rows, ours))
+        return change, lambda: self._offset_recorded(offset, source_time, cut, now)
+
+    def refresh(self) -> None:
+        """Read the table's metadata again (after a commit with other tables that did not land)."""
+        self._writes.table.refresh()
+
+    def _offset_recorded(self, offset: Watermark, source_time: int | None, cut: CutTables | None, now: Any) -> None:
+        self._offset, self._offset_source_time, self._offset_recorded_at = offset, source_time, now
         if cut is not None:
             self._cut = Cut(offset, now, dict(cut))
         try:
@@ -413,6 +422,21 @@ def _load_or_create(sink: SinkConfig) -> Any:
 def _quote(value: str) -> str:
     """A string literal of pyiceberg's filter syntax."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def _offset_rows(
+    pipeline: str, offset: Watermark, source_time: int | None, cut: Mapping[str, tuple[str, int | None]] | None
+) -> tuple[pa.Table, str, dt.datetime]:
+    """The pipeline's offset row (and its cut's rows), the filter of the rows they replace, and when."""
+    now = dt.datetime.now(dt.UTC)
+    marker = Chunk("*", -1, None, None)
+    row = _row(pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))
+    if source_time is not None:
+        row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
+    rows = [row, *_cut_rows(pipeline, now, offset, cut or {})]
+    kinds = (KIND_OFFSET,) if cut is None else (KIND_OFFSET, KIND_CUT)
+    ours = f"pipeline = {_quote(pipeline)} AND kind IN ({', '.join(_quote(k) for k in kinds)})"
+    return pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA), ours, now
 
 
 def _cut_rows(

@@ -58,6 +58,15 @@ class StateWrites:
             warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first one
             self.commit(what, lambda: self.table.overwrite(rows, overwrite_filter=where))
 
+    def staged_replace(self, rows: pa.Table, where: str) -> Any:
+        """`replace`'s transaction, not committed: it lands with other tables' changes (ingest.sink.atomic)."""
+        self.flush()
+        transaction = self.table.transaction()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            transaction.overwrite(rows, overwrite_filter=where)
+        return transaction
+
     @contextmanager
     def one_commit(self, hold_s: float | None = None) -> Iterator[None]:
         """Plans and chunk records made inside are written in one commit when the block ends, also when it raises

@@ -33,7 +33,7 @@ from ingest.source.binlog.startup import _first_commit_at_or_after
 from ingest.source.discovery import discover
 from ingest.source.mysql import connect
 from ingest.source.watermark import read_watermark
-from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
+from tests.conftest import embedded_sink, main_history, mysql_rows, run_ingest, source_section
 from tests.executor_sql import run_once
 
 pytestmark = pytest.mark.integration
@@ -306,7 +306,7 @@ def test_savepoints_xa_and_a_compressed_binlog_land_in_iceberg_equal_to_mysql_ac
 def _stream_offsets(config: PipelineConfig, table: str) -> list[str]:
     """The binlog offset of each stream commit to a target, in commit order."""
     target = load_pyiceberg_catalog(config.sink).load_table((DB, table))
-    snapshots = sorted(target.snapshots(), key=lambda s: s.sequence_number)
+    snapshots = main_history(target)
     summaries = [s.summary.additional_properties for s in snapshots if s.summary is not None]
     return [props[SUMMARY_STREAM_OFFSET] for props in summaries if SUMMARY_STREAM_OFFSET in props]
 

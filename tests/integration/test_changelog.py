@@ -168,9 +168,9 @@ def test_changelog_holds_every_change_in_order_and_status_shows_the_lag(
 def test_kill_9_around_the_changelog_commit_loses_and_duplicates_nothing(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """One job killed before the changelog's commit (the target committed), then, resumed, after it (the target
-    skipped), then before the offset is recorded (both skipped): the changelog holds nothing, then every change,
-    then still every change once; the last resume ends equal and adds nothing to it."""
+    """One job killed before the changelog's append to its stage branch, then, resumed, after it (the batch's one
+    commit not made), then right after that commit landed (the job not told): the changelog holds nothing, nothing,
+    then every change once; the last resume ends equal and adds nothing to it."""
     db = "clogcrash"
     _fresh_db(mariadb, db)
     catalog = "k_clogcrash"
@@ -181,8 +181,8 @@ def test_kill_9_around_the_changelog_commit_loses_and_duplicates_nothing(
     config_file.write_text(yaml.safe_dump(_pipeline(mariadb, db, tmp_path, catalog)))
     for crash_at, logged in (
         ("stream.before_changelog_commit:1", 0),
-        ("stream.after_changelog_commit:1", len(EXPECTED)),
-        ("stream.before_state:1", len(EXPECTED)),
+        ("stream.after_changelog_commit:1", 0),
+        ("atomic.after_swap:1", len(EXPECTED)),
     ):
         crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]

@@ -34,7 +34,7 @@ from ingest.source.snapshot.chunk_reader import ChunkTask, window_changes
 from ingest.source.snapshot.chunks import range_predicate
 from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
-from tests.conftest import embedded_sink, minio_sink, source_section
+from tests.conftest import embedded_sink, main_history, minio_sink, source_section
 
 pytestmark = pytest.mark.integration
 
@@ -200,7 +200,7 @@ def test_a_compaction_another_session_commits_while_the_job_merges_is_retried_an
     assert verify(config, ranges=4)
     offsets = [
         json.loads(s.summary.additional_properties[SUMMARY_STREAM_OFFSET])["position"]
-        for s in load_pyiceberg_catalog(config.sink).load_table(("rivals", "t")).snapshots()
+        for s in main_history(load_pyiceberg_catalog(config.sink).load_table(("rivals", "t")))
         if s.summary is not None
         and SUMMARY_STREAM_OFFSET in s.summary.additional_properties
         and s.summary.operation.value != "replace"

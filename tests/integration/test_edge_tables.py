@@ -33,7 +33,7 @@ from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.merge import offset_from_summary
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.watermark import read_watermark
-from tests.conftest import embedded_sink, mysql_rows, source_section
+from tests.conftest import embedded_sink, main_history, mysql_rows, source_section
 from tests.executor_sql import run_once
 
 pytestmark = pytest.mark.integration
@@ -215,7 +215,7 @@ def _stream_offsets(config: PipelineConfig, namespace: str, table: str) -> list[
     """The batch end of every stream commit of this pipeline to one target, in commit order."""
     target = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
     out = []
-    for snapshot in sorted(target.snapshots(), key=lambda s: s.sequence_number):
+    for snapshot in main_history(target):
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) == config.name and SUMMARY_STREAM_OFFSET in props:
             if SUMMARY_MAINTENANCE not in props:  # a rewrite carries the offset below it, commits no batch

@@ -26,7 +26,7 @@ from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
 from ingest.state.table import StateTable, pipeline_is_new
-from tests.conftest import embedded_sink, mysql_rows, run_ingest, source_section
+from tests.conftest import embedded_sink, main_history, mysql_rows, run_ingest, source_section
 
 pytestmark = pytest.mark.integration
 
@@ -258,19 +258,18 @@ def test_kill_9_after_the_first_binlog_commit_and_before_its_offset_repeats_noth
     data = _data(mariadb, db, tmp_path, "binlog_position", binlog_file=file, binlog_position=pos)
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(data))
-    crashed = run_ingest("run", "--config", str(path), "--until-caught-up", crash_at="stream.before_state")
+    # Killed right after the batch's one commit landed (the target's rows and the offset), before the job knew.
+    crashed = run_ingest("run", "--config", str(path), "--until-caught-up", crash_at="atomic.after_swap")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     config = parse_config(data)
-    assert (
-        StateTable.open(config.sink, config.name).stream_offset() is None
-    )  # killed after the target's commit, before the offset
+    assert StateTable.open(config.sink, config.name).stream_offset() is not None
     mariadb.execute(f"UPDATE {db}.t SET v = 'later' WHERE id IN (2, 30)")  # after the kill
     run(config, spark=spark, until_caught_up=True)
     _assert_only_changed_keys(mariadb, config, db, [2, *range(21, 41)])
     table = load_pyiceberg_catalog(config.sink).load_table((db, "t"))
     offsets = [
         s.summary.additional_properties[SUMMARY_STREAM_OFFSET]
-        for s in table.snapshots()
+        for s in main_history(table)
         if s.summary is not None and SUMMARY_STREAM_OFFSET in s.summary.additional_properties
     ]
     assert len(offsets) == len(set(offsets)) == 2, offsets  # the killed run's batch, then the update's

@@ -35,6 +35,7 @@ from ingest.state.table import StateTable
 from tests.conftest import (
     ROW_METADATA,
     embedded_sink,
+    main_history,
     minio_sink,
     open_descriptors,
     rest_sink,
@@ -131,7 +132,7 @@ def _stream_offsets(config: PipelineConfig, namespace: str, table: str) -> list[
     """The binlog offset of every stream commit of this pipeline to one target, in commit order."""
     table_ = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
     out = []
-    for snapshot in sorted(table_.snapshots(), key=lambda s: s.sequence_number):
+    for snapshot in main_history(table_):
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if props.get(SUMMARY_PIPELINE) == config.name and SUMMARY_STREAM_OFFSET in props:
             if SUMMARY_MAINTENANCE not in props:  # a rewrite carries the offset below it, commits no batch
@@ -427,22 +428,20 @@ def test_a_key_moved_between_a_read_chunk_and_an_unread_one_ends_with_its_latest
     ]
 
 
-STREAM_CRASH_POINTS = ["stream.after_table_commit:1", "stream.before_state:1", "stream.after_state:1"]
-
-
 def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_nothing_twice(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """FAILURES.md "commit outcome unknown": a table's commit succeeded, then the job failed in its own process
-    (not killed: its error handling runs, the Spark session lives on). In the same session the retry finds
-    what the failed run committed, with its files, and commits nothing twice. One batch per point, one after the
-    other on one snapshot: right after the first table's commit, then right before the offset is recorded."""
+    """FAILURES.md "commit outcome unknown": the batch's one commit landed, then the job failed in its own process
+    (not killed: its error handling runs, the Spark session lives on) before it learned so. In the same session the
+    retry finds what the failed run committed, with its files, and commits nothing twice. Before that, a failure
+    before the commit: nothing of the batch is in any table. One batch per point, one after the other on one
+    snapshot."""
     db = "failflow"
     _fresh_db(mariadb, db)
     catalog = "fail_lake"
     config = _config(mariadb, db, tmp_path, catalog=catalog, concurrent_merges=1)
     run(config, spark=spark, snapshot_only=True)
-    for point, dml in (("stream.after_table_commit", DML), ("stream.before_state", DML_AGAIN)):
+    for point, dml, lands in (("stream.before_state", DML, False), ("atomic.after_swap", DML_AGAIN, True)):
         held = _stream_offsets(config, db, "acct")
         write_dml(mariadb, db, dml)
         reset_fault_counts()
@@ -452,7 +451,8 @@ def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_no
         monkeypatch.delenv(FAIL_ENV)
         assert spark.streams.active == [], point
         committed = _stream_offsets(config, db, "acct")
-        assert len(committed) > len(held), f"{point}: the failure came after the first table's commit"
+        assert (len(committed) > len(held)) == lands, point
+        assert (len(_stream_offsets(config, db, "tag")) > len(held)) == lands, point  # both tables, or neither
         # Every file the committed snapshot references is still there (nothing was cleaned up as if it failed).
         assert spark.sql(f"SELECT count(*) FROM {catalog}.{db}.acct").collect()[0][0] > 0, point
         run(config, spark=spark, until_caught_up=True)
@@ -463,61 +463,54 @@ def test_an_error_right_after_a_commit_leaves_its_files_and_the_retry_commits_no
         assert _stream_offsets(config, db, "acct")[: len(committed)] == committed, point
 
 
-def test_kill_9_in_the_binlog_phase_then_resume_commits_each_batch_once(
+def test_kill_9_at_every_point_of_a_batchs_one_commit_then_resume_commits_each_batch_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path
 ) -> None:
-    """One job killed at each point of a batch's commit in turn (STREAM_CRASH_POINTS), each run resuming from
-    what the one before left: after the first table's commit, then before the offset is recorded (that run
-    skips the first table and commits the second), then after it (that run commits no table). After each kill
-    every table holds the batch at most once and the offset moves only at the last; the last resume ends equal.
-    One batch per binlog_row_metadata setting (ROW_METADATA), one after the other on one snapshot: the kills of
-    the second batch find a table that holds the first."""
+    """One job killed at each point of a batch's commit in turn, each run resuming from what the one before left:
+    after a table's part is staged (a small target's change made, a MERGE written to the stage branch), before the
+    one commit, between its metadata files and its swap, after the swap (landed, the job not told), after the job
+    recorded it. Until the swap no table holds the batch and the offset has not moved; from the swap every table
+    holds it once, with the offset. The last resume ends equal to MySQL. One batch per binlog_row_metadata setting
+    (ROW_METADATA), each a transaction over two tables; acct takes its batches from Spark's MERGE (through its stage
+    branch), tag from pyiceberg."""
     db = "crashflow"
     _fresh_db(mariadb, db)
     catalog = "crash_lake"
     config = _config(mariadb, db, tmp_path, catalog=catalog, batch_interval_seconds=60)
     run(config, spark=spark, snapshot_only=True)
-    # One table after the other, so that the first crash after a table commit falls between the two tables
-    # (with concurrent MERGEs both may be done by then; test_chaos kills those at random).
     config_file = write_config_file(mariadb, db, tmp_path, catalog, batch_interval_seconds=60, concurrent_merges=1)
 
     def counts() -> tuple[int, int]:  # batch commits (a small target's is two snapshots: ingest/sink/driver_apply.py)
         return len(_stream_offsets(config, db, "acct")), len(_stream_offsets(config, db, "tag"))
 
-    # Per point: the new commits of (acct, tag) its run made, and whether the offset is recorded after it.
-    expected = {
-        "stream.after_table_commit:1": ((1, 0), False),  # the first table only
-        "stream.before_state:1": ((0, 1), False),  # the first table skipped, the second committed
-        "stream.after_state:1": ((0, 0), True),  # neither committed again
-    }
-    for batches, (setting, dml) in enumerate(zip(ROW_METADATA, (DML, DML_AGAIN), strict=True), start=1):
+    points = (
+        ["stream.after_table_commit:1", "stream.before_state:1", "atomic.before_swap:1", "atomic.after_swap:1"],
+        ["stream.after_table_commit:2", "atomic.before_swap:1", "stream.after_state:1"],
+    )
+    for batches, (setting, dml, kills) in enumerate(zip(ROW_METADATA, (DML, DML_AGAIN), points, strict=True), start=1):
         with binlog_row_metadata(mariadb, setting), mariadb.admin() as conn, conn.cursor() as cur:
             for statement in dml:
                 cur.execute(statement.format(db=db))
-            # One transaction of two multi-row events on two tables: a kill between the tables' commits falls
-            # inside it, and the restart must apply its second half only (FAILURES.md: restart in a transaction).
+            # One transaction of two multi-row events on two tables (FAILURES.md: restart in a transaction).
             cur.execute("BEGIN")
             cur.execute(f"UPDATE {db}.acct SET balance = balance + 1 WHERE id IN (40, 41)")
             cur.execute(f"UPDATE {db}.tag SET n = n + 100 WHERE name IN ('B1', 'c2')")
             cur.execute("COMMIT")
         before, offset_before = counts(), StateTable.open(config.sink, config.name).stream_offset()
-        for crash_at in STREAM_CRASH_POINTS:
-            made, recorded = expected[crash_at]
+        for crash_at in kills:
             crashed = run_ingest("run", "--config", str(config_file), "--until-caught-up", crash_at=crash_at)
-            assert crashed.returncode == -signal.SIGKILL, (setting, crashed.stderr[-3000:])
-            after = counts()
-            # Each table commits the batch once: a table that committed before the crash gets no new commit.
-            assert (after[0] - before[0], after[1] - before[1]) == made, (setting, crash_at)
-            before, offset = after, StateTable.open(config.sink, config.name).stream_offset()
-            if recorded:
-                assert offset is not None, (setting, crash_at)
+            assert crashed.returncode == -signal.SIGKILL, (setting, crash_at, crashed.stderr[-3000:])
+            landed = crash_at.startswith(("atomic.after_swap", "stream.after_state"))
+            after, offset = counts(), StateTable.open(config.sink, config.name).stream_offset()
+            assert (after[0] - before[0], after[1] - before[1]) == ((1, 1) if landed else (0, 0)), (setting, crash_at)
+            if landed:
+                assert offset is not None and offset != offset_before, (setting, crash_at)
                 tag_offset = offset_from_summary(_stream_offsets(config, db, "tag")[-1])
                 assert offset.position == tag_offset.position, (setting, crash_at)
             else:
                 assert offset == offset_before, (setting, crash_at)
         run(config, spark=spark, until_caught_up=True)
         assert verify(config), setting
-        assert counts() == before, setting
         for table in ("acct", "tag"):
             offsets = _stream_offsets(config, db, table)
             assert len(offsets) == len(set(offsets)) == batches, f"{table} at {setting}: a batch committed twice"
@@ -567,7 +560,7 @@ def _operations(config: PipelineConfig, namespace: str, table: str) -> list[str]
     table_ = load_pyiceberg_catalog(config.sink).load_table((namespace, table))
     return [
         s.summary.operation.value
-        for s in sorted(table_.snapshots(), key=lambda s: s.sequence_number)
+        for s in main_history(table_)
         if s.summary is not None and SUMMARY_STREAM_OFFSET in s.summary.additional_properties
     ]
 

@@ -55,7 +55,7 @@ def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_o
     db = "skill"
     _fresh_db(mariadb, db)
     checkpoint = tmp_path / "checkpoint"
-    # One table after the other: the first crash after a table commit falls between the two tables.
+    # One table after the other: the first kill after a table is staged falls between the two tables.
     settings = {"checkpoint_location": str(checkpoint), "concurrent_merges": 1}
     catalog = f"s_{row_metadata}"
     config = _structured(mariadb, db, tmp_path, catalog, **settings)
@@ -63,19 +63,24 @@ def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_o
     write_dml(mariadb, db)  # its first transaction changes both tables: any batch holding it commits both
     config_file = write_config_file(mariadb, db, tmp_path, catalog, **settings)
     cut_short: list[str] = []
-    for crash_at in ("stream.after_table_commit:1", "stream.after_state:1"):
+    # Killed with the batch staged and not committed, then with it committed and Spark's commit log not written.
+    for crash_at in ("stream.after_table_commit:1", "atomic.after_swap:1"):
+        before = _stream_offsets(config, db, "acct")
         crashed = run_ingest("run", "--config", str(config_file), crash_at=crash_at)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-        acct_before = _stream_offsets(config, db, "acct")
-        assert acct_before, "the crash came before the first table commit"
-        cut_short.append(acct_before[-1])
+        acct, tag = _stream_offsets(config, db, "acct"), _stream_offsets(config, db, "tag")
+        if crash_at.startswith("atomic.after_swap"):
+            assert len(acct) > len(before) and acct[-1] in tag, "the batch's one commit holds both tables"
+            cut_short.append(acct[-1])
+        else:
+            assert acct == before, "a staged batch is in no table"
     run(config, spark=spark, until_caught_up=True)
     assert verify(config)
     acct, tag = _stream_offsets(config, db, "acct"), _stream_offsets(config, db, "tag")
-    # Each batch is committed once per table, and the batch cut short is the one Spark replays from its offset
-    # log: the table that missed it commits it with the very same end offset.
+    # Each batch is committed once per table: the batch Spark replays from its offset log after the second kill is
+    # found in both tables, with the very same end offset, and committed to neither again.
     assert len(acct) == len(set(acct)) and len(tag) == len(set(tag))
-    assert all(offset in tag for offset in cut_short), cut_short
+    assert all(offset in tag and offset in acct for offset in cut_short), cut_short
 
 
 def test_a_kill_9_inside_a_chunk_batch_with_a_kept_checkpoint_reads_each_chunk_once(

@@ -13,7 +13,15 @@ from ingest.query import commit, ddl
 from ingest.query.batch import TableStream
 from ingest.sink.evolution import schema_from_json, schema_to_json
 from ingest.sink.recopy import added_columns, iceberg_misfit, schema_misfit
-from ingest.sink.targets import COPY_BRANCH, copy_under_way, job_head, on_copy_branch, table_of
+from ingest.sink.targets import (
+    COPY_BRANCH,
+    STAGE_BRANCH,
+    copy_under_way,
+    job_head,
+    on_copy_branch,
+    on_stage_branch,
+    table_of,
+)
 from tests.unit.test_schema_evolution import col, table
 
 OLD = table(col("v", "varchar(20)"), col("n", "int(11)"))
@@ -84,6 +92,9 @@ def test_the_branch_name_is_added_once_and_taken_off_for_the_table() -> None:
     assert on_copy_branch(branch) == branch
     assert table_of(branch) == target
     assert table_of(target) == target
+    stage = on_stage_branch(target)
+    assert stage == f"`lake`.`db`.`t`.`branch_{STAGE_BRANCH}`"
+    assert table_of(stage) == target
 
 
 def test_the_job_reads_the_branch_head_while_the_branch_exists() -> None:

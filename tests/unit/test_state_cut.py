@@ -57,3 +57,40 @@ def test_another_pipelines_cut_and_a_forgotten_table_or_offset(table: Any) -> No
     assert StateTable(table, "p").cut() is None
     theirs = StateTable(table, "q").cut()
     assert theirs is not None and theirs.tables == {"db.a": ("q.a", 9)}
+
+
+def _stream(table: str, committed: int | None, head: int | None, **kw: Any) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        schema=SimpleNamespace(database="db", table=table),
+        target=f"`lake`.`db`.`{table}`",
+        committed=None if committed is None else BinlogPosition("mysql-bin.000001", committed),
+        head=head,
+        head_known=True,
+        unread=kw.get("unread", False),
+    )
+
+
+def test_the_cut_leaves_out_a_table_copied_or_ahead_of_the_offset() -> None:
+    """A table that holds more than the offset (a batch committed table by table, cut off by a crash, replayed in
+    smaller batches) would make the cut torn: it joins the cut once the offset has caught up with it."""
+    from types import SimpleNamespace
+
+    from ingest.query.commit import table_cut
+
+    targets = SimpleNamespace(target_for=lambda db, t: (db, t))
+    tables = {
+        "db.at": _stream("at", 100, 1),
+        "db.behind": _stream("behind", 40, 2),  # idle in the last batches: its snapshot holds it at the offset
+        "db.empty": _stream("empty", None, None),
+        "db.ahead": _stream("ahead", 160, 3),
+        "db.copied": _stream("copied", 100, 4, unread=True),
+    }
+    at = BinlogPosition("mysql-bin.000001", 100)
+    assert table_cut(targets, tables, at) == {  # type: ignore[arg-type]
+        "db.at": ("db.at", 1),
+        "db.behind": ("db.behind", 2),
+        "db.empty": ("db.empty", None),
+    }
+    assert "db.ahead" in table_cut(targets, tables, BinlogPosition("mysql-bin.000001", 160))  # type: ignore[arg-type]
