@@ -414,6 +414,9 @@ class SinkConfig(_Settings):
     reconnect_seconds: Seconds = 300.0
     """How long a binlog batch's commit waits for a catalog or object store that cannot be reached
     (ingest.sink.outage)."""
+    one_commit: Flag = True
+    """A binlog batch lands in one commit across its tables where the catalog can (ingest/sink/atomic.py); False:
+    table by table, then the offset, as on catalogs that cannot."""
 
 
 # The changelog table of a target is `<target name><CHANGELOG_SUFFIX>` in the target's namespace.

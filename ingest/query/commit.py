@@ -70,11 +70,11 @@ def commit_prepared(
     # Foreign key actions that act in turn are worked out from the rows they reached, read before any commit.
     chained = any(p.pending is not None for p in prepared)
     prepared = settle_chains(spark, targets, stream, tables, prepared, end.position)
-    catalog = cached_pyiceberg_catalog(targets.sink)
-    if not chained and can_commit_together(catalog):
-        results = _commit_together(spark, targets, stream, state, tables, prepared, end, source_time)
+    batch = _Batch(spark, targets, stream, state, tables, end, source_time)
+    if not chained and _together(targets):
+        results = _commit_together(batch, prepared)
     else:
-        results = _commit_table_by_table(spark, targets, stream, state, tables, prepared, end, source_time, chained)
+        results = _commit_table_by_table(batch, prepared, chained)
     applied_to = {p.table_id: p.applied for p, ok in zip(prepared, results, strict=True) if ok and p.applied}
     metrics.current().batch_committed(applied_to, time.monotonic() - started, end.position, source_time)
     log.info(
@@ -86,19 +86,30 @@ def commit_prepared(
     _maintain_due(spark, targets, [tables[p.table_id] for p in prepared], end)
 
 
-def _commit_table_by_table(
-    spark: Any,
-    targets: Targets,
-    stream: StreamConfig,
-    state: StateTable,
-    tables: dict[str, TableStream],
-    prepared: Sequence[TableBatch],
-    end: Watermark,
-    source_time: int | None,
-    chained: bool,
-) -> list[bool]:
+def _together(targets: Targets) -> bool:
+    """A batch lands in one commit: asked (`sink.one_commit`), of format 2 targets (pyiceberg, which makes that
+    commit, writes no format 3 metadata), on a catalog that can."""
+    sink = targets.sink
+    return sink.one_commit and sink.format_version == 2 and can_commit_together(cached_pyiceberg_catalog(sink))
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A batch being committed: where to, and up to which offset."""
+
+    spark: Any
+    targets: Targets
+    stream: StreamConfig
+    state: StateTable
+    tables: dict[str, TableStream]
+    end: Watermark
+    source_time: int | None
+
+
+def _commit_table_by_table(batch: _Batch, prepared: Sequence[TableBatch], chained: bool) -> list[bool]:
     """Each table committed on its own, then the offset: where the catalog cannot commit tables together, and for a
     batch whose foreign key actions act in turn (those tables commit in order, ingest.query.chains)."""
+    spark, targets, stream, tables, end = batch.spark, batch.targets, batch.stream, batch.tables, batch.end
     # Every commit of the batch, whatever its table, carries the same summary: set it once for all threads.
     with snapshot_properties(spark, stream_offset_properties(targets.pipeline, end)):
         results = _each_part(
@@ -108,52 +119,39 @@ def _commit_table_by_table(
             lambda p: _commit_part(spark, targets, stream, tables[p.table_id], p, end),
         )
     crash_point("stream.before_state")
-    state.record_offset(end, source_time, table_cut(targets, tables, end.position))
+    batch.state.record_offset(end, batch.source_time, table_cut(targets, tables, end.position))
     crash_point("stream.after_state")
     return results
 
 
-def _commit_together(
-    spark: Any,
-    targets: Targets,
-    stream: StreamConfig,
-    state: StateTable,
-    tables: dict[str, TableStream],
-    prepared: Sequence[TableBatch],
-    end: Watermark,
-    source_time: int | None,
-) -> list[bool]:
+def _commit_together(batch: _Batch, prepared: Sequence[TableBatch]) -> list[bool]:
     """The batch in one commit of the catalog (ingest.sink.atomic): every table's part staged (pyiceberg's changes
     of small targets; Spark's writes into each table's stage branch), then every target, changelog and the offset
     (with its cut) land together, or none does. Readers of main never see part of a batch. When another writer
     committed to one of the tables meanwhile, the batch is staged again from fresh metadata."""
     from pyiceberg.exceptions import CommitFailedException
 
-    catalog = cached_pyiceberg_catalog(targets.sink)
+    catalog, end = cached_pyiceberg_catalog(batch.targets.sink), batch.end
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        with snapshot_properties(spark, stream_offset_properties(targets.pipeline, end)):
-            parts = _each_part(
-                stream,
-                prepared,
-                None,
-                lambda p: _stage_part(spark, catalog, targets, stream, tables[p.table_id], p, end),
-            )
-        offset, recorded = state.offset_change(end, source_time, table_cut(targets, tables, end.position))
+        with snapshot_properties(batch.spark, stream_offset_properties(batch.targets.pipeline, end)):
+            parts = _each_part(batch.stream, prepared, None, lambda p: _stage_part(batch, catalog, p))
+        cut = table_cut(batch.targets, batch.tables, end.position)
+        offset, recorded = batch.state.offset_change(end, batch.source_time, cut)
         crash_point("stream.before_state")
         try:
             commit_together(catalog, [*(c for part in parts for c in part.changes), offset])
         except CommitFailedException as e:
             metrics.current().commit_retried("the batch's tables")
             log.warning("batch up to %s: commit conflict at attempt %d, staging again: %s", end.position, attempt, e)
-            state.refresh()
-            for part in prepared:
-                tables[part.table_id].head_known = False
+            batch.state.refresh()
+            for p in prepared:
+                batch.tables[p.table_id].head_known = False
             time.sleep(0.2 * attempt)
             continue
         recorded()
         crash_point("stream.after_state")
         for p, part in zip(prepared, parts, strict=True):
-            table = tables[p.table_id]
+            table = batch.tables[p.table_id]
             if part.target:
                 table.committed, table.committed_known = end.position, True
             if part.changelog:
@@ -182,17 +180,11 @@ class _StagedPart:
     """The changelog table takes it."""
 
 
-def _stage_part(
-    spark: Any,
-    catalog: Any,
-    targets: Targets,
-    stream: StreamConfig,
-    table: TableStream,
-    part: TableBatch,
-    end: Watermark,
-) -> _StagedPart:
+def _stage_part(batch: _Batch, catalog: Any, part: TableBatch) -> _StagedPart:
     """One table's part of a batch staged for the batch's one commit (its rejected values committed now: a replay
     adds none twice). A target copied again into its copy branch commits there now, outside the cut."""
+    spark, targets, stream, end = batch.spark, batch.targets, batch.stream, batch.end
+    table = batch.tables[part.table_id]
     staged_part = _StagedPart()
     rows, where, changelog = _part_rows(spark, targets, table, part, end)
     if changelog is not None and not _holds(table.changelog_committed, end):

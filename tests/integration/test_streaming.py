@@ -67,9 +67,12 @@ def partitioned(db: str) -> dict[str, Any]:
     return {f"{db}.acct": {"partition_by": ["bucket(4, id)", "truncate(100, balance)"]}}
 
 
-def _config(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "lake", **stream: Any) -> PipelineConfig:
+def _config(
+    mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str = "lake", one_commit: bool = True, **stream: Any
+) -> PipelineConfig:
     sink = embedded_sink(warehouse)
     sink["catalog_name"] = catalog
+    sink["one_commit"] = one_commit
     return parse_config(
         {
             "name": db,
@@ -573,7 +576,7 @@ def test_a_batch_that_only_creates_rows_is_appended_once_across_a_kill_between_t
     db = "appendflow"
     _fresh_db(mariadb, db)
     spark_only = {"batch_interval_seconds": 60, "concurrent_merges": 1, "driver_apply_max_rows": 0}
-    config = _config(mariadb, db, tmp_path, catalog="appends", **spark_only)
+    config = _config(mariadb, db, tmp_path, catalog="appends", one_commit=False, **spark_only)
     run(config, spark=spark, snapshot_only=True)
     mariadb.execute(
         f"DELETE FROM {db}.acct WHERE id = 7",  # a key the snapshot held: the next batch may append it again
@@ -599,7 +602,8 @@ def test_a_batch_that_only_creates_rows_is_appended_once_across_a_kill_between_t
                 "name": db,
                 "source": source_section(mariadb),
                 "tables": {"include": [rf"{db}\..*"]},
-                "sink": {**embedded_sink(tmp_path), "catalog_name": "appends"},
+                # Table by table: the kill between two tables' commits leaves acct ahead of the offset.
+                "sink": {**embedded_sink(tmp_path), "catalog_name": "appends", "one_commit": False},
                 "snapshot": {"chunk_size": 50, "parallelism": 2, "chunks_per_commit": 8},
                 "stream": spark_only,
             }
