@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import inspect
 import os
 import sys
 import threading
@@ -195,7 +196,8 @@ class StreamProbe:
                 probe.cpu_end = harness.tree_cpu(probe.root)
 
         def commit(*args: Any, **kwargs: Any) -> None:
-            prepared = args[4]  # per table, its part of the batch, prepared in the source's process
+            # per table, its part of the batch, prepared in the source's process
+            prepared = inspect.signature(original_commit).bind(*args, **kwargs).arguments["prepared"]
             started_wall, started = time.time(), time.perf_counter()
             original_commit(*args, **kwargs)
             probe.batches.append(

@@ -485,7 +485,10 @@ class StreamConfig(_Settings):
     """Tables of one batch MERGEd at the same time (each is its own Iceberg commit)."""
     driver_apply_max_rows: Annotated[int, Strict(), Field(ge=0)] = 100_000
     """A target of at most this many rows takes a batch from the driver (pyiceberg), not by a Spark MERGE, where
-    ingest/sink/driver_apply.py can; 0: never."""
+    ingest/sink/driver_apply.py can; 0: never (every batch is MERGEd by Spark)."""
+    position_deletes: Flag = True
+    """A bigger target (or a part of more keys) takes a batch as position deletes and a data file the driver
+    writes (ingest/sink/position_deletes.py), where ingest/sink/driver_apply.py can; False: a Spark MERGE."""
     checkpoint_location: Text | None = None
     """Spark's checkpoint directory for the job's streaming query (None: a fresh one per run)."""
     signal_poll_seconds: Seconds = 10.0

@@ -203,12 +203,12 @@ def _stage_part(batch: _Batch, catalog: Any, part: TableBatch) -> _StagedPart:
         staged_part.target = _merge_table(spark, targets, stream, table, rows, where, part.append, end)
         return staged_part
     names = targets.target_for(table.schema.database, table.schema.table)
-    small = driver_target(catalog, names, table.target, table.schema, stream.driver_apply_max_rows, rows, part.append)
-    if small is not None:
+    driver = driver_target(catalog, names, table.target, table.schema, stream, rows, part.append)
+    if driver is not None:
         properties = stream_offset_properties(targets.pipeline, end)
-        transaction = stage_in_driver(small, table.schema, rows, properties, part.append)
+        transaction = stage_in_driver(driver, table.schema, rows, properties)
         head = transaction.table_metadata.current_snapshot()
-        staged_part.changes.append(staged(small, transaction))
+        staged_part.changes.append(staged(driver.table, transaction))
         table.head, table.head_known, staged_part.target = head.snapshot_id, True, True
     else:
         base = start_stage(catalog, names)
@@ -328,12 +328,12 @@ def _merge_table(
             return table.committed
         return committed_in(targets, names, end, table.committed)
 
-    catalog, most = cached_pyiceberg_catalog(targets.sink), stream.driver_apply_max_rows
-    small = driver_target(catalog, names, table.target, table.schema, most, rows, append)
-    if small is not None:
+    catalog = cached_pyiceberg_catalog(targets.sink)
+    driver = driver_target(catalog, names, table.target, table.schema, stream, rows, append)
+    if driver is not None:
         properties = stream_offset_properties(targets.pipeline, end)
-        done = apply_in_driver(small, table.target, table.schema, rows, end, properties, read_offset, append)
-        head = small.current_snapshot()
+        done = apply_in_driver(driver, table.target, table.schema, rows, end, properties, read_offset)
+        head = driver.table.current_snapshot()
         table.head, table.head_known = (None if head is None else head.snapshot_id), True
     else:
         done = merge_arrow(spark, table.target, table.schema, rows, where, end, read_offset, append)

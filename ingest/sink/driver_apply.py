@@ -1,15 +1,19 @@
-"""A batch applied to a small target by the driver, with pyiceberg, instead of a Spark MERGE.
+"""A batch applied to a target by the driver, with pyiceberg, instead of a Spark MERGE.
 
-A MERGE costs Spark a plan, a job and a commit: about a second of CPU whatever the batch, so a batch that
-touches 200 small tables spends minutes in MERGEs of a few rows each. A small target (`stream.
-driver_apply_max_rows`) takes the same change in one pyiceberg transaction: the rows of the batch's keys deleted
-(the data files holding them rewritten without them) and the batch's final rows added, in one snapshot carrying the
-batch's end offset, as a MERGE's does. What a table holds after it is what the MERGE would
-leave: per key of the batch, its final row or nothing.
+A MERGE costs Spark a plan, a job and a commit, and turns the batch's Arrow into Spark rows and back into Parquet:
+about a second of CPU for a few rows, and most of the binlog phase's CPU on a catch-up (issue 51). The driver takes
+the same change in one snapshot carrying the batch's end offset, as a MERGE's does, in one of three ways:
+- `append`: a batch that only creates rows (`created_keys`) is appended, whatever the target's size;
+- `rewrite`: a small target (`stream.driver_apply_max_rows`, a part of at most `MAX_KEYS` keys, a one-column key
+  of integers or strings) has the data files holding the batch's keys rewritten without them (copy-on-write);
+- `position`: any other target's rows of the batch's keys are deleted by position (ingest/sink/position_deletes.py,
+  merge-on-read, as the MERGE of a target with `write.merge.mode=merge-on-read` does), unless
+  `stream.position_deletes` is off.
+The batch's final rows are added in each. What a table holds after it is what the MERGE would leave: per key of the
+batch, its final row or nothing.
 
-Only where that is plainly so: an unpartitioned format 2 target, main (not a copy branch), a table with a key, and a
-one-column key of integers or strings. A batch that only creates rows (`created_keys`) is appended by the driver
-to such a target whatever its size and key: an append rewrites nothing. Everything else is MERGEd by Spark.
+Only where that is plainly so: an unpartitioned format 2 target of Parquet files, main (not a copy branch), a table
+with a key, with no column the batch does not set. Everything else is MERGEd by Spark.
 """
 
 from __future__ import annotations
@@ -18,17 +22,19 @@ import itertools
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import metrics
+from ingest.config import StreamConfig
 from ingest.errors import CommitConflictError
 from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
-from ingest.sink.data_files import DataFileWriter
+from ingest.sink.data_files import DataFileWriter, writable_from_arrow
 from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
+from ingest.sink.position_deletes import stage_by_position
 from ingest.sink.targets import table_of
 
 log = logging.getLogger(__name__)
@@ -39,31 +45,40 @@ took 2.1 s on a table of 100,000 rows, 50,000 took 6.4 s; Spark's MERGE takes a 
 large on a small table is a catch-up, where a MERGE's fixed cost does not matter."""
 
 
+class DriverApply(NamedTuple):
+    table: Any
+    """The target's pyiceberg table."""
+    how: str
+    """"append", "rewrite" or "position" (see the module)."""
+
+
 def driver_target(
     catalog: Any,
     names: tuple[str, str],
     target: str,
     schema: TableSchema,
-    max_rows: int,
+    stream: StreamConfig,
     rows: pa.Table,
     append: bool,
-) -> Any:
-    """The target's pyiceberg table when the driver may apply the batch `rows` to it (see the module), else None. A
-    batch that only appends (`append`) needs no key and costs the same whatever the target's size; one that deletes
-    needs a small target, and at most `MAX_KEYS` keys. A target with a column the batch does not set (added by hand)
-    is MERGEd: an update keeps its value."""
+) -> DriverApply | None:
+    """How the driver applies the batch `rows` to the target (see the module), or None when Spark MERGEs it. A
+    target with a column the batch does not set (added by hand) is MERGEd: an update keeps its value."""
+    max_rows = stream.driver_apply_max_rows
     if max_rows == 0 or schema.keyless or target != table_of(target):
         return None
-    if not append and (rows.num_rows > MAX_KEYS or len(schema.primary_key) != 1):
-        return None  # known without loading the table: a catch-up's part, or a key the delete cannot name
+    rewrite = not append and rows.num_rows <= MAX_KEYS and len(schema.primary_key) == 1
+    if not (append or rewrite or stream.position_deletes):
+        return None  # known without loading the table
     table = catalog.load_table(names)
-    if table.format_version != 2 or not table.spec().is_unpartitioned():
+    if table.format_version != 2 or not writable_from_arrow(table):
         return None
     if sorted(f.name for f in table.schema().fields) != sorted(c for c in rows.column_names if c != OP_COLUMN):
         return None
     if append:
-        return table
-    return table if _small_with_plain_key(table, schema, max_rows) else None
+        return DriverApply(table, "append")
+    if rewrite and _small_with_plain_key(table, schema, max_rows):
+        return DriverApply(table, "rewrite")
+    return DriverApply(table, "position") if stream.position_deletes else None
 
 
 def _small_with_plain_key(table: Any, schema: TableSchema, max_rows: int) -> bool:
@@ -79,18 +94,17 @@ def _small_with_plain_key(table: Any, schema: TableSchema, max_rows: int) -> boo
 
 
 def apply_in_driver(
-    table: Any,
+    driver: DriverApply,
     target: str,
     schema: TableSchema,
     rows: pa.Table,
     end: Watermark,
     properties: dict[str, str],
     read_offset: Any,
-    append: bool,
 ) -> bool:
-    """Apply the batch `rows` (`batch_arrow`: per key its final row, op U, or its delete, op D) to `table` (Spark's
-    `target`), in one snapshot tagged with `properties`; False when the table already holds it. With `append`, the
-    rows are new keys: only appended. A conflict is retried from fresh metadata, as a MERGE is."""
+    """Apply the batch `rows` (`batch_arrow`: per key its final row, op U, or its delete, op D) to the driver's
+    table (Spark's `target`), in one snapshot tagged with `properties`; False when the table already holds it. A
+    conflict is retried from fresh metadata, as a MERGE is."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -98,27 +112,31 @@ def apply_in_driver(
         if done is not None and done >= end.position:
             return False  # committed before (a replay, or a commit that raised after succeeding)
         try:
-            stage_in_driver(table, schema, rows, properties, append).commit_transaction()
+            stage_in_driver(driver, schema, rows, properties).commit_transaction()
             return True
         except (CommitFailedException, ValidationException) as e:
             metrics.current().commit_retried(target)
             log.warning("%s: commit conflict at attempt %d, retrying from fresh state: %s", target, attempt, e)
-            table.refresh()
+            driver.table.refresh()
             time.sleep(0.2 * attempt)
     raise CommitConflictError(f"{target}: a batch kept conflicting with other writers after {MAX_ATTEMPTS} tries")
 
 
-def stage_in_driver(table: Any, schema: TableSchema, rows: pa.Table, properties: dict[str, str], append: bool) -> Any:
-    """The pyiceberg transaction (not committed) that applies the batch `rows` to `table` in one overwrite snapshot
-    tagged with `properties`: each data file holding one of the batch's keys replaced by its other rows, and the
-    batch's final rows added (with `append`, only added). The files that may hold the keys are found by their range
-    and set (pyiceberg reads every file for a set of more than 200 values; the range still prunes older keys')."""
+def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, properties: dict[str, str]) -> Any:
+    """The pyiceberg transaction (not committed) that applies the batch `rows` to the driver's table in one snapshot
+    tagged with `properties`, the batch's final rows added to it. Before, by position: the rows of the batch's keys
+    deleted by position; rewrite: each data file holding one of them replaced by its other rows (the files that may
+    hold the keys are found by their range and set: pyiceberg reads every file for a set of more than 200 values,
+    and the range still prunes older keys')."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
+    table = driver.table
     final = DataFileWriter(table).conform(rows.filter(pc.equal(rows.column(OP_COLUMN), "U")))
-    key = schema.primary_key[0] if not append else ""
-    keys = None if append else rows.column(key)
+    if driver.how == "position":
+        return stage_by_position(table, schema, rows, final, properties)
+    key = schema.primary_key[0] if driver.how == "rewrite" else ""
+    keys = rows.column(key) if key else None
     transaction = table.transaction()
     metadata = transaction.table_metadata
     write_uuid, counter = uuid.uuid4(), itertools.count(0)

@@ -231,7 +231,8 @@ def test_schema_evolution_reads_equal_to_mysql(
         f"CREATE TABLE {db}.item (id INT NOT NULL PRIMARY KEY, qty INT, name VARCHAR(10))",
         f"INSERT INTO {db}.item SELECT seq, seq, CONCAT('n', seq) FROM {db}.seq_1_to_50",
     )
-    config = _config(mariadb, minio, postgres, db)
+    # Its batches by position (ingest/sink/position_deletes.py): delete files Trino applies, after a widening too.
+    config = _config(mariadb, minio, postgres, db, stream={"batch_interval_seconds": 60, "driver_apply_max_rows": 1})
     run(config, spark=spark, snapshot_only=True)
     # One DDL per catch-up: the job follows a DDL while it runs (docs/config.md#schema-changes).
     mariadb.execute(
@@ -249,6 +250,12 @@ def test_schema_evolution_reads_equal_to_mysql(
     assert described == {"id": "integer", "qty": "bigint", "name": "varchar", "added": "date"}
     assert _trino_rows(trino, f"{db}.item", "id") == mysql_rows(mariadb, f"{db}.item", "id")
     assert _trino_rows(trino, f"{db}.item", "id")[4]["added"] == dt.date(2026, 11, 25)
+    assert _position_delete_files(trino, CATALOG, f"{db}.item") > 0
+
+
+def _position_delete_files(trino: TrinoServer, catalog: str, table: str) -> int:
+    namespace, name = table.split(".")
+    return int(trino.query(f'SELECT count(*) AS n FROM {catalog}.{namespace}."{name}$files" WHERE content = 1')[0]["n"])
 
 
 def test_format_v3_reads_until_the_first_deletion_vector_which_this_trino_refuses(
@@ -289,6 +296,7 @@ def test_the_rest_catalog_profile_reads_equal_to_mysql_through_trino_status_and_
         "tables": {"include": [rf"{db}\..*"]},
         "sink": {**rest_sink(minio, rest_catalog), "state_table": f"ingest_meta.state_{db}"},
         "snapshot": {"chunk_size": 100, "parallelism": 2, "chunks_per_commit": 4},
+        "stream": {"driver_apply_max_rows": 1},  # by position: delete files through the REST catalog, on S3
     }
     config = parse_config(data)
     run(config, spark=spark, snapshot_only=True)
@@ -300,6 +308,7 @@ def test_the_rest_catalog_profile_reads_equal_to_mysql_through_trino_status_and_
     run(config, spark=spark, until_caught_up=True)
     rows = _trino_rows(trino, f"{db}.acct", "id", catalog=REST_CATALOG)
     assert rows == mysql_rows(mariadb, f"{db}.acct", "id")
+    assert _position_delete_files(trino, REST_CATALOG, f"{db}.acct") > 0
     _assert_read_at_the_cut(trino, REST_CATALOG, db, rows)
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))

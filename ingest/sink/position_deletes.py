@@ -1,0 +1,302 @@
+"""A batch applied to a large target by position: merge-on-read written by the job, without Spark's MERGE.
+
+Spark's MERGE turns the batch's Arrow into Spark rows, joins them with the target's rows and writes Parquet again;
+that was most of the binlog phase's CPU (issue 51). The job knows what the join would find, the batch's keys, so
+it looks them up itself:
+- the data files whose bounds may hold a key are planned from the manifests (pyiceberg's scan planning);
+- of each, only the key columns are read, only the row groups whose statistics may hold a key, and the rows of
+  the batch's keys give their positions;
+- one snapshot (what Iceberg's Java `RowDelta` makes) adds a position delete file per data file holding a key
+  (`file_path`, `pos`: the file granularity Iceberg's writers use by default) and a data file of the batch's
+  final rows, tagged with the batch's offset like every commit of the job.
+Spark, Trino and pyiceberg apply the deletes when they read; the job's maintenance rewrites them away
+(ingest/sink/maintenance.py). The snapshot requires the branch head it read the positions at (and refuses
+pyiceberg's own retry on a newer head), so a compaction committed in between fails the commit and the batch is
+staged again from fresh metadata: positions are never applied to files that were rewritten.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ingest.model.schema import TableSchema
+
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+"""The field ids of a position delete file's columns (the Iceberg table spec, "Position Delete Files")."""
+
+IN_LIST_MAX = 200
+"""pyiceberg's scan planning evaluates an IN of more values than this as "may match" for every file; above it,
+files are planned by the keys' range only."""
+
+READERS = 4
+"""Data files read (and delete files written) at once: object store latency, not CPU, bounds one file's turn."""
+
+
+class UnpositionedFile(Exception):
+    """A data file of the target without Iceberg field ids (added from outside, read by name mapping): the job
+    cannot tell its key columns by id, so the batch is MERGEd by Spark instead."""
+
+
+def stage_by_position(
+    table: Any, schema: TableSchema, rows: pa.Table, final: pa.Table, properties: dict[str, str]
+) -> Any:
+    """The pyiceberg transaction (not committed) that applies the batch `rows` (`batch_arrow`) to `table` in one
+    snapshot tagged with `properties`: every row holding one of the batch's keys deleted by position, and `final`
+    (the batch's final rows, conformed to the target) added. Raises `UnpositionedFile` when a data file that may
+    hold a key has no field ids."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    transaction = table.transaction()
+    metadata = transaction.table_metadata
+    keys = rows.select(list(schema.primary_key))
+    located = locate(table, keys)
+    write_uuid = uuid.uuid4()
+    files = []
+    if final.num_rows:
+        files = list(_dataframe_to_data_files(metadata, final, table.io, write_uuid, itertools.count(0)))
+
+    def deletes(numbered: tuple[int, tuple[str, pa.Array]]) -> Any:
+        number, (data_file, positions) = numbered
+        return write_position_deletes(table, metadata, data_file, positions, write_uuid, number)
+
+    with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="deletes") as pool:
+        files += list(pool.map(deletes, enumerate(sorted(located.items()))))
+    if not files:
+        return transaction
+    producer = _row_delta_class()(transaction, table.io, properties)
+    for data_file in files:
+        producer.append_data_file(data_file)
+    producer.commit()
+    return transaction
+
+
+def locate(table: Any, keys: pa.Table) -> dict[str, pa.Array]:
+    """Per data file of `table` (its main branch) holding a row with one of `keys` (the key columns, as the batch
+    has them), the positions of those rows, ascending. Rows deleted before are found too: deleting a position twice
+    is harmless, and telling them apart would cost reading every delete file."""
+    if keys.num_rows == 0:
+        return {}
+    keys = _distinct(keys)
+    ids = [table.schema().find_field(name).field_id for name in keys.column_names]
+    sorted_first = _sorted_values(keys.column(0))
+    tasks = list(table.scan(row_filter=_may_hold(keys)).plan_files())
+
+    def positions(task: Any) -> tuple[str, pa.Array]:
+        with table.io.new_input(task.file.file_path).open() as stream:
+            return task.file.file_path, _positions_in(
+                pq.ParquetFile(stream), task.file.file_path, ids, keys, sorted_first
+            )
+
+    with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="locate") as pool:
+        return {path: found for path, found in pool.map(positions, tasks) if len(found)}
+
+
+def _distinct(keys: pa.Table) -> pa.Table:
+    return keys.group_by(keys.column_names).aggregate([])
+
+
+def _sorted_values(column: pa.ChunkedArray) -> list[Any] | None:
+    """The first key column's values sorted, for pruning row groups by their statistics; None where the Parquet
+    statistics of its type do not compare with Python's values (only integers and strings are pruned)."""
+    if not (
+        pa.types.is_integer(column.type) or pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+    ):
+        return None
+    return sorted(column.to_pylist())
+
+
+def _prunable(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _may_hold(keys: pa.Table) -> Any:
+    """The scan filter of the files that may hold `keys`: per key column its values' range, and its values when
+    few enough for the planner to test them."""
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
+
+    where: Any = AlwaysTrue()
+    for name in keys.column_names:
+        column = keys.column(name)
+        if not _prunable(column.type):
+            continue  # a type whose Python value the planner may not compare with its bounds: not pruned by it
+        bounds = pc.min_max(column)
+        where = And(where, GreaterThanOrEqual(term=Reference(name), value=bounds["min"].as_py()))
+        where = And(where, LessThanOrEqual(term=Reference(name), value=bounds["max"].as_py()))
+        values = pc.unique(column)
+        if len(values) <= IN_LIST_MAX:
+            where = And(where, In(term=Reference(name), values=values.to_pylist()))
+    return where
+
+
+def _positions_in(
+    parquet: pq.ParquetFile, path: str, ids: Sequence[int], keys: pa.Table, sorted_first: list[Any] | None
+) -> pa.Array:
+    """The positions in one data file of the rows with one of `keys`; `ids` are the key columns' field ids."""
+    names = _names_by_id(parquet, path, ids)
+    leaf = _leaf_index(parquet, names[0])
+    found: list[pa.Array] = []
+    offset = 0
+    for group in range(parquet.metadata.num_row_groups):
+        meta = parquet.metadata.row_group(group)
+        start, offset = offset, offset + meta.num_rows
+        if sorted_first is not None and not _group_may_hold(meta.column(leaf).statistics, sorted_first):
+            continue
+        held = parquet.read_row_group(group, columns=names)
+        held = held.rename_columns(keys.column_names).cast(keys.schema)
+        if len(names) == 1:
+            hits = pc.indices_nonzero(pc.is_in(held.column(0), value_set=keys.column(0).combine_chunks()))
+        else:
+            numbered = held.append_column("__ingest_row", pa.array(range(held.num_rows), pa.int64()))
+            hits = numbered.join(keys, keys.column_names, join_type="inner").column("__ingest_row").combine_chunks()
+        if len(hits):
+            found.append(pc.add(hits.cast(pa.int64()), start))
+    if not found:
+        return pa.array([], pa.int64())
+    every = pa.concat_arrays(found)
+    return every.take(pc.array_sort_indices(every))  # a join's rows come in no order
+
+
+def _names_by_id(parquet: pq.ParquetFile, path: str, ids: Sequence[int]) -> list[str]:
+    """The file's own names of the columns with field ids `ids` (a rename changes the table's name, not the
+    file's)."""
+    by_id: dict[int, str] = {}
+    for column in parquet.schema_arrow:
+        field_id = (column.metadata or {}).get(b"PARQUET:field_id")
+        if field_id is not None:
+            by_id[int(field_id)] = column.name
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UnpositionedFile(f"{path} has no column with field id {missing[0]}")
+    return [by_id[i] for i in ids]
+
+
+def _leaf_index(parquet: pq.ParquetFile, name: str) -> int:
+    schema = parquet.metadata.schema
+    return next(i for i in range(len(schema)) if schema.column(i).path == name)
+
+
+def _group_may_hold(statistics: Any, sorted_values: list[Any]) -> bool:
+    """Whether a row group whose key column has `statistics` may hold one of `sorted_values`."""
+    if statistics is None or not statistics.has_min_max:
+        return True
+    low, high = statistics.min, statistics.max
+    if isinstance(low, bytes) or type(low) is not type(sorted_values[0]):
+        return True  # statistics of another physical type than the values (a widened column): not pruned
+    at = bisect.bisect_left(sorted_values, low)
+    return at < len(sorted_values) and sorted_values[at] <= high
+
+
+def write_position_deletes(
+    table: Any, metadata: Any, data_file: str, positions: pa.Array, write_uuid: uuid.UUID, number: int
+) -> Any:
+    """A position delete file of `positions` (ascending) in `data_file`, and its pyiceberg `DataFile` (content
+    position deletes, full bounds: a reader sees which one data file it applies to)."""
+    from pyiceberg.io.fileformat import FileFormatFactory
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.schema import Schema
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    delete_schema = Schema(
+        NestedField(FILE_PATH_ID, "file_path", StringType(), required=True),
+        NestedField(POS_ID, "pos", LongType(), required=True),
+    )
+    rows = pa.Table.from_arrays(
+        [pa.array([data_file] * len(positions), pa.string()), positions.cast(pa.int64())],
+        schema=schema_to_pyarrow(delete_schema, include_field_ids=True),
+    )
+    location = table.location_provider().new_data_location(
+        data_file_name=f"00000-{number}-{write_uuid}-deletes.parquet"
+    )
+    output = table.io.new_output(location)
+    properties = {**metadata.properties, "write.metadata.metrics.default": "full"}
+    with FileFormatFactory.get(FileFormat.PARQUET).create_writer(output, delete_schema, properties) as writer:
+        writer.write(rows)
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        file_size_in_bytes=len(output),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **writer.result().to_serialized_dict(),
+    )
+
+
+@functools.cache
+def _row_delta_class() -> type:
+    """pyiceberg's fast append, made to write its position delete files into a delete manifest of their own:
+    pyiceberg has no row delta of its own (apache/iceberg-python #1078)."""
+    from pyiceberg.exceptions import ValidationException
+    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestWriterV2
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    class RowDelta(_FastAppendFiles):
+        def __init__(self, transaction: Any, io: Any, properties: dict[str, str]) -> None:
+            super().__init__(Operation.OVERWRITE, transaction, io, snapshot_properties=properties)
+
+        def _validate_concurrency(self) -> None:
+            """pyiceberg retries a commit another writer beat on the new head, and a fast append validates
+            nothing. The positions were read at the start, though: a compaction since may have rewritten their
+            files, so any commit in between fails this one (the caller stages the batch again)."""
+            if self._commit_window is not None and not self._commit_window.is_empty():
+                head = self._commit_window.head
+                raise ValidationException(
+                    f"positions were read at snapshot {self._starting_snapshot_id}; "
+                    f"the table moved on to {None if head is None else head.snapshot_id}"
+                )
+
+        def _manifests(self) -> list[Any]:
+            spec = self._transaction.table_metadata.spec()
+            written = []
+            for content in (DataFileContent.DATA, DataFileContent.POSITION_DELETES):
+                files = [f for f in self._added_data_files if f.content == content]
+                if not files:
+                    continue
+                if content == DataFileContent.DATA:
+                    writer = self.new_manifest_writer(spec)
+                else:
+                    output = self.new_manifest_output()
+                    writer = DeleteManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression)
+                with writer:
+                    for data_file in files:
+                        writer.add(_added_entry(self._snapshot_id, data_file))
+                written.append(writer.to_manifest_file())
+            return written + self._existing_manifests()
+
+    return RowDelta
+
+
+def _added_entry(snapshot_id: int, data_file: Any) -> Any:
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    return ManifestEntry.from_args(
+        status=ManifestEntryStatus.ADDED,
+        snapshot_id=snapshot_id,
+        sequence_number=None,
+        file_sequence_number=None,
+        data_file=data_file,
+    )

@@ -1,0 +1,178 @@
+"""A batch applied by position (ingest/sink/position_deletes.py): per key the batch's final row or nothing, read
+by pyiceberg and by Spark, over several files of several row groups, after a key column was renamed and widened;
+one delete file per data file it deletes from; a commit a compaction beat is refused, never applied to the
+rewritten files' positions; and the job's maintenance folds the deletes into the data.
+
+pyiceberg on a real SQLite catalog and local warehouse, and the module's Spark reading and compacting it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.exceptions import ValidationException
+from pyiceberg.types import LongType
+
+from ingest.config import PipelineConfig, parse_config
+from ingest.model.columns import SourceColumn
+from ingest.model.position import BinlogPosition, Watermark
+from ingest.model.schema import TableSchema
+from ingest.sink.catalog import cached_pyiceberg_catalog, spark_catalog_conf
+from ingest.sink.driver_apply import apply_in_driver, driver_target, stage_in_driver
+from ingest.sink.maintenance import maintain
+from ingest.sink.merge import batch_arrow, stream_offset_properties
+from ingest.sink.position_deletes import FILE_PATH_ID
+from ingest.sink.targets import ensure_target_created
+from tests.conftest import embedded_sink
+
+pytestmark = pytest.mark.integration
+
+Rows = dict[tuple[Any, ...], tuple[Any, ...]]
+
+
+def _schema(key: str = "id", key_type: str = "int") -> TableSchema:
+    columns = (
+        SourceColumn(key, "varchar", "varchar(20)", False, character_set="utf8mb4"),
+        SourceColumn("k2", key_type, key_type, False),
+        SourceColumn("v", "int", "int", True),
+    )
+    return TableSchema("db", "t", columns, (key, "k2"), (key, "k2"), (None, None))
+
+
+def _config(base: Path, name: str) -> PipelineConfig:
+    return parse_config(
+        {
+            "name": "bypos",
+            "source": {"host": "h", "user": "u", "password": {"env": "HOME"}},
+            "tables": {"include": [r"db\..*"]},
+            "sink": {**embedded_sink(base), "catalog_name": name},
+            "stream": {"driver_apply_max_rows": 1},  # every batch that deletes goes by position
+        }
+    )
+
+
+def _at(pos: int) -> Watermark:
+    return Watermark(BinlogPosition("mysql-bin.000001", pos), None)
+
+
+def _apply(config: PipelineConfig, schema: TableSchema, finals: dict[Any, Any], end: Watermark) -> bool:
+    catalog = cached_pyiceberg_catalog(config.sink)
+    rows = batch_arrow(schema, finals)
+    append = all(row is not None for row in finals.values()) and end.position.pos < 100
+    driver = driver_target(
+        catalog, ("db", "t"), f"{config.sink.catalog_name}.db.t", schema, config.stream, rows, append
+    )
+    assert driver is not None and driver.how == ("append" if append else "position")
+    properties = stream_offset_properties(config.name, end)
+    return apply_in_driver(driver, "t", schema, rows, end, properties, lambda: None)
+
+
+def _pyiceberg_rows(config: PipelineConfig) -> Rows:
+    table = cached_pyiceberg_catalog(config.sink).load_table(("db", "t"))
+    return {(r["ident"], r["k2"]): (r["v"],) for r in table.scan().to_arrow().to_pylist()}
+
+
+def _spark_rows(spark: Any, config: PipelineConfig) -> Rows:
+    spark.sql(f"REFRESH TABLE {config.sink.catalog_name}.db.t")
+    rows = spark.sql(f"SELECT ident, k2, v FROM {config.sink.catalog_name}.db.t").collect()
+    return {(r["ident"], r["k2"]): (r["v"],) for r in rows}
+
+
+def _with_catalog(spark: Any, config: PipelineConfig) -> None:
+    plain, secret = spark_catalog_conf(config.sink)
+    for key, value in {**plain, **secret}.items():
+        spark.conf.set(key, value)
+    spark.sql(f"SHOW NAMESPACES IN {config.sink.catalog_name}").collect()  # loaded, as the job's first query does
+
+
+def _loaded(config: PipelineConfig) -> tuple[TableSchema, Rows]:
+    """The target with six data files of five row groups each (enough files for a compaction to rewrite them) (keys "k0000".."k2999", k2 the key's number mod
+    7), then its key column `id` renamed `ident` and `k2` widened to BIGINT: the files keep their names and types."""
+    ensure_target_created(None, config.targets, _schema())
+    table = cached_pyiceberg_catalog(config.sink).load_table(("db", "t"))
+    with table.transaction() as transaction:
+        transaction.set_properties({"write.parquet.row-group-limit": "100"})
+    held: Rows = {}
+    for part in range(6):
+        rows = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, i) for i in range(part * 500, part * 500 + 500)}
+        assert _apply(config, _schema(), rows, _at(10 + part))
+        held |= {key: (row[2],) for key, row in rows.items()}
+    with table.update_schema() as update:
+        update.rename_column("id", "ident")
+        update.update_column("k2", LongType())
+    return _schema("ident", "bigint"), held
+
+
+def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyiceberg_and_spark_and_compacts_away(
+    spark: Any, tmp_path: Path
+) -> None:
+    config = _config(tmp_path, "lake_bypos")
+    _with_catalog(spark, config)
+    schema, expected = _loaded(config)
+    # Updates in every file, deletes, a delete of a key never held, an insert, and a key whose k2 differs.
+    batch: dict[Any, Any] = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, -i) for i in (0, 5, 1500, 2999)}
+    batch |= {(f"k{i:04}", i % 7): None for i in (1, 1001, 2500)}
+    batch |= {("k9999", 1): None, ("new", 3): ("new", 3, 3), ("k0002", 99): ("k0002", 99, 99)}
+    assert _apply(config, schema, batch, _at(200))
+    for key, row in batch.items():
+        if row is None:
+            expected.pop(key, None)
+        else:
+            expected[key] = (row[2],)
+    assert _pyiceberg_rows(config) == expected
+    assert _spark_rows(spark, config) == expected
+
+    table = cached_pyiceberg_catalog(config.sink).load_table(("db", "t"))
+    summary = table.current_snapshot().summary
+    assert summary.operation.value == "overwrite"
+    assert summary.additional_properties["added-position-deletes"] == "7"  # 4 updated rows and 3 deleted
+    data_files = {task.file.file_path for task in table.scan().plan_files()}
+    deletes = {d.file_path: d for task in table.scan().plan_files() for d in task.delete_files}
+    assert len(deletes) == 4  # one per data file it deletes from (of 6), naming that file in its bounds
+    for delete in deletes.values():
+        assert delete.lower_bounds[FILE_PATH_ID] == delete.upper_bounds[FILE_PATH_ID]
+        assert delete.lower_bounds[FILE_PATH_ID].decode() in data_files
+
+    # A second batch over the first one's rows (deleting rows already deleted by position is harmless).
+    again = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, 7) for i in (0, 1, 2)} | {("new", 3): None}
+    assert _apply(config, schema, again, _at(300))
+    for key, row in again.items():
+        if row is None:
+            expected.pop(key, None)
+        else:
+            expected[key] = (row[2],)
+    assert _pyiceberg_rows(config) == expected == _spark_rows(spark, config)
+
+    maintain(spark, f"{config.sink.catalog_name}.db.t", config.name, _at(300), config.sink.maintenance)
+    table = table.refresh()
+    assert not [d for task in table.scan().plan_files() for d in task.delete_files]  # folded into the data
+    assert _pyiceberg_rows(config) == expected == _spark_rows(spark, config)
+
+
+def test_a_compaction_between_reading_the_positions_and_the_commit_fails_the_commit_and_the_retry_applies(
+    spark: Any, tmp_path: Path
+) -> None:
+    config = _config(tmp_path, "lake_race")
+    _with_catalog(spark, config)
+    schema, expected = _loaded(config)
+    catalog = cached_pyiceberg_catalog(config.sink)
+    batch: dict[Any, Any] = {("k0010", 3): ("k0010", 3, -1), ("k2010", 1): None}
+    rows = batch_arrow(schema, batch)
+    driver = driver_target(catalog, ("db", "t"), "t", schema, config.stream, rows, False)
+    assert driver is not None and driver.how == "position"
+    properties = stream_offset_properties(config.name, _at(200))
+    staged = stage_in_driver(driver, schema, rows, properties)
+    # Another writer compacts the six files into one: the positions read above are of files no longer live.
+    maintain(spark, f"{config.sink.catalog_name}.db.t", "another", _at(1), config.sink.maintenance)
+    # pyiceberg would retry the commit on the new head; the positions' producer refuses.
+    with pytest.raises(ValidationException, match="positions were read at snapshot"):
+        staged.commit_transaction()
+    assert _pyiceberg_rows(config) == expected  # nothing of the batch, and no row lost
+    # The job's apply retries from fresh metadata: the keys found again in the compacted file.
+    fresh = driver._replace(table=catalog.load_table(("db", "t")))
+    assert apply_in_driver(fresh, "t", schema, rows, _at(200), properties, lambda: None)
+    expected[("k0010", 3)] = (-1,)
+    del expected[("k2010", 1)]
+    assert _pyiceberg_rows(config) == expected == _spark_rows(spark, config)
