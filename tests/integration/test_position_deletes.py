@@ -88,8 +88,9 @@ def _with_catalog(spark: Any, config: PipelineConfig) -> None:
 
 
 def _loaded(config: PipelineConfig) -> tuple[TableSchema, Rows]:
-    """The target with six data files of five row groups each (enough files for a compaction to rewrite them) (keys "k0000".."k2999", k2 the key's number mod
-    7), then its key column `id` renamed `ident` and `k2` widened to BIGINT: the files keep their names and types."""
+    """The target with six data files of five row groups each, enough for a compaction to rewrite them (keys
+    "k0000".."k2999", k2 the key's number mod 7), then its key column `id` renamed `ident` and `k2` widened to
+    BIGINT: the files keep their names and types."""
     ensure_target_created(None, config.targets, _schema())
     table = cached_pyiceberg_catalog(config.sink).load_table(("db", "t"))
     with table.transaction() as transaction:
