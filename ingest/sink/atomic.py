@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,8 @@ from ingest.sink.targets import STAGE_BRANCH
 log = logging.getLogger(__name__)
 
 TRANSACTIONS_COMMIT = "POST /v1/{prefix}/transactions/commit"
+WRITERS = 8
+"""Metadata files written at once before a JDBC catalog's swap."""
 
 
 @dataclass(frozen=True)
@@ -80,13 +83,16 @@ def _commit_sql(catalog: Any, changes: Sequence[Staged]) -> None:
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
-    swaps = []
-    for change in changes:
-        identifier = change.table.name()
-        current = catalog.load_table(identifier)
-        new = catalog._update_and_stage_table(current, identifier, change.requirements, change.updates)
+    def write(change: Staged) -> tuple[Any, Any, Any]:
+        # On the metadata the change was staged from, not loaded again: if the catalog moved on since, the swap's
+        # condition on that metadata's location refuses the commit.
+        current = change.table
+        new = catalog._update_and_stage_table(current, change.table.name(), change.requirements, change.updates)
         catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
-        swaps.append((change.table, current, new))
+        return change.table, current, new
+
+    with ThreadPoolExecutor(max_workers=min(len(changes), WRITERS), thread_name_prefix="metadata") as pool:
+        swaps = list(pool.map(write, changes))  # an object store's latency, not CPU, bounds each
     crash_point("atomic.before_swap")
     with Session(catalog.engine) as session:
         for table, current, new in swaps:

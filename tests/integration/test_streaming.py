@@ -475,13 +475,14 @@ def test_kill_9_at_every_point_of_a_batchs_one_commit_then_resume_commits_each_b
     recorded it. Until the swap no table holds the batch and the offset has not moved; from the swap every table
     holds it once, with the offset. The last resume ends equal to MySQL. One batch per binlog_row_metadata setting
     (ROW_METADATA), each a transaction over two tables; acct takes its batches from Spark's MERGE (through its stage
-    branch), tag from pyiceberg."""
+    branch), tag by position (ingest/sink/position_deletes.py: its delete and data files written, then the kill)."""
     db = "crashflow"
     _fresh_db(mariadb, db)
     catalog = "crash_lake"
-    config = _config(mariadb, db, tmp_path, catalog=catalog, batch_interval_seconds=60)
+    by_position = {"batch_interval_seconds": 60, "driver_apply_max_rows": 1}
+    config = _config(mariadb, db, tmp_path, catalog=catalog, **by_position)
     run(config, spark=spark, snapshot_only=True)
-    config_file = write_config_file(mariadb, db, tmp_path, catalog, batch_interval_seconds=60, concurrent_merges=1)
+    config_file = write_config_file(mariadb, db, tmp_path, catalog, concurrent_merges=1, **by_position)
 
     def counts() -> tuple[int, int]:  # batch commits (a small target's is two snapshots: ingest/sink/driver_apply.py)
         return len(_stream_offsets(config, db, "acct")), len(_stream_offsets(config, db, "tag"))
@@ -517,6 +518,8 @@ def test_kill_9_at_every_point_of_a_batchs_one_commit_then_resume_commits_each_b
         for table in ("acct", "tag"):
             offsets = _stream_offsets(config, db, table)
             assert len(offsets) == len(set(offsets)) == batches, f"{table} at {setting}: a batch committed twice"
+    tag = load_pyiceberg_catalog(config.sink).load_table((db, "tag"))
+    assert int(tag.current_snapshot().summary.additional_properties["total-position-deletes"]) > 0
 
 
 def test_odd_identifiers_go_through_snapshot_binlog_changelog_and_verify(
