@@ -39,7 +39,12 @@ MIX = (0.5, 0.1, 0.4)
 """Updates of existing keys, deletes of existing keys, inserts of new keys, as shares of a batch."""
 NEWEST_SHARE = 0.01
 DISTRIBUTIONS = ("newest-1%", "uniform")
-MODES = ("apply", "unpruned")
+MODES = ("apply", "unpruned", "position")
+"""apply: the job's Spark MERGE; unpruned: the MERGE before issue 31; position: the driver's apply by position
+(ingest/sink/position_deletes.py, format 2 only), what the job does now where it can."""
+E2E_MODES = ("apply", "merge", "unpruned")
+"""End to end: the job as configured (by position), with `stream.position_deletes: false` (Spark's MERGE), and
+with the MERGE of before issue 31."""
 STATUSES = ("new", "paid", "shipped", "done")
 EPOCH_2024 = 1_704_067_200
 LOOKUPS = 5
@@ -201,7 +206,7 @@ class Bench:
         # As in run(): pyiceberg creates the SQLite catalog's tables before Spark first uses the catalog.
         load_pyiceberg_catalog(first.sink).list_namespaces()
         started = time.perf_counter()
-        self.spark = spark_session(first, app_name="bench-apply")
+        self.spark = spark_session(first.spark, first.sink, "bench-apply")
         self.spark_start_s = time.perf_counter() - started
         self.position = 4
 
@@ -229,6 +234,29 @@ class Bench:
             merge_into(self.spark, table, SCHEMA, batch, end, lambda: None)
         return time.perf_counter() - started
 
+    def by_position(self, version: int, table: str, batch: Batch) -> float:
+        from ingest.sink.catalog import cached_pyiceberg_catalog
+        from ingest.sink.driver_apply import apply_in_driver, driver_target
+        from ingest.sink.merge import batch_arrow, stream_offset_properties
+
+        self.position += 1
+        end = Watermark(BinlogPosition("mysql-bin.000001", self.position))
+        config = self.configs[version]
+        stream = dataclasses.replace(config.stream, driver_apply_max_rows=1)  # never the small targets' rewrite
+        started = time.perf_counter()
+        rows = batch_arrow(SCHEMA, batch)
+        names = (table.split(".")[1].strip("`"), table.split(".")[2].strip("`"))
+        driver = driver_target(cached_pyiceberg_catalog(config.sink), names, table, SCHEMA, stream, rows, False)
+        assert driver is not None and driver.how == "position", table
+        properties = stream_offset_properties(config.name, end)
+        apply_in_driver(driver, table, SCHEMA, rows, end, properties, lambda: None)
+        return time.perf_counter() - started
+
+    def run_mode(self, version: int, table: str, batch: Batch, mode: str) -> float:
+        if mode == "position":
+            return self.by_position(version, table, batch)
+        return self.merge(table, batch, mode == "apply")
+
     def append(self, table: str, rows: Batch) -> float:
         from ingest.sink.merge import OP_COLUMN, batch_arrow
 
@@ -241,15 +269,16 @@ class Bench:
         fill_s = self.fill(table, rows)
         keys = Keys(rows, seed=rows + version)
         harness.progress(f"v{version}, {rows:,} rows: filled in {fill_s:.1f} s")
+        modes = MODES if version == 2 else tuple(m for m in MODES if m != "position")
         for distribution in DISTRIBUTIONS:  # warm-up: plans, JIT, the first read of the table's metadata
-            for mode in MODES:
-                self.merge(table, keys.batch(min(self.args.changes, 1000), distribution)[0], mode == "apply")
+            for mode in modes:
+                self.run_mode(version, table, keys.batch(min(self.args.changes, 1000), distribution)[0], mode)
         times: dict[str, dict[str, list[float]]] = {d: {m: [] for m in (*MODES, "append")} for d in DISTRIBUTIONS}
         for r in range(self.args.rounds):
             for distribution in DISTRIBUTIONS:
-                for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                for mode in modes if r % 2 == 0 else modes[::-1]:
                     merge, rows_of = keys.batch(self.args.changes, distribution)
-                    times[distribution][mode].append(self.merge(table, merge, mode == "apply"))
+                    times[distribution][mode].append(self.run_mode(version, table, merge, mode))
                     if mode == "apply":
                         times[distribution]["append"].append(self.append(append_table, rows_of))
             harness.progress(f"v{version}, {rows:,} rows: round {r + 1} {_medians(times)}")
@@ -393,13 +422,14 @@ class EndToEnd:
         snapshot_s = time.perf_counter() - started
         harness.progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
         top = rows
-        times: dict[str, list[float]] = {m: [] for m in MODES}
+        merging = dataclasses.replace(config, stream=dataclasses.replace(config.stream, position_deletes=False))
+        times: dict[str, list[float]] = {m: [] for m in E2E_MODES}
         for r in range(1 + self.bench.args.rounds):  # round 0 warms the binlog phase up, not reported
-            for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                top = self.write_batch(rows, top, 2 * r + (mode == "unpruned"))
+            for mode in E2E_MODES if r % 2 == 0 else E2E_MODES[::-1]:
+                top = self.write_batch(rows, top, len(E2E_MODES) * r + E2E_MODES.index(mode))
                 started = time.perf_counter()
-                with contextlib.nullcontext() if mode == "apply" else unpruned(self.bench.spark):
-                    run(config, until_caught_up=True, spark=self.bench.spark)
+                with contextlib.nullcontext() if mode != "unpruned" else unpruned(self.bench.spark):
+                    run(config if mode == "apply" else merging, until_caught_up=True, spark=self.bench.spark)
                 if r:
                     times[mode].append(time.perf_counter() - started)
             harness.progress(f"end to end, {rows:,} rows: round {r} {times}")
@@ -443,6 +473,8 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 "unpruned_s_at_200m": harness.rounded(
                     slope_200m([(r["rows"], r["median_s"][d]["unpruned"]) for r in runs]), 2
                 ),
+                "position_largest_over_smallest": _ratio(m_large["position"], m_small["position"]),
+                "position_over_apply_largest": _ratio(m_large["position"], m_large["apply"]),
             }
         out[f"v{version}"] = per
     return out
@@ -459,15 +491,17 @@ def render(results: dict[str, Any]) -> str:
         f"{results['args']['rows_per_file']:,} rows per file, partition_by {results['args']['partition_by'] or 'none'}"
         f"{harness.spark_conf_note(results['args'].get('spark_conf'))}",
         "",
-        "| format | rows | keys | apply s | unpruned s (before) | append s | apply / append | apply / unpruned |",
-        "|---|---|---|---|---|---|---|---|",
+        "| format | rows | keys | apply s (MERGE) | unpruned s (before) | position s | append s | apply / append "
+        "| apply / unpruned | position / apply |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["scaling"]:
         for d in DISTRIBUTIONS:
             m = s["median_s"][d]
             lines.append(
-                f"| v{s['format_version']} | {s['rows']:,} | {d} | {m['apply']} | {m['unpruned']} | {m['append']} "
-                f"| {_ratio(m['apply'], m['append'])} | {_ratio(m['apply'], m['unpruned'])} |"
+                f"| v{s['format_version']} | {s['rows']:,} | {d} | {m['apply']} | {m['unpruned']} | {m['position']} "
+                f"| {m['append']} | {_ratio(m['apply'], m['append'])} | {_ratio(m['apply'], m['unpruned'])} "
+                f"| {_ratio(m['position'], m['apply'])} |"
             )
     lines += [
         "",
@@ -499,14 +533,15 @@ def render(results: dict[str, Any]) -> str:
     if results["end_to_end"]:
         lines += [
             "",
-            "| end to end: rows | snapshot s | catch-up of one batch s | before s | apply / before |",
-            "|---|---|---|---|---|",
+            "| end to end: rows | snapshot s | catch-up of one batch s | with Spark's MERGE s | before issue 31 s "
+            "| apply / MERGE | apply / before |",
+            "|---|---|---|---|---|---|---|",
         ]
         for e in results["end_to_end"]:
             m = e["median_s"]
             lines.append(
-                f"| {e['rows']:,} | {e['snapshot_s']} | {m['apply']} | {m['unpruned']} | "
-                f"{_ratio(m['apply'], m['unpruned'])} |"
+                f"| {e['rows']:,} | {e['snapshot_s']} | {m['apply']} | {m['merge']} | {m['unpruned']} | "
+                f"{_ratio(m['apply'], m['merge'])} | {_ratio(m['apply'], m['unpruned'])} |"
             )
         first, last = results["end_to_end"][0], results["end_to_end"][-1]
         lines.append(
