@@ -141,29 +141,40 @@ def _may_hold(keys: pa.Table) -> Any:
 def _positions_in(
     parquet: pq.ParquetFile, path: str, ids: Sequence[int], keys: pa.Table, sorted_first: list[Any] | None
 ) -> pa.Array:
-    """The positions in one data file of the rows with one of `keys`; `ids` are the key columns' field ids."""
+    """The positions in one data file of the rows with one of `keys`; `ids` are the key columns' field ids. The
+    row groups that may hold a key are read together: the keys' hash table is built once per file."""
     names = _names_by_id(parquet, path, ids)
     leaf = _leaf_index(parquet, names[0])
-    found: list[pa.Array] = []
-    offset = 0
+    groups: list[int] = []
+    shifts: list[tuple[int, int]] = []  # per group read: (its first row among those read, its first position)
+    offset = read = 0
     for group in range(parquet.metadata.num_row_groups):
         meta = parquet.metadata.row_group(group)
-        start, offset = offset, offset + meta.num_rows
-        if sorted_first is not None and not _group_may_hold(meta.column(leaf).statistics, sorted_first):
-            continue
-        held = parquet.read_row_group(group, columns=names)
-        held = held.rename_columns(keys.column_names).cast(keys.schema)
-        if len(names) == 1:
-            hits = pc.indices_nonzero(pc.is_in(held.column(0), value_set=keys.column(0).combine_chunks()))
-        else:
-            numbered = held.append_column("__ingest_row", pa.array(range(held.num_rows), pa.int64()))
-            hits = numbered.join(keys, keys.column_names, join_type="inner").column("__ingest_row").combine_chunks()
-        if len(hits):
-            found.append(pc.add(hits.cast(pa.int64()), start))
-    if not found:
+        if sorted_first is None or _group_may_hold(meta.column(leaf).statistics, sorted_first):
+            groups.append(group)
+            shifts.append((read, offset))
+            read += meta.num_rows
+        offset += meta.num_rows
+    if not groups:
         return pa.array([], pa.int64())
-    every = pa.concat_arrays(found)
-    return every.take(pc.array_sort_indices(every))  # a join's rows come in no order
+    held = parquet.read_row_groups(groups, columns=names).rename_columns(keys.column_names).cast(keys.schema)
+    if len(names) == 1:
+        hits = pc.indices_nonzero(pc.is_in(held.column(0), value_set=keys.column(0).combine_chunks()))
+    else:
+        numbered = held.append_column("__ingest_row", pa.array(range(held.num_rows), pa.int64()))
+        rows = numbered.join(keys, keys.column_names, join_type="inner").column("__ingest_row").combine_chunks()
+        hits = rows.take(pc.array_sort_indices(rows))  # a join's rows come in no order
+    return pa.array(_shifted(hits.to_pylist(), shifts), pa.int64())
+
+
+def _shifted(hits: list[int], shifts: list[tuple[int, int]]) -> list[int]:
+    """`hits` (ascending rows among those read) as positions in the file: each moved by its group's shift."""
+    positions, at = [], 0
+    for hit in hits:
+        while at + 1 < len(shifts) and shifts[at + 1][0] <= hit:
+            at += 1
+        positions.append(hit - shifts[at][0] + shifts[at][1])
+    return positions
 
 
 def _names_by_id(parquet: pq.ParquetFile, path: str, ids: Sequence[int]) -> list[str]:
