@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ingest.errors import SinkError
 from ingest.model.schema import TableSchema
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
@@ -42,9 +43,9 @@ READERS = 4
 """Data files read (and delete files written) at once: object store latency, not CPU, bounds one file's turn."""
 
 
-class UnpositionedFile(Exception):
+class UnpositionedFile(SinkError):
     """A data file of the target without Iceberg field ids (added from outside, read by name mapping): the job
-    cannot tell its key columns by id, so the batch is MERGEd by Spark instead."""
+    cannot tell its key columns by id. It stops by name; Spark's MERGE can apply the batch."""
 
 
 def stage_by_position(
@@ -187,7 +188,11 @@ def _names_by_id(parquet: pq.ParquetFile, path: str, ids: Sequence[int]) -> list
             by_id[int(field_id)] = column.name
     missing = [i for i in ids if i not in by_id]
     if missing:
-        raise UnpositionedFile(f"{path} has no column with field id {missing[0]}")
+        raise UnpositionedFile(
+            f"{path} has no column with field id {missing[0]}: the file was not written with Iceberg field ids, "
+            "so the job cannot find the batch's keys in it by position. Set `stream.position_deletes: false` "
+            "to apply batches to this target with Spark's MERGE"
+        )
     return [by_id[i] for i in ids]
 
 
