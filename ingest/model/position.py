@@ -9,6 +9,7 @@ the `IngestError` that fits where the text came from (server, checkpoint or conf
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -378,6 +379,8 @@ class MariadbGtidPos:
     def advance(self, domain_id: int, server_id: int, seq_no: int) -> MariadbGtidPos:
         """The position after applying this GTID: its domain's entry is replaced, as the server does."""
         new = MariadbGtid(domain_id, server_id, seq_no)
+        if len(self.entries) == 1 and self.entries[0].domain_id == domain_id:
+            return MariadbGtidPos((new,))  # one domain, as most servers have: nothing to sort (once per transaction)
         return MariadbGtidPos(tuple(g for g in self.entries if g.domain_id != domain_id) + (new,))
 
     def union(self, other: MariadbGtidPos) -> MariadbGtidPos:
@@ -430,6 +433,14 @@ def parse_gtid_set(text: str, flavor: GtidFlavor) -> GtidSet:
 # --------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _binlog_file_parts(file: str) -> tuple[str, int] | None:
+    """A binlog file name's base and number (None: not 'name.N'). A reader makes a position per event, of a few
+    files: the regex runs once per file."""
+    match = _BINLOG_FILE_RE.fullmatch(file)
+    return None if match is None else (match[1], int(match[2]))
+
+
 @dataclass(frozen=True)
 class BinlogPosition:
     """A byte offset in a numbered binlog file, e.g. mysql-bin.000003:1234.
@@ -445,14 +456,14 @@ class BinlogPosition:
     _order: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        match = _BINLOG_FILE_RE.fullmatch(self.file) if isinstance(self.file, str) else None
-        if match is None:
+        parts = _binlog_file_parts(self.file) if isinstance(self.file, str) else None
+        if parts is None:
             raise ValueError(f"invalid binlog file {self.file!r}: expected 'name.N' like 'mysql-bin.000003'")
         if not _is_int(self.pos) or self.pos < 0:
             raise ValueError(f"invalid binlog position {self.pos!r} in {self.file}: expected an integer >= 0")
         # Parsed once: positions are compared for every row change (filters, skips), not only per batch.
-        object.__setattr__(self, "_base", match[1])
-        object.__setattr__(self, "_order", (int(match[2]), self.pos))
+        object.__setattr__(self, "_base", parts[0])
+        object.__setattr__(self, "_order", (parts[1], self.pos))
 
     @classmethod
     def parse(cls, text: str) -> BinlogPosition:

@@ -67,9 +67,22 @@ def _init(
     table_map[self.table_id] = self.table_obj
 
 
+_options_of: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+"""A stream's options by the identity of its option values (the same objects at every event of a stream): the
+hashable value, and the objects, kept so that their ids are not reused while they are cached."""
+
+
 def _options(kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """The stream's parse options (filters, versions) as a hashable value: part of what decides the parse."""
-    return tuple((k, tuple(v) if isinstance(v, list | set) else v) for k, v in kwargs.items())
+    """The stream's parse options (filters, versions) as a hashable value: part of what decides the parse.
+    Computed once per stream, not per event (it was a tenth of a small transaction's table-map cost)."""
+    identity = tuple((k, id(v)) for k, v in kwargs.items())
+    known = _options_of.get(identity)
+    if known is None:
+        if len(_options_of) >= MAX_ENTRIES:
+            _options_of.clear()
+        value = tuple((k, tuple(v) if isinstance(v, list | set) else v) for k, v in kwargs.items())
+        known = _options_of[identity] = (value, tuple(kwargs.values()))
+    return known[0]
 
 
 def _body(from_packet: Any, size: int) -> bytes | None:
