@@ -87,10 +87,12 @@ def _with_catalog(spark: Any, config: PipelineConfig) -> None:
     spark.sql(f"SHOW NAMESPACES IN {config.sink.catalog_name}").collect()  # loaded, as the job's first query does
 
 
-def _loaded(config: PipelineConfig) -> tuple[TableSchema, Rows]:
+def _loaded(spark: Any, base: Path, name: str) -> tuple[PipelineConfig, TableSchema, Rows]:
     """The target with six data files of five row groups each, enough for a compaction to rewrite them (keys
     "k0000".."k2999", k2 the key's number mod 7), then its key column `id` renamed `ident` and `k2` widened to
     BIGINT: the files keep their names and types."""
+    config = _config(base, name)
+    _with_catalog(spark, config)
     ensure_target_created(None, config.targets, _schema())
     table = cached_pyiceberg_catalog(config.sink).load_table(("db", "t"))
     with table.transaction() as transaction:
@@ -103,25 +105,28 @@ def _loaded(config: PipelineConfig) -> tuple[TableSchema, Rows]:
     with table.update_schema() as update:
         update.rename_column("id", "ident")
         update.update_column("k2", LongType())
-    return _schema("ident", "bigint"), held
+    return config, _schema("ident", "bigint"), held
 
 
-def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyiceberg_and_spark_and_compacts_away(
-    spark: Any, tmp_path: Path
-) -> None:
-    config = _config(tmp_path, "lake_bypos")
-    _with_catalog(spark, config)
-    schema, expected = _loaded(config)
-    # Updates in every file, deletes, a delete of a key never held, an insert, and a key whose k2 differs.
-    batch: dict[Any, Any] = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, -i) for i in (0, 5, 1500, 2999)}
-    batch |= {(f"k{i:04}", i % 7): None for i in (1, 1001, 2500)}
-    batch |= {("k9999", 1): None, ("new", 3): ("new", 3, 3), ("k0002", 99): ("k0002", 99, 99)}
-    assert _apply(config, schema, batch, _at(200))
+def _expect(expected: Rows, batch: dict[Any, Any]) -> None:
+    """`expected` after `batch`: per key its final row, or nothing."""
     for key, row in batch.items():
         if row is None:
             expected.pop(key, None)
         else:
             expected[key] = (row[2],)
+
+
+def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyiceberg_and_spark_and_compacts_away(
+    spark: Any, tmp_path: Path
+) -> None:
+    config, schema, expected = _loaded(spark, tmp_path, "lake_bypos")
+    # Updates in every file, deletes, a delete of a key never held, an insert, and a key whose k2 differs.
+    batch: dict[Any, Any] = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, -i) for i in (0, 5, 1500, 2999)}
+    batch |= {(f"k{i:04}", i % 7): None for i in (1, 1001, 2500)}
+    batch |= {("k9999", 1): None, ("new", 3): ("new", 3, 3), ("k0002", 99): ("k0002", 99, 99)}
+    assert _apply(config, schema, batch, _at(200))
+    _expect(expected, batch)
     assert _pyiceberg_rows(config) == expected
     assert _spark_rows(spark, config) == expected
 
@@ -139,11 +144,7 @@ def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyicebe
     # A second batch over the first one's rows (deleting rows already deleted by position is harmless).
     again = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, 7) for i in (0, 1, 2)} | {("new", 3): None}
     assert _apply(config, schema, again, _at(300))
-    for key, row in again.items():
-        if row is None:
-            expected.pop(key, None)
-        else:
-            expected[key] = (row[2],)
+    _expect(expected, again)
     assert _pyiceberg_rows(config) == expected == _spark_rows(spark, config)
 
     maintain(spark, f"{config.sink.catalog_name}.db.t", config.name, _at(300), config.sink.maintenance)
@@ -155,9 +156,7 @@ def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyicebe
 def test_a_compaction_between_reading_the_positions_and_the_commit_fails_the_commit_and_the_retry_applies(
     spark: Any, tmp_path: Path
 ) -> None:
-    config = _config(tmp_path, "lake_race")
-    _with_catalog(spark, config)
-    schema, expected = _loaded(config)
+    config, schema, expected = _loaded(spark, tmp_path, "lake_race")
     catalog = cached_pyiceberg_catalog(config.sink)
     batch: dict[Any, Any] = {("k0010", 3): ("k0010", 3, -1), ("k2010", 1): None}
     rows = batch_arrow(schema, batch)
