@@ -17,6 +17,8 @@ def _archive(path: Path) -> Path:
         zf.writestr("wapkg/__init__.py", "")
         zf.writestr("wapkg/mod.py", "def answer():\n    return 42\n\ndef boom():\n    raise ValueError('boom')\n")
         zf.writestr("wapkg/data.txt", "not python")
+        zf.writestr("wapkg/tests/__init__.py", "")
+        zf.writestr("wapkg/tests/test_mod.py", "import wapkg.mod\n")
     return path
 
 
@@ -40,6 +42,7 @@ def test_modules_import_from_bytecode_with_sources_and_other_files_kept(tmp_path
     with zipfile.ZipFile(target) as zf:
         assert zf.read("wapkg/data.txt") == b"not python"
         assert "wapkg/mod.py" in zf.namelist() and "wapkg/mod.pyc" in zf.namelist()
+        assert not [n for n in zf.namelist() if "/tests/" in n]  # the test suite left out
     plain = _import_from(source, "wapkg.mod")
     compiled = _import_from(target, "wapkg.mod")
     assert plain.__file__.endswith("mod.py")  # type: ignore[attr-defined]
