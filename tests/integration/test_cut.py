@@ -30,7 +30,15 @@ from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.state.table import StateTable
-from tests.conftest import embedded_sink, mysql_rows, rest_sink, run_ingest, source_section, start_ingest
+from tests.conftest import (
+    embedded_sink,
+    minio_sink,
+    mysql_rows,
+    rest_sink,
+    run_ingest,
+    source_section,
+    start_ingest,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +117,10 @@ def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems:
                         {"c": config.sink.catalog_name},
                     ).fetchall()
                 )
-            at_once = {t: StaticTable.from_metadata(located[t]).scan().to_arrow().to_pylist() for t in TABLES}
+            at_once = {
+                t: StaticTable.from_metadata(located[t], catalog.properties).scan().to_arrow().to_pylist()
+                for t in TABLES
+            }
         except _NoInstant:
             pass
         except Exception:  # noqa: BLE001 - the targets are not created yet
@@ -128,9 +139,10 @@ def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems:
 def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkills(
     mariadb: MariaDBServer, tmp_path: Path, apply: str, request: pytest.FixtureRequest
 ) -> None:
-    """`driver`: the small targets take their batches from pyiceberg; `spark`: from Spark's MERGE, into each
-    table's stage branch, published by the batch's one commit (both on the embedded JDBC catalog); `rest`: the REST
-    catalog on MinIO, each batch one request to its transactions endpoint."""
+    """`driver`: the small targets take their batches from pyiceberg, on the JDBC catalog in PostgreSQL with MinIO;
+    `spark`: from Spark's MERGE, into each table's stage branch, published by the batch's one commit, on the
+    embedded catalog (SQLite); `rest`: the REST catalog with MinIO, each batch one request to its transactions
+    endpoint."""
     mariadb.execute(
         "DROP DATABASE IF EXISTS cut",
         "CREATE DATABASE cut",
@@ -204,10 +216,15 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
 
 
 def _sink(request: pytest.FixtureRequest, apply: str, base: Path) -> dict[str, Any]:
-    if apply != "rest":
+    """Each run on a catalog of its own: `driver` on the JDBC catalog in PostgreSQL with MinIO, `spark` on the
+    embedded one (SQLite, local files), `rest` on the REST catalog with MinIO."""
+    if apply == "spark":
         return embedded_sink(base)
-    minio, rest = request.getfixturevalue("minio"), request.getfixturevalue("rest_catalog")
-    return {**rest_sink(minio, rest), "state_table": "ingest_meta.state_cut"}
+    minio = request.getfixturevalue("minio")
+    if apply == "rest":
+        return {**rest_sink(minio, request.getfixturevalue("rest_catalog")), "state_table": "ingest_meta.state_cut"}
+    sink = minio_sink(minio, request.getfixturevalue("postgres"), minio.bucket("cut-driver"))
+    return {**sink, "state_table": "ingest_meta.state_cut"}
 
 
 def _cut_offset(config: Any) -> Any:
