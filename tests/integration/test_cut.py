@@ -83,7 +83,7 @@ class _NoInstant(Exception):
 
 def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems: list[str]) -> None:
     catalog = load_pyiceberg_catalog(config.sink)
-    while not stop.wait(0.1):  # the job commits to the same SQLite catalog
+    while not stop.wait(0.1):  # the job commits to the same catalog meanwhile
         try:
             cut = StateTable.open(config.sink, config.name).cut()
         except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
