@@ -83,19 +83,19 @@ def _commit_sql(catalog: Any, changes: Sequence[Staged]) -> None:
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
-    def write(change: Staged) -> tuple[Any, Any, Any]:
+    def write(change: Staged) -> tuple[Any, Any]:
         # On the metadata the change was staged from, not loaded again: if the catalog moved on since, the swap's
         # condition on that metadata's location refuses the commit.
-        current = change.table
-        new = catalog._update_and_stage_table(current, change.table.name(), change.requirements, change.updates)
+        table = change.table
+        new = catalog._update_and_stage_table(table, table.name(), change.requirements, change.updates)
         catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
-        return change.table, current, new
+        return table, new
 
     with ThreadPoolExecutor(max_workers=min(len(changes), WRITERS), thread_name_prefix="metadata") as pool:
         swaps = list(pool.map(write, changes))  # an object store's latency, not CPU, bounds each
     crash_point("atomic.before_swap")
     with Session(catalog.engine) as session:
-        for table, current, new in swaps:
+        for table, new in swaps:
             identifier = table.name()
             namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
             name = Catalog.table_name_from(identifier)
@@ -105,17 +105,17 @@ def _commit_sql(catalog: Any, changes: Sequence[Staged]) -> None:
                     IcebergTables.catalog_name == catalog.name,
                     IcebergTables.table_namespace == namespace,
                     IcebergTables.table_name == name,
-                    IcebergTables.metadata_location == current.metadata_location,
+                    IcebergTables.metadata_location == table.metadata_location,
                 )
-                .values(metadata_location=new.metadata_location, previous_metadata_location=current.metadata_location)
+                .values(metadata_location=new.metadata_location, previous_metadata_location=table.metadata_location)
             )
             if done.rowcount < 1:
                 session.rollback()
                 raise CommitFailedException(f"{namespace}.{name} was committed by another writer meanwhile")
         session.commit()
     crash_point("atomic.after_swap")
-    for table, current, new in swaps:
-        _now_at(catalog, table, current.metadata, new.metadata, new.metadata_location)
+    for table, new in swaps:
+        _now_at(catalog, table, table.metadata, new.metadata, new.metadata_location)
 
 
 def _commit_rest(catalog: Any, changes: Sequence[Staged]) -> None:

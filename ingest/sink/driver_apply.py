@@ -124,10 +124,10 @@ def apply_in_driver(
 
 def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, properties: dict[str, str]) -> Any:
     """The pyiceberg transaction (not committed) that applies the batch `rows` to the driver's table in one snapshot
-    tagged with `properties`, the batch's final rows added to it. Before, by position: the rows of the batch's keys
-    deleted by position; rewrite: each data file holding one of them replaced by its other rows (the files that may
-    hold the keys are found by their range and set: pyiceberg reads every file for a set of more than 200 values,
-    and the range still prunes older keys')."""
+    tagged with `properties`: the batch's final rows added, after the rows of its keys are deleted by position
+    ("position"), or with each data file holding one of its keys replaced by its other rows ("rewrite": the files
+    that may hold the keys are found by their range and set; pyiceberg reads every file for a set of more than 200
+    values, and the range still prunes older keys'). An "append" only adds."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 

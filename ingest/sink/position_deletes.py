@@ -106,18 +106,15 @@ def _distinct(keys: pa.Table) -> pa.Table:
     return keys.group_by(keys.column_names).aggregate([])
 
 
-def _sorted_values(column: pa.ChunkedArray) -> list[Any] | None:
-    """The first key column's values sorted, for pruning row groups by their statistics; None where the Parquet
-    statistics of its type do not compare with Python's values (only integers and strings are pruned)."""
-    if not (
-        pa.types.is_integer(column.type) or pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-    ):
-        return None
-    return sorted(column.to_pylist())
-
-
 def _prunable(kind: pa.DataType) -> bool:
+    """Whether values of this type compare in Python as the planner and Parquet statistics order them."""
     return bool(pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _sorted_values(column: pa.ChunkedArray) -> list[Any] | None:
+    """The first key column's values sorted, for pruning row groups by their statistics; None where its type is not
+    `_prunable`."""
+    return sorted(column.to_pylist()) if _prunable(column.type) else None
 
 
 def _may_hold(keys: pa.Table) -> Any:
@@ -218,19 +215,12 @@ def write_position_deletes(
     """A position delete file of `positions` (ascending) in `data_file`, and its pyiceberg `DataFile` (content
     position deletes, full bounds: a reader sees which one data file it applies to)."""
     from pyiceberg.io.fileformat import FileFormatFactory
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.schema import Schema
     from pyiceberg.typedef import Record
-    from pyiceberg.types import LongType, NestedField, StringType
 
-    delete_schema = Schema(
-        NestedField(FILE_PATH_ID, "file_path", StringType(), required=True),
-        NestedField(POS_ID, "pos", LongType(), required=True),
-    )
+    delete_schema, arrow_schema = _delete_schemas()
     rows = pa.Table.from_arrays(
-        [pa.array([data_file] * len(positions), pa.string()), positions.cast(pa.int64())],
-        schema=schema_to_pyarrow(delete_schema, include_field_ids=True),
+        [pa.array([data_file] * len(positions), pa.string()), positions.cast(pa.int64())], schema=arrow_schema
     )
     location = table.location_provider().new_data_location(
         data_file_name=f"00000-{number}-{write_uuid}-deletes.parquet"
@@ -251,6 +241,20 @@ def write_position_deletes(
         key_metadata=None,
         **writer.result().to_serialized_dict(),
     )
+
+
+@functools.cache
+def _delete_schemas() -> tuple[Any, pa.Schema]:
+    """A position delete file's Iceberg schema, and its Arrow schema with the field ids."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(
+        NestedField(FILE_PATH_ID, "file_path", StringType(), required=True),
+        NestedField(POS_ID, "pos", LongType(), required=True),
+    )
+    return schema, schema_to_pyarrow(schema, include_field_ids=True)
 
 
 @functools.cache

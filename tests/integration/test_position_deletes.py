@@ -57,10 +57,11 @@ def _at(pos: int) -> Watermark:
     return Watermark(BinlogPosition("mysql-bin.000001", pos), None)
 
 
-def _apply(config: PipelineConfig, schema: TableSchema, finals: dict[Any, Any], end: Watermark) -> bool:
+def _apply(
+    config: PipelineConfig, schema: TableSchema, finals: dict[Any, Any], end: Watermark, append: bool = False
+) -> bool:
     catalog = cached_pyiceberg_catalog(config.sink)
     rows = batch_arrow(schema, finals)
-    append = all(row is not None for row in finals.values()) and end.position.pos < 100
     driver = driver_target(
         catalog, ("db", "t"), f"{config.sink.catalog_name}.db.t", schema, config.stream, rows, append
     )
@@ -100,7 +101,7 @@ def _loaded(spark: Any, base: Path, name: str) -> tuple[PipelineConfig, TableSch
     held: Rows = {}
     for part in range(6):
         rows = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, i) for i in range(part * 500, part * 500 + 500)}
-        assert _apply(config, _schema(), rows, _at(10 + part))
+        assert _apply(config, _schema(), rows, _at(10 + part), append=True)
         held |= {key: (row[2],) for key, row in rows.items()}
     with table.update_schema() as update:
         update.rename_column("id", "ident")
