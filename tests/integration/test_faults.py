@@ -238,9 +238,14 @@ def test_sigterm_while_the_job_reconnects_stops_it_with_exit_0(source: MariaDBSe
     assert verify(config)
 
 
-def _for_a_while(proxy: TcpProxy, path_part: str = "/") -> None:
+def _for_a_while(proxy: TcpProxy, job: Any, log: _Log, path_part: str = "/") -> None:
+    """MinIO answers 503 for at least 5 s, and on until the job says a commit waits for it: the object store's
+    client retries by itself first (Iceberg's S3FileIO for up to a minute), and on a loaded machine the next write
+    may come after any fixed window."""
+    waits = log.count("the sink cannot be reached")
     proxy.unavailable(path_part)
     time.sleep(5)
+    _wait("a commit waiting for S3", lambda: log.count("the sink cannot be reached") > waits, job, log, seconds=300)
     proxy.available()
 
 
@@ -249,13 +254,13 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
 ) -> None:
     """One job on the REST profile (Iceberg's REST catalog server on PostgreSQL; every batch through Spark's MERGE),
     the source and MinIO each behind a TCP proxy on loopback. One after the other: every request to MinIO answered
-    503 Slow Down for 5 s while the snapshot's chunks are read (their data files written by the executors, the
-    driver's commit, the state table's records), and a SIGTERM mid-snapshot, after which a new job reads on; every
-    source connection held (no byte passes, nothing closes: a dead network path or a hung proxy), then reset;
-    MinIO's 503 again, now under a binlog batch; the REST catalog server restarted (away 5 s and its start); last, a
-    SIGTERM while a commit waits for MinIO. The binlog stream notices a stall by its read timeout (three missed
-    heartbeats, at least 5 s) and reads again; a commit waits for the sink and lands once; the job commits on, stops
-    with exit 0, and after a catch-up ends equal."""
+    503 Slow Down (5 s, and on until a commit waits) while the snapshot's chunks are read (their data files written
+    by the executors, the driver's commit, the state table's records), and a SIGTERM mid-snapshot, after which a new
+    job reads on; every source connection held (no byte passes, nothing closes: a dead network path or a hung
+    proxy), then reset; MinIO's 503 again, now under a binlog batch; the REST catalog server restarted (away 5 s and
+    its start); last, a SIGTERM while a commit waits for MinIO. The binlog stream notices a stall by its read timeout
+    (three missed heartbeats, at least 5 s) and reads again; a commit waits for the sink and lands once; the job
+    commits on, stops with exit 0, and after a catch-up ends equal."""
     db = "faults_proxy"
     _setup(source, db, rows=1000)  # ten chunks, committed two by two
     recovered = {}
@@ -275,7 +280,7 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
         try:
             # No writes yet: the only commits are the chunks'. The target's files only: the state table's pass.
             _wait("two chunks read", lambda: log.count("chunks 2/10 read while streaming") > 0, job, log)
-            _for_a_while(s3_proxy, f"/warehouse/{db}/t/")
+            _for_a_while(s3_proxy, job, log, f"/warehouse/{db}/t/")
             _wait("four chunks read", lambda: log.count("chunks 4/10 read while streaming") > 0, job, log)
             first = _stop(job, log)  # mid-snapshot
         finally:
@@ -289,7 +294,7 @@ def test_stalled_and_reset_connections_an_object_store_answering_503_and_a_resta
         faults: dict[str, Callable[[], object]] = {
             "stall": source_proxy.stall,
             "reset": source_proxy.reset,
-            "S3 503": lambda: _for_a_while(s3_proxy),
+            "S3 503": lambda: _for_a_while(s3_proxy, job, log),
             "REST restart": lambda: rest.restart(5),
         }
         try:
