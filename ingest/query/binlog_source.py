@@ -270,8 +270,8 @@ class ChunkOffers:
 
 
 class BinlogStreamReader:
-    """The simple stream reader (the pyspark base class is added by `make_binlog_source`, so that this module
-    imports without pyspark's data source machinery)."""
+    """The simple stream reader, behind the stand-in `make_binlog_source` gives Spark (so that this module imports
+    without pyspark's data source machinery, and only where the binlog is read)."""
 
     def __init__(self, spec: BinlogSourceSpec) -> None:
         raise_gc_threshold()  # in Spark's Python process that runs the source
@@ -645,12 +645,46 @@ class _LazyConnection:
 
 
 def make_binlog_source(name: str, spec: BinlogSourceSpec) -> Any:
-    """A DataSource class named `name` reading the binlog as `spec` says (pickled by value to Spark's Python
-    process)."""
+    """A DataSource class named `name` reading the binlog as `spec` says, pickled by value to Spark's Python
+    processes, `spec` pickled inside it.
+
+    Spark makes the source, and its reader, in more processes than the one that reads: one creates the source for
+    its schema, one plans the query's read function (the reader pickled into it, for executors that read only a
+    batch not cached by the reading process). Each is a new Python process on the way to a query's first batch.
+    So the reader here is a stand-in that builds the binlog reader, and imports this module (about 0.5 CPU-s), at
+    its first call: only the process that reads does."""
     from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
-    class Reader(BinlogStreamReader, SimpleDataSourceStreamReader):
-        pass
+    spec_bytes = pickle.dumps(spec)
+    columns = SCHEMA
+
+    class Reader(SimpleDataSourceStreamReader):
+        def __init__(self) -> None:
+            self.binlog: Any = None
+
+        def _binlog(self) -> Any:
+            if self.binlog is None:
+                from ingest.query.binlog_source import BinlogStreamReader
+
+                self.binlog = BinlogStreamReader(pickle.loads(spec_bytes))
+            return self.binlog
+
+        def initialOffset(self) -> dict[str, Any]:
+            return self._binlog().initialOffset()  # type: ignore[no-any-return]
+
+        def read(self, start: dict[str, Any]) -> tuple[Iterator[SourceRow], dict[str, Any]]:
+            return self._binlog().read(start)  # type: ignore[no-any-return]
+
+        def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[SourceRow]:
+            return self._binlog().readBetweenOffsets(start, end)  # type: ignore[no-any-return]
+
+        def commit(self, end: dict[str, Any]) -> None:
+            if self.binlog is not None:
+                self.binlog.commit(end)
+
+        def stop(self) -> None:
+            if self.binlog is not None:
+                self.binlog.stop()
 
     class BinlogSource(DataSource):
         @classmethod
@@ -658,9 +692,9 @@ def make_binlog_source(name: str, spec: BinlogSourceSpec) -> Any:
             return name
 
         def schema(self) -> str:
-            return SCHEMA
+            return columns
 
         def simpleStreamReader(self, schema: Any) -> Any:
-            return Reader(spec)
+            return Reader()
 
     return BinlogSource
