@@ -37,16 +37,24 @@ RETAIN_LAST = 10
 """Snapshots every expiry keeps whatever their age."""
 SUMMARY_MAINTENANCE = "ingest.maintenance"
 """Snapshot summary key of a rewrite the job made: which step."""
+MAINTAINED_AT = "ingest.maintained-at-snapshot"
+"""Table property: the snapshot the job's last maintenance of the table ended at. A maintenance with nothing to
+rewrite (a small target rewritten whole by each batch) commits no snapshot: without this mark, every later run would
+count the same commits again and maintain the table at its first batch."""
 
 
 def commits_since_compaction(iceberg_table: Any, limit: int) -> int:
-    """Snapshots on top of the table's newest rewrite (ours or anyone's), walking back at most `limit`.
+    """Snapshots on top of the table's newest rewrite (ours or anyone's) or of the snapshot the job's last
+    maintenance ended at (`MAINTAINED_AT`), walking back at most `limit`.
 
     A walk cut short by expiry counts what it saw. Read once per run; the job counts on from there.
     """
+    maintained = iceberg_table.properties.get(MAINTAINED_AT)
     count = 0
     for snapshot in lineage(iceberg_table):
-        if count >= limit or (snapshot.summary is not None and snapshot.summary.operation.value == "replace"):
+        if count >= limit or str(snapshot.snapshot_id) == maintained:
+            break
+        if snapshot.summary is not None and snapshot.summary.operation.value == "replace":
             break
         count += 1
     return count
@@ -98,4 +106,8 @@ def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: M
             f"snapshots expired, {expired.deletedDataFilesCount()} data and "
             f"{expired.deletedPositionDeleteFilesCount()} delete files deleted"
         )
+    jtable.refresh()
+    head = jtable.currentSnapshot()
+    if head is not None:
+        jtable.updateProperties().set(MAINTAINED_AT, str(head.snapshotId())).commit()
     return done

@@ -21,7 +21,7 @@ from ingest.faults import FAIL_ENV, InjectedFailure
 from ingest.faults import reset as reset_fault_counts
 from ingest.query.pipeline import run
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.sink.maintenance import RETAIN_LAST, SUMMARY_MAINTENANCE
+from ingest.sink.maintenance import MAINTAINED_AT, RETAIN_LAST, SUMMARY_MAINTENANCE, commits_since_compaction
 from ingest.sink.summary import SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.source.binlog.reader import SchemaChangeError, open_stream, table_maps
 from ingest.source.mysql import connect
@@ -316,6 +316,12 @@ def test_the_job_compacts_and_expires_its_targets_so_many_small_commits_keep_fil
     assert any(SUMMARY_MAINTENANCE in props for props in logged)
     assert len(logged) <= RETAIN_LAST + 3
     assert int(changelog.current_snapshot().summary.additional_properties["total-data-files"]) <= 4
+    # Each table's last maintenance marks the snapshot it ended at, so a new run counts commits from there: one
+    # that rewrote nothing commits no snapshot, and a count back to the last rewrite would maintain it again at
+    # once, run after run.
+    for maintained in (table, changelog):
+        assert maintained.properties[MAINTAINED_AT] in {str(s.snapshot_id) for s in maintained.snapshots()}
+        assert commits_since_compaction(maintained, 50) < 3
 
 
 def test_a_dropped_target_is_named_and_one_table_is_snapshotted_again_while_the_other_streams(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.model.position import BinlogPosition, MariadbGtidPos, Watermark
-from ingest.sink.maintenance import commits_since_compaction
+from ingest.sink.maintenance import MAINTAINED_AT, commits_since_compaction
 from ingest.sink.merge import committed_offset, offset_from_summary, offset_summary, stream_history
 from ingest.sink.summary import SUMMARY_CHUNKS_DONE, SUMMARY_PIPELINE, SUMMARY_STREAM_OFFSET
 from ingest.sink.targets import COPY_BRANCH, chunks_done_in_target
@@ -79,6 +79,7 @@ class FakeTable:
         self._snapshots = snapshots
         self._current = current
         self.metadata = FakeMetadata({} if current is None else {"main": current})
+        self.properties: dict[str, str] = {}
         if branch is not None:
             self.metadata.refs[COPY_BRANCH] = branch
 
@@ -152,6 +153,12 @@ def test_commits_since_compaction_count_back_to_the_newest_rewrite_and_stop_at_t
     assert commits_since_compaction(FakeTable(chain, 2), 50) == 0
     assert commits_since_compaction(FakeTable(chain[2:], 5), 50) == 3  # expiry cut the walk: what it saw
     assert commits_since_compaction(FakeTable([], None), 50) == 0
+    # A maintenance with nothing to rewrite commits no snapshot: the snapshot it ended at counts as a rewrite.
+    maintained = FakeTable(chain, 5)
+    maintained.properties[MAINTAINED_AT] = "4"
+    assert commits_since_compaction(maintained, 50) == 1
+    maintained.properties[MAINTAINED_AT] = "5"
+    assert commits_since_compaction(maintained, 50) == 0
 
 
 def test_a_cycle_in_broken_metadata_does_not_loop_forever() -> None:
