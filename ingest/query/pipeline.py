@@ -24,7 +24,7 @@ from ingest.query.ddl import gone_tables
 from ingest.query.snapshot import Copying, ready_table, snapshot_table
 from ingest.query.stop import StopSignal
 from ingest.runtime.python_gc import raise_gc_threshold
-from ingest.runtime.warm_up import start_warm_up
+from ingest.runtime.warm_up import start_executor_warm_up, start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
 from ingest.sink.outage import OutageWaitStopped
@@ -126,14 +126,14 @@ def _run(
     start = _first_start(config, info)
     stop = StopSignal()
     stop.install()
-    warm_up = None
+    warm_ups = []
     own_session = spark is None
     try:
         spark = _session(config, spark)
-        # Before the state table is open, to overlap that too; a binlog-only restart wastes one empty job
-        # on a side thread (started after the state said whether chunks remain, it saved nothing measurable).
-        warm_up = start_warm_up(spark)
+        warm_ups.append(start_warm_up(spark))  # before the state table is open, to overlap that too
         state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
+        if snapshot_only or config.startup_mode == "snapshot_only" or _copies(state, info.schemas):
+            warm_ups.append(start_executor_warm_up(spark))
         copying, streaming = copying_of(config), streaming_of(config)
         schemas, gone, paused = _tables_to_read(spark, config, streaming, copying, state, info, start)
         while True:
@@ -163,7 +163,7 @@ def _run(
         log.info("%s; stopping", e)
     finally:
         stop.uninstall()
-        if warm_up is not None and not own_session:
+        for warm_up in warm_ups if not own_session else ():
             warm_up.join(timeout=60)  # not left running into a caller's spark.stop() (see _run's docstring)
 
 
@@ -184,6 +184,16 @@ def copying_of(config: PipelineConfig) -> Copying:
 def streaming_of(config: PipelineConfig) -> Streaming:
     """The binlog phase's part of the pipeline file."""
     return Streaming(config.source, config.tables, config.stream, config.snapshot.chunks_per_commit, config.targets)
+
+
+def _copies(state: StateTable, schemas: Sequence[TableSchema]) -> bool:
+    """Whether a captured table's copy is not complete: the run reads chunks, on executors (the job's Python daemon
+    is started ahead for them). Copies asked for or begun later start it when they need it."""
+    for schema in schemas:
+        plan = state.plan(schema.table_id)
+        if plan is None or len(state.done(schema.table_id)) < len(plan):
+            return True
+    return False
 
 
 def _tables_to_read(

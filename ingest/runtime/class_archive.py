@@ -137,7 +137,7 @@ def _run_workload(java_options: str) -> str:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         class_path = str(jvm.System.getProperty("java.class.path"))
-        start_warm_up(spark).join()  # the Python data source path of the snapshot
+        start_warm_up(spark, read=True).join()  # the Python data source path of the snapshot
         spark.sql("CREATE NAMESPACE IF NOT EXISTS train.n")
         spark.sql(
             "CREATE TABLE train.n.t (id BIGINT NOT NULL, s STRING, d DECIMAL(12,2), ts TIMESTAMP, b BINARY, "

@@ -4,8 +4,12 @@ source offers, and error mapping."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -28,11 +32,12 @@ from ingest.query.binlog_source import (
     _Batch,
     _rows,
     decode_batch,
+    make_binlog_source,
     offset_mark,
     offset_parts,
     source_offset,
 )
-from ingest.query.pipeline import streaming_of
+from ingest.query.pipeline import _copies, streaming_of
 from ingest.query.structured import _as_ingest_error, checkpoint_problem
 from ingest.source.binlog.prefetch import Idle
 from ingest.source.snapshot.chunks import Chunk
@@ -111,8 +116,12 @@ class _State:
 
     def __init__(self) -> None:
         self.records: dict[str, dict[int, ChunkRecord]] = {}
+        self.plans: dict[str, list[Chunk]] = {}
         self.paused: frozenset[str] = frozenset()
         self.reloads = 0
+
+    def plan(self, table_id: str) -> list[Chunk] | None:
+        return self.plans.get(table_id)
 
     def reload(self) -> None:
         self.reloads += 1
@@ -271,3 +280,52 @@ def test_a_catch_up_goes_on_to_the_high_watermark_of_a_chunk_read_since_it_began
     reader._prefetch = _Polled(Idle(high, 12.0))  # type: ignore[assignment]
     batch = reader._take(time.monotonic() + 5)
     assert batch is not None and batch.end.position == high
+
+
+STAND_IN = """
+import pickle, sys
+from pyspark import cloudpickle
+source = pickle.loads(open(sys.argv[1], "rb").read())
+assert source({}).schema().startswith("seq LONG")
+reader = source({}).simpleStreamReader(schema=None)
+cloudpickle.dumps(reader)  # as the planning process pickles it into the read function
+loaded = sorted(m for m in sys.modules if m.startswith("ingest"))
+assert "ingest.query.binlog_source" not in loaded and "ingest.config" not in loaded, loaded
+print(reader.initialOffset())
+assert "ingest.query.binlog_source" in sys.modules
+"""
+
+
+def test_the_processes_that_create_the_source_and_plan_its_read_import_pyspark_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The source class as Spark pickles it, in a new interpreter: its schema, and its reader made and pickled (what
+    Spark's creating and planning processes do) import none of the binlog reader; the reader's first call does."""
+    from pyspark import cloudpickle
+
+    reader, _ = _reader(monkeypatch)
+    pickled = tmp_path / "source.pickle"
+    pickled.write_bytes(cloudpickle.dumps(make_binlog_source("ingest_binlog_t", reader.spec)))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", STAND_IN, str(pickled)],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(reader.initialOffset())
+
+
+def test_only_a_run_that_copies_a_table_starts_the_executors_python_ahead() -> None:
+    state = _State()
+    schema = TableSchema("db", "a", (SourceColumn("id", "int", "int(11)", False),), ("id",), ("id",), (None,))
+    assert _copies(state, [schema])  # type: ignore[arg-type]  # not planned yet: a first run
+    chunks = [Chunk("db.a", i, None, None) for i in range(2)]
+    state.plans["db.a"] = chunks
+    state.records["db.a"] = {0: ChunkRecord(chunks[0], Watermark(BinlogPosition("b.000001", 90), None, 1))}
+    assert _copies(state, [schema])  # one chunk left
+    state.records["db.a"][1] = ChunkRecord(chunks[1], Watermark(BinlogPosition("b.000001", 95), None, 1))
+    assert not _copies(state, [schema])  # copied: a binlog-only run
+    assert not _copies(state, [])
