@@ -16,6 +16,7 @@ import pyarrow as pa
 from ingest import metrics
 from ingest.faults import crash_point
 from ingest.sink.outage import SinkOutage
+from ingest.sink.transaction import transaction as new_transaction
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +55,17 @@ class StateWrites:
         """The rows `where` matches replaced by `rows`, in one commit: a reader (or a crash) sees the old rows or
         the new ones, never none and never both. Run again whole if the sink was away: landing twice leaves one."""
         self.flush()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first one
-            self.commit(what, lambda: self.table.overwrite(rows, overwrite_filter=where))
+        self.commit(what, lambda: self._overwrite(rows, where).commit_transaction())
 
     def staged_replace(self, rows: pa.Table, where: str) -> Any:
         """`replace`'s transaction, not committed: it lands with other tables' changes (ingest.sink.atomic)."""
         self.flush()
-        transaction = self.table.transaction()
+        return self._overwrite(rows, where)
+
+    def _overwrite(self, rows: pa.Table, where: str) -> Any:
+        transaction = new_transaction(self.table)
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first one
             transaction.overwrite(rows, overwrite_filter=where)
         return transaction
 
