@@ -42,9 +42,12 @@ DISTRIBUTIONS = ("newest-1%", "uniform")
 MODES = ("apply", "unpruned", "position")
 """apply: the job's Spark MERGE; unpruned: the MERGE before issue 31; position: the driver's apply by position
 (ingest/sink/position_deletes.py, format 2 only), what the job does now where it can."""
-E2E_MODES = ("apply", "merge", "unpruned")
+E2E_MODES = ("apply", "merge", "unpruned", "restarted", "idle")
 """End to end: the job as configured (by position), with `stream.position_deletes: false` (Spark's MERGE), and
-with the MERGE of before issue 31."""
+with the MERGE of before issue 31, each a `run(until_caught_up=True)` in the bench's Spark session; then the job as
+a user restarts it, `ingest run --until-caught-up` in a new process (its Python, its JVM, its Spark's Python
+processes), and the same again with nothing new to apply right after (what a restart costs before any batch)."""
+RESTARTS = ("restarted", "idle")
 STATUSES = ("new", "paid", "shipped", "done")
 EPOCH_2024 = 1_704_067_200
 LOOKUPS = 5
@@ -133,6 +136,13 @@ def make_config(
     base: Path, format_version: int, partition_by: Sequence[str], rows: int | None = None, server: Any = None
 ) -> PipelineConfig:
     """The pipeline of bench.items (or, end to end, of bench.items_<rows> on `server`) into an embedded warehouse."""
+    return parse_config(make_document(base, format_version, partition_by, rows, server))
+
+
+def make_document(
+    base: Path, format_version: int, partition_by: Sequence[str], rows: int | None = None, server: Any = None
+) -> dict[str, Any]:
+    """`make_config`'s pipeline file."""
     table = "items" if rows is None else f"items_{rows}"
     document = harness.pipeline_document(
         PIPELINE if rows is None else f"bench_e2e_{rows}",
@@ -147,7 +157,7 @@ def make_config(
     )
     if rows is not None:
         document["sink"]["catalog_name"] = f"e2e_{rows}"
-    return parse_config(document)
+    return document
 
 
 BEFORE_CONF = {
@@ -362,8 +372,11 @@ class EndToEnd:
         self.bench, self.server = bench, server
 
     def config(self, rows: int) -> PipelineConfig:
+        return parse_config(self.document(rows))
+
+    def document(self, rows: int) -> dict[str, Any]:
         args = self.bench.args
-        return make_config(self.bench.base / f"e2e-{rows}", args.formats[0], args.partition_by, rows, self.server)
+        return make_document(self.bench.base / f"e2e-{rows}", args.formats[0], args.partition_by, rows, self.server)
 
     def load(self, rows: int) -> float:
         table = f"bench.items_{rows}"
@@ -423,15 +436,22 @@ class EndToEnd:
         harness.progress(f"end to end, {rows:,} rows: loaded in {load_s:.1f} s, snapshotted in {snapshot_s:.1f} s")
         top = rows
         merging = dataclasses.replace(config, stream=dataclasses.replace(config.stream, position_deletes=False))
+        config_file = harness.write_pipeline(self.document(rows), self.bench.base / f"e2e-{rows}" / "pipeline.yaml")
         times: dict[str, list[float]] = {m: [] for m in E2E_MODES}
+        in_session = [m for m in E2E_MODES if m not in RESTARTS]
         for r in range(1 + self.bench.args.rounds):  # round 0 warms the binlog phase up, not reported
-            for mode in E2E_MODES if r % 2 == 0 else E2E_MODES[::-1]:
+            for mode in in_session if r % 2 == 0 else in_session[::-1]:
                 top = self.write_batch(rows, top, len(E2E_MODES) * r + E2E_MODES.index(mode))
                 started = time.perf_counter()
                 with contextlib.nullcontext() if mode != "unpruned" else unpruned(self.bench.spark):
                     run(config if mode == "apply" else merging, until_caught_up=True, spark=self.bench.spark)
                 if r:
                     times[mode].append(time.perf_counter() - started)
+            top = self.write_batch(rows, top, len(E2E_MODES) * r + E2E_MODES.index("restarted"))
+            for mode in RESTARTS:  # the batch, then nothing new
+                seconds = harness.ingest(config_file, "run", "--until-caught-up")
+                if r:
+                    times[mode].append(seconds)
             harness.progress(f"end to end, {rows:,} rows: round {r} {times}")
         return {
             "rows": rows,
@@ -534,14 +554,16 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             "",
             "| end to end: rows | snapshot s | catch-up of one batch s | with Spark's MERGE s | before issue 31 s "
-            "| apply / MERGE | apply / before |",
-            "|---|---|---|---|---|---|---|",
+            "| apply / MERGE | apply / before | restarted with the batch s | restarted with nothing new s "
+            "| restarted: with / without |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for e in results["end_to_end"]:
             m = e["median_s"]
             lines.append(
                 f"| {e['rows']:,} | {e['snapshot_s']} | {m['apply']} | {m['merge']} | {m['unpruned']} | "
-                f"{_ratio(m['apply'], m['merge'])} | {_ratio(m['apply'], m['unpruned'])} |"
+                f"{_ratio(m['apply'], m['merge'])} | {_ratio(m['apply'], m['unpruned'])} | {m['restarted']} "
+                f"| {m['idle']} | {_ratio(m['restarted'], m['idle'])} |"
             )
         first, last = results["end_to_end"][0], results["end_to_end"][-1]
         lines.append(
