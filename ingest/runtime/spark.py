@@ -7,7 +7,9 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
@@ -101,19 +103,26 @@ def spark_session(settings: SparkConfig, sink: SinkConfig, app_name: str, extra:
     conf[REDACTION_REGEX] = redaction_regex(given, secret)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with nullcontext() if under_submit else jvm_ignoring_sigterm():
+    with nullcontext() if under_submit else launching_jvm():
         session = builder.getOrCreate()
     return attach_catalog(session, sink)
 
 
 @contextmanager
-def jvm_ignoring_sigterm() -> Iterator[None]:
-    """Inside, a JVM the job launches (Spark's driver, through pyspark's gateway) starts with SIGTERM ignored. A
-    SIGTERM sent to the job's whole process group (`kill -TERM -PGID`, systemd stopping its unit) then reaches only
-    the job, which stops after its current commit with exit 0, instead of killing the JVM under it. The JVM still
-    ends with the job: pyspark's gateway exits when its parent's pipe closes. pyspark ignores SIGINT (Ctrl-C) in it
-    the same way; the disposition is set in the child, between fork and exec, so the job's own handler never
-    misses a signal."""
+def launching_jvm() -> Iterator[None]:
+    """Inside, a JVM the job launches (Spark's driver, through pyspark's gateway) starts with SIGTERM ignored, and
+    its stderr reaches the job's through a thread that leaves out the JVM's notice of an incubator module.
+
+    SIGTERM: sent to the job's whole process group (`kill -TERM -PGID`, systemd stopping its unit) it then reaches
+    only the job, which stops after its current commit with exit 0, instead of killing the JVM under it. The JVM
+    still ends with the job: pyspark's gateway exits when its parent's pipe closes. pyspark ignores SIGINT (Ctrl-C)
+    in it the same way; the disposition is set in the child, between fork and exec, so the job's own handler never
+    misses a signal.
+
+    stderr: Spark 4.1's launcher adds `--add-modules=jdk.incubator.vector` to every JVM it starts, and the JVM
+    prints `WARNING: Using incubator modules: ...` before any logging is set up, on every run, the demo's first
+    line on a terminal. Everything else the JVM writes there (Spark's errors, its Python workers' output) passes
+    line by line, as it comes."""
     import pyspark.java_gateway
 
     gateway: Any = pyspark.java_gateway
@@ -127,13 +136,39 @@ def jvm_ignoring_sigterm() -> Iterator[None]:
                 then()
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept through exec: HotSpot leaves it ignored
 
-        return launch(*args, **{**kwargs, "preexec_fn": preexec})
+        child = launch(*args, **{**kwargs, "preexec_fn": preexec, "stderr": subprocess.PIPE})
+        # A daemon: the JVM's stderr closes only after the job's process has exited (and its stdin pipe with it).
+        child.forwarding = threading.Thread(
+            target=_forward, args=(child.stderr,), name="ingest-jvm-stderr", daemon=True
+        )
+        child.forwarding.start()
+        return child
 
     gateway.Popen = popen
     try:
         yield
     finally:
         gateway.Popen = launch
+
+
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
+
+
+def _forward(stream: Any) -> None:
+    """The JVM's stderr to the job's, but for its incubator notice (see `launching_jvm`), until the JVM exits. The
+    pipe is drained to the end even when the job's stderr fails: a full pipe would block the JVM's logging."""
+    out = 2
+    with stream:
+        for read in stream:
+            line = read.encode() if isinstance(read, str) else read  # a stream opened as text
+            if line.startswith(INCUBATOR_NOTICE):
+                continue
+            left = memoryview(line)
+            try:
+                while left:
+                    left = left[os.write(out, left) :]
+            except OSError:
+                pass  # the job's stderr is gone (its reader exited): the JVM's lines have nowhere to go
 
 
 def attach_catalog(session: Any, sink: SinkConfig) -> Any:

@@ -179,7 +179,7 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
             time.sleep(rng.uniform(2, 5))
             assert job.poll() is None, log_file.read_text()[-3000:]
             # The job and its JVM: SIGKILL twice; then SIGTERM, to the whole group as systemd stops a unit, which
-            # the JVM ignores (ingest.runtime.spark.jvm_ignoring_sigterm) and the job stops on with exit 0.
+            # the JVM ignores (ingest.runtime.spark.launching_jvm) and the job stops on with exit 0.
             os.killpg(job.pid, signal.SIGKILL if attempt < 2 else signal.SIGTERM)
             job.wait(timeout=60)
             assert job.returncode == (-signal.SIGKILL if attempt < 2 else 0), log_file.read_text()[-3000:]
