@@ -136,11 +136,12 @@ def launching_jvm() -> Iterator[None]:
                 then()
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept through exec: HotSpot leaves it ignored
 
+        if "stderr" in kwargs:  # a caller that reads it itself
+            return launch(*args, **{**kwargs, "preexec_fn": preexec})
         child = launch(*args, **{**kwargs, "preexec_fn": preexec, "stderr": subprocess.PIPE})
+        stream, child.stderr = child.stderr, None  # the forwarding thread's alone
         # A daemon: the JVM's stderr closes only after the job's process has exited (and its stdin pipe with it).
-        child.forwarding = threading.Thread(
-            target=_forward, args=(child.stderr,), name="ingest-jvm-stderr", daemon=True
-        )
+        child.forwarding = threading.Thread(target=_forward, args=(stream,), name="ingest-jvm-stderr", daemon=True)
         child.forwarding.start()
         return child
 
