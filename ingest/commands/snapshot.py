@@ -42,7 +42,7 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
     if action == "snapshot":
         # The job copies a table created or renamed into its patterns by itself, so it may have begun before
         # the request came: the copy asked for is under way, which is what the user wanted.
-        copying = {t for t in tables if state.plan(t) is not None and _unfinished(state, t)}
+        copying = {t for t in tables if state.plan(t) is not None and state.unfinished(t)}
         captured = [t for t in tables if state.plan(t) is not None and t not in copying]
         if captured:
             raise ConfigError(
@@ -54,7 +54,7 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
         if not tables:
             return Asked((), progress)
     if action == "pause":
-        complete = [t for t in tables if state.plan(t) is not None and not _unfinished(state, t)]
+        complete = [t for t in tables if state.plan(t) is not None and not state.unfinished(t)]
         if complete:
             raise ConfigError(f"{', '.join(complete)}: its snapshot is complete, there is nothing to pause")
         state.pause(tables)
@@ -63,8 +63,3 @@ def ask_snapshot(config: PipelineConfig, tables: Sequence[str], action: Action =
     else:
         state.ask_snapshot(tables, again=action == "again")
     return Asked(tuple(tables), progress)
-
-
-def _unfinished(state: StateTable, table_id: str) -> bool:
-    """The table is planned and some of its chunks are not copied yet."""
-    return len(state.done(table_id)) < len(state.plan(table_id) or [])

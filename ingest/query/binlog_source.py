@@ -656,7 +656,6 @@ def make_binlog_source(name: str, spec: BinlogSourceSpec) -> Any:
     from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
     spec_bytes = pickle.dumps(spec)
-    columns = SCHEMA
 
     class Reader(SimpleDataSourceStreamReader):
         def __init__(self) -> None:
@@ -692,7 +691,7 @@ def make_binlog_source(name: str, spec: BinlogSourceSpec) -> Any:
             return name
 
         def schema(self) -> str:
-            return columns
+            return SCHEMA
 
         def simpleStreamReader(self, schema: Any) -> Any:
             return Reader()

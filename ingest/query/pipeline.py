@@ -163,8 +163,9 @@ def _run(
         log.info("%s; stopping", e)
     finally:
         stop.uninstall()
-        for warm_up in warm_ups if not own_session else ():
-            warm_up.join(timeout=60)  # not left running into a caller's spark.stop() (see _run's docstring)
+        if not own_session:
+            for warm_up in warm_ups:  # not left running into a caller's spark.stop() (see _run's docstring)
+                warm_up.join(timeout=60)
 
 
 def _session(config: PipelineConfig, spark: Any) -> Any:
@@ -189,11 +190,7 @@ def streaming_of(config: PipelineConfig) -> Streaming:
 def _copies(state: StateTable, schemas: Sequence[TableSchema]) -> bool:
     """Whether a captured table's copy is not complete: the run reads chunks, on executors (the job's Python daemon
     is started ahead for them). Copies asked for or begun later start it when they need it."""
-    for schema in schemas:
-        plan = state.plan(schema.table_id)
-        if plan is None or len(state.done(schema.table_id)) < len(plan):
-            return True
-    return False
+    return any(state.plan(s.table_id) is None or state.unfinished(s.table_id) for s in schemas)
 
 
 def _tables_to_read(

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import CommitConflictError
-from ingest.sink.transaction import transaction as new_transaction
+from ingest.sink.transaction import open_transaction
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def append_files(table: Any, files: list[Any], properties: dict[str, str], branc
 
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            with new_transaction(table) as transaction:
+            with open_transaction(table) as transaction:
                 update = transaction.update_snapshot(snapshot_properties=properties, branch=branch)
                 with update.fast_append() as append:
                     for data_file in files:

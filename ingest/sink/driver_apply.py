@@ -36,7 +36,7 @@ from ingest.sink.data_files import DataFileWriter, writable_from_arrow
 from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
 from ingest.sink.position_deletes import stage_by_position
 from ingest.sink.targets import table_of
-from ingest.sink.transaction import transaction as new_transaction
+from ingest.sink.transaction import open_transaction
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
         return stage_by_position(table, schema, rows, final, properties)
     key = schema.primary_key[0] if driver.how == "rewrite" else ""
     keys = rows.column(key) if key else None
-    transaction = new_transaction(table)
+    transaction = open_transaction(table)
     metadata = transaction.table_metadata
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from ingest.errors import SinkError
 from ingest.model.schema import TableSchema
-from ingest.sink.transaction import transaction as new_transaction
+from ingest.sink.transaction import open_transaction
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 """The field ids of a position delete file's columns (the Iceberg table spec, "Position Delete Files")."""
@@ -58,7 +58,7 @@ def stage_by_position(
     hold a key has no field ids."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
-    transaction = new_transaction(table)
+    transaction = open_transaction(table)
     metadata = transaction.table_metadata
     keys = rows.select(list(schema.primary_key))
     located = locate(table, keys)

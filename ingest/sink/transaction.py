@@ -13,7 +13,7 @@ import functools
 from typing import Any
 
 
-def transaction(table: Any) -> Any:
+def open_transaction(table: Any) -> Any:
     """A transaction on the pyiceberg `table`, as `table.transaction()` opens."""
     return _transaction_class()(table)
 

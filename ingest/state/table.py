@@ -199,6 +199,10 @@ class StateTable:
     def tables(self) -> list[str]:
         return sorted(self._plans)
 
+    def unfinished(self, table_id: str) -> bool:
+        """The table is planned and some of its chunks are not copied yet."""
+        return len(self._done.get(table_id, {})) < len(self._plans.get(table_id) or [])
+
     def done(self, table_id: str) -> dict[int, ChunkRecord]:
         """The first record of each chunk done (a chunk recorded twice would be a bug the tests look for)."""
         return {i: records[0] for i, records in self._done[table_id].items()}

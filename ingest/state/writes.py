@@ -16,7 +16,7 @@ import pyarrow as pa
 from ingest import metrics
 from ingest.faults import crash_point
 from ingest.sink.outage import SinkOutage
-from ingest.sink.transaction import transaction as new_transaction
+from ingest.sink.transaction import open_transaction
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class StateWrites:
         return self._overwrite(rows, where)
 
     def _overwrite(self, rows: pa.Table, where: str) -> Any:
-        transaction = new_transaction(self.table)
+        transaction = open_transaction(self.table)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first one
             transaction.overwrite(rows, overwrite_filter=where)

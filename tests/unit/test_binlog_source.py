@@ -123,6 +123,9 @@ class _State:
     def plan(self, table_id: str) -> list[Chunk] | None:
         return self.plans.get(table_id)
 
+    def unfinished(self, table_id: str) -> bool:  # as StateTable says it
+        return len(self.records.get(table_id, {})) < len(self.plans.get(table_id) or [])
+
     def reload(self) -> None:
         self.reloads += 1
 

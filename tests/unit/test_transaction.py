@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from ingest.sink.transaction import transaction
+from ingest.sink.transaction import open_transaction
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
@@ -39,7 +39,7 @@ def test_the_metadata_is_computed_once_per_step_and_is_what_pyiceberg_computes(
         return update(*args, **kwargs)
 
     monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counted)
-    ours = transaction(table)
+    ours = open_transaction(table)
     assert ours.table_metadata is ours.table_metadata and len(made) == 1  # read twice, made once
     rows = pa.table({"id": pa.array([1], pa.int64()), "v": ["new"]}, schema=SCHEMA)
     theirs = table.transaction()
