@@ -28,6 +28,10 @@ def cut_report(config: PipelineConfig) -> dict[str, Any] | None:
             {"table": table_id, "iceberg_table": name, "snapshot_id": snapshot_id}
             for table_id, (name, snapshot_id) in sorted(cut.tables.items())
         ],
+        "changelogs": [
+            {"table": table_id, "iceberg_table": name, "snapshot_id": snapshot_id}
+            for table_id, (name, snapshot_id) in sorted(cut.changelogs.items())
+        ],
         "not_in_cut": [t for t in state.tables() if t not in cut.tables],
     }
 
@@ -45,7 +49,9 @@ def print_cut(config: PipelineConfig, as_json: bool = False, out: TextIO = sys.s
         f"cut of pipeline {config.name!r} at binlog {report['offset']}{gtid}, recorded {report['recorded_at']}",
         file=out,
     )
-    rows = [(t["table"], t["iceberg_table"], _snapshot(t["snapshot_id"])) for t in report["tables"]]
+    listed = [(t, t["table"]) for t in report["tables"]]
+    listed += [(t, f"{t['table']} (changelog)") for t in report["changelogs"]]
+    rows = [(label, t["iceberg_table"], _snapshot(t["snapshot_id"])) for t, label in listed]
     widths = [max(len(r[i]) for r in [("table", "iceberg table", "snapshot"), *rows]) for i in range(3)]
     for row in [("table", "iceberg table", "snapshot"), *rows]:
         print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip(), file=out)

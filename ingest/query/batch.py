@@ -78,6 +78,9 @@ class TableStream:
     """The target's current snapshot id as the job last saw it (None: empty), when `head_known`: what the cut
     names for the table (ingest.query.commit.table_cut)."""
     head_known: bool = False
+    changelog_head: int | None = None
+    """The changelog table's current snapshot id as the job last saw it, when `changelog_head_known`."""
+    changelog_head_known: bool = False
     since_compaction: dict[str, int] = field(default_factory=dict)
     """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
     `sink.maintenance.every_commits`."""

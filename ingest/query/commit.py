@@ -42,7 +42,7 @@ from ingest.sink.merge import MAX_ATTEMPTS, committed_offset, merge_arrow, strea
 from ingest.sink.rejected import ensure_rejected, merge_rejected
 from ingest.sink.summary import snapshot_properties
 from ingest.sink.targets import on_stage_branch, qualified, table_of
-from ingest.state.table import StateTable
+from ingest.state.table import CutTables, StateTable
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _commit_together(batch: _Batch, prepared: Sequence[TableBatch]) -> list[bool
             log.warning("batch up to %s: commit conflict at attempt %d, staging again: %s", end.position, attempt, e)
             batch.state.refresh()
             for p in prepared:
-                batch.tables[p.table_id].head_known = False
+                batch.tables[p.table_id].head_known = batch.tables[p.table_id].changelog_head_known = False
             time.sleep(0.2 * attempt)
             continue
         recorded()
@@ -195,7 +195,7 @@ def _stage_part(batch: _Batch, catalog: Any, part: TableBatch) -> _StagedPart:
         published = publish_stage(catalog, table.changelog, base)
         if published is not None:
             staged_part.changes.append(published[0])
-            staged_part.changelog = True
+            table.changelog_head, table.changelog_head_known, staged_part.changelog = published[1], True, True
         crash_point("stream.after_changelog_commit")
     if rows is None or _holds(table.committed, end):
         return staged_part
@@ -263,6 +263,7 @@ def _commit_part(
         if changelog is not None:
             crash_point("stream.before_changelog_commit")
             _append_changelog(spark, targets, table, changelog, end)
+            table.changelog_head_known = False  # committed through Spark: looked up for the cut
             crash_point("stream.after_changelog_commit")
 
     if log_first:
@@ -282,6 +283,7 @@ def _look_at_tables(
         table = tables[part.table_id]
         names = targets.target_for(table.schema.database, table.schema.table)
         table.committed = committed_in(targets, names, end, table.committed)
+        table.head_known = table.changelog_head_known = False  # looked up again for the cut
         if table.changelog is not None:
             table.changelog_committed = committed_in(targets, table.changelog, end, table.changelog_committed)
 
@@ -302,8 +304,11 @@ def _maintain_due(spark: Any, targets: Targets, tables: list[TableStream], end: 
             if table.since_compaction[name] >= every:
                 maintain(spark, name, targets.pipeline, end, targets.sink.maintenance)
                 table.since_compaction[name] = 0
+                # compacted: a new snapshot, looked up for the cut
                 if name == table.target:
-                    table.head_known = False  # compacted: a new snapshot, looked up for the cut
+                    table.head_known = False
+                else:
+                    table.changelog_head_known = False
 
 
 def _merge_table(
@@ -342,26 +347,37 @@ def _merge_table(
     return done
 
 
-def table_cut(
-    targets: Targets, tables: Mapping[str, TableStream], at: BinlogPosition
-) -> dict[str, tuple[str, int | None]]:
+def table_cut(targets: Targets, tables: Mapping[str, TableStream], at: BinlogPosition) -> CutTables:
     """The cut at the offset `at` about to be recorded: per table whose copy is complete and whose main branch the
     binlog phase writes, its Iceberg table and the snapshot that holds it (looked up where the job's last commit of
-    it went through Spark; None: empty). A table still being copied, into its branch or chunk by chunk, is whole only
-    once its last chunk is read, and joins the cut then. A table that holds more than `at` (a batch committed table
-    by table, cut off by a crash, is replayed in other batches) joins it once the offset has caught up with it."""
+    it went through Spark; None: empty), and the same of its changelog table. A table still being copied, into its
+    branch or chunk by chunk, is whole only once its last chunk is read, and joins the cut then. A table (or
+    changelog) that holds more than `at` (a batch committed table by table, cut off by a crash, is replayed in other
+    batches) joins it once the offset has caught up with it."""
     cut: dict[str, tuple[str, int | None]] = {}
+    changelogs: dict[str, tuple[str, int | None]] = {}
     for table_id, table in sorted(tables.items()):
-        if table.unread or table.target != table_of(table.target):
-            continue
-        if table.committed is not None and table.committed > at:
+        if table.unread or table.target != table_of(table.target) or _ahead(table.committed, at):
             continue
         names = targets.target_for(table.schema.database, table.schema.table)
         if not table.head_known:
-            head = cached_pyiceberg_catalog(targets.sink).load_table(names).current_snapshot()
-            table.head, table.head_known = (None if head is None else head.snapshot_id), True
+            table.head, table.head_known = _head(targets, names), True
         cut[table_id] = (".".join(names), table.head)
-    return cut
+        if table.changelog is None or _ahead(table.changelog_committed, at):
+            continue
+        if not table.changelog_head_known:
+            table.changelog_head, table.changelog_head_known = _head(targets, table.changelog), True
+        changelogs[table_id] = (".".join(table.changelog), table.changelog_head)
+    return CutTables(cut, changelogs)
+
+
+def _ahead(committed: BinlogPosition | None, at: BinlogPosition) -> bool:
+    return committed is not None and committed > at
+
+
+def _head(targets: Targets, names: tuple[str, str]) -> int | None:
+    head = cached_pyiceberg_catalog(targets.sink).load_table(names).current_snapshot()
+    return None if head is None else int(head.snapshot_id)
 
 
 def _append_changelog(

@@ -16,7 +16,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -32,8 +32,18 @@ from ingest.state.writes import KEEP_SNAPSHOTS, MAX_SNAPSHOTS, StateWrites, retr
 
 log = logging.getLogger(__name__)
 
-CutTables = Mapping[str, tuple[str, int | None]]
-"""A cut's tables: per source table, its Iceberg table and the snapshot that holds it at the cut's offset."""
+
+@dataclass(frozen=True)
+class CutTables:
+    """A cut's tables: per source table, its Iceberg table and the snapshot that holds it at the cut's offset (None:
+    the table is empty at the cut, it has no snapshot yet); and the same of each changelog table in the cut."""
+
+    targets: Mapping[str, tuple[str, int | None]]
+    changelogs: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+
+
+# A cut row's chunk_index: whether it names the source table's target or its changelog table.
+CUT_TARGET, CUT_CHANGELOG = 0, 1
 
 KIND_PLAN = "plan"
 KIND_CHUNK = "chunk"
@@ -92,6 +102,8 @@ class Cut:
     tables: dict[str, tuple[str, int | None]]
     """Per source table (`db.table`): its Iceberg table (`namespace.name`) and the snapshot id to read it at (None:
     the table is empty at the cut, it has no snapshot yet)."""
+    changelogs: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    """Per source table whose changelog table is in the cut: that table and the snapshot to read it at."""
 
 
 @dataclass(frozen=True)
@@ -227,8 +239,8 @@ class StateTable:
 
         The pipeline's offset row is replaced, not added: delete and append are one Iceberg commit, so a
         reader (or a crash) sees the old offset or the new one, never none and never both. With `cut` (per source
-        table, its Iceberg table and the snapshot that holds it at `offset`), the cut's rows are replaced in the
-        same commit: the cut a reader finds is always whole.
+        table, its Iceberg table and its changelog table, each with the snapshot that holds it at `offset`), the
+        cut's rows are replaced in the same commit: the cut a reader finds is always whole.
         """
         rows, ours, now = _offset_rows(self.pipeline, offset, source_time, cut)
         self._writes.replace("recording the offset", rows, ours)
@@ -250,7 +262,7 @@ class StateTable:
     def _offset_recorded(self, offset: Watermark, source_time: int | None, cut: CutTables | None, now: Any) -> None:
         self._offset, self._offset_source_time, self._offset_recorded_at = offset, source_time, now
         if cut is not None:
-            self._cut = Cut(offset, now, dict(cut))
+            self._cut = Cut(offset, now, dict(cut.targets), dict(cut.changelogs))
         try:
             self._writes.expire_snapshots()
         except Exception as e:  # noqa: BLE001 - maintenance must never fail a batch that is already recorded
@@ -317,6 +329,7 @@ class StateTable:
         self._done.pop(table_id, None)
         if self._cut is not None:
             self._cut.tables.pop(table_id, None)
+            self._cut.changelogs.pop(table_id, None)
 
     def ask_snapshot(self, table_ids: Sequence[str], again: bool) -> None:
         """Ask the job to snapshot `table_ids` (again: drop what it holds of them first), in one commit."""
@@ -429,7 +442,7 @@ def _quote(value: str) -> str:
 
 
 def _offset_rows(
-    pipeline: str, offset: Watermark, source_time: int | None, cut: Mapping[str, tuple[str, int | None]] | None
+    pipeline: str, offset: Watermark, source_time: int | None, cut: CutTables | None
 ) -> tuple[pa.Table, str, dt.datetime]:
     """The pipeline's offset row (and its cut's rows), the filter of the rows they replace, and when."""
     now = dt.datetime.now(dt.UTC)
@@ -437,20 +450,19 @@ def _offset_rows(
     row = _row(pipeline, KIND_OFFSET, marker, now, ChunkRecord(marker, offset))
     if source_time is not None:
         row["source_commit_time"] = dt.datetime.fromtimestamp(source_time, dt.UTC)
-    rows = [row, *_cut_rows(pipeline, now, offset, cut or {})]
+    rows = [row, *_cut_rows(pipeline, now, offset, cut or CutTables({}))]
     kinds = (KIND_OFFSET,) if cut is None else (KIND_OFFSET, KIND_CUT)
     ours = f"pipeline = {_quote(pipeline)} AND kind IN ({', '.join(_quote(k) for k in kinds)})"
     return pa.Table.from_pylist(rows, schema=STATE_ARROW_SCHEMA), ours, now
 
 
-def _cut_rows(
-    pipeline: str, now: dt.datetime, offset: Watermark, cut: Mapping[str, tuple[str, int | None]]
-) -> list[dict[str, Any]]:
+def _cut_rows(pipeline: str, now: dt.datetime, offset: Watermark, cut: CutTables) -> list[dict[str, Any]]:
     rows = []
-    for table_id, (name, snapshot_id) in sorted(cut.items()):
-        at = Chunk(table_id, 0, None, None)
-        row = _row(pipeline, KIND_CUT, at, now, ChunkRecord(at, offset, target_snapshot_id=snapshot_id))
-        rows.append({**row, "iceberg_table": name})
+    for role, tables in ((CUT_TARGET, cut.targets), (CUT_CHANGELOG, cut.changelogs)):
+        for table_id, (name, snapshot_id) in sorted(tables.items()):
+            at = Chunk(table_id, role, None, None)
+            row = _row(pipeline, KIND_CUT, at, now, ChunkRecord(at, offset, target_snapshot_id=snapshot_id))
+            rows.append({**row, "iceberg_table": name})
     return rows
 
 
@@ -460,8 +472,11 @@ def _cut_of(rows: Sequence[dict[str, Any]]) -> Cut | None:
         return None
     offset = _watermark(rows[0]["high_watermark"])
     assert offset is not None
-    tables = {r["table_id"]: (r["iceberg_table"], r["target_snapshot_id"]) for r in rows}
-    return Cut(offset, rows[0]["recorded_at"], tables)
+    tables, changelogs = (
+        {r["table_id"]: (r["iceberg_table"], r["target_snapshot_id"]) for r in rows if r["chunk_index"] == role}
+        for role in (CUT_TARGET, CUT_CHANGELOG)
+    )
+    return Cut(offset, rows[0]["recorded_at"], tables, changelogs)
 
 
 def _add_missing_columns(table: Any) -> None:

@@ -2,7 +2,8 @@
 transaction moves an amount between two `accounts` rows and adds a `transfers` row and two `ledger` rows. The job
 streams it and is killed with SIGKILL twice meanwhile; a reader reads the three tables at the newest cut the state
 table holds, over and over, and checks the invariants: the balances' sum is constant, each balance is its opening
-plus its ledger, and the ledger has two rows per transfer. Not one read at the cut may see a transfer torn.
+plus its ledger, and the ledger has two rows per transfer. Not one read at the cut may see a transfer torn. The
+ledger's changelog table is in the cut too: read at it, it ends where the ledger does.
 
 The batch lands in one commit of the catalog (ingest/sink/atomic.py): the three tables' main, read at one instant of
 the catalog (their pointers in one query), is never torn either. Loading the tables one after the other, as an
@@ -77,6 +78,19 @@ def _torn(tables: dict[str, list[dict[str, Any]]]) -> str | None:
     return None
 
 
+def _changelog_torn(ledger: list[dict[str, Any]], logged: list[dict[str, Any]]) -> str | None:
+    """What the ledger's changelog read at the cut breaks against the ledger read at it (None: nothing). The ledger
+    only grows, its ids in commit order (one writer): the rows the snapshot copied come first, then every row the
+    binlog phase added, each a `+I` of the changelog. So the changelog is the ledger from its first row on."""
+    inserted = [r["id"] for r in logged if r["_op"] == "+I"]
+    if len(inserted) != len(logged) or len(set(inserted)) != len(inserted):
+        return f"{len(logged)} changelog rows, {len(set(inserted))} distinct inserts"
+    tail = {r["id"] for r in ledger if inserted and r["id"] >= min(inserted)}
+    if set(inserted) != tail:
+        return f"{len(set(inserted) - tail)} changelog rows not in the ledger, {len(tail - set(inserted))} missing"
+    return None
+
+
 class _NoInstant(Exception):
     """The catalog cannot be read at one instant (a REST catalog)."""
 
@@ -98,6 +112,12 @@ def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems:
         seen["cut"] += 1
         if (why := _torn(read)) is not None:
             problems.append(f"at the cut {cut.offset}: {why}")
+        if "cut.ledger" in cut.changelogs:
+            seen["changelog at the cut"] += 1
+            name, snapshot_id = cut.changelogs["cut.ledger"]
+            logged = catalog.load_table(name).scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+            if (why := _changelog_torn(read["ledger"], logged)) is not None:
+                problems.append(f"the ledger's changelog at the cut {cut.offset}: {why}")
         try:
             # As an engine plans a query of several tables: every table's metadata loaded, then each scanned. A
             # batch can land between two loads (each reads and parses a metadata file: tens of milliseconds).
@@ -155,6 +175,7 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
         "name": "cut",
         "source": source_section(mariadb),
         "tables": {"include": [r"cut\..*"]},
+        "table_options": {"cut.ledger": {"changelog": True}},
         "sink": {**_sink(request, apply, tmp_path), "namespace": "cut"},
         "stream": {"batch_interval_seconds": 1, **({"driver_apply_max_rows": 0} if apply == "spark" else {})},
     }
@@ -197,6 +218,7 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
     )
     assert not problems, problems[:5]
     assert seen["cut"] >= 5 and seen["main"] >= 5 and done["transfers"] > 100, (seen, done)
+    assert seen["changelog at the cut"] >= 5, seen
     assert seen["at once"] >= 5 or apply == "rest", seen
     assert verify(config, ranges=2)
 
@@ -211,8 +233,13 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
         name, snapshot_id = cut.tables[f"cut.{t}"]
         at_cut = catalog.load_table(name).scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
         assert sorted(at_cut, key=lambda r: r["id"]) == mysql_rows(mariadb, f"cut.{t}", "id")
+    assert [r["table"] for r in report["changelogs"]] == ["cut.ledger"]
+    name, snapshot_id = cut.changelogs["cut.ledger"]
+    logged = catalog.load_table(name).scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+    assert _changelog_torn(mysql_rows(mariadb, "cut.ledger", "id"), logged) is None
     shown = run_ingest("cut", "--config", str(config_file))
     assert shown.returncode == 0 and "cut.accounts" in shown.stdout and "FOR VERSION AS OF" in shown.stdout, shown
+    assert "cut.ledger (changelog)  cut.ledger_changelog" in shown.stdout, shown.stdout
 
 
 def _sink(request: pytest.FixtureRequest, apply: str, base: Path) -> dict[str, Any]:

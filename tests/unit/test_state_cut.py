@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ingest.model.position import BinlogPosition, Watermark
-from ingest.state.table import KIND_CUT, STATE_ARROW_SCHEMA, StateTable
+from ingest.state.table import KIND_CUT, STATE_ARROW_SCHEMA, CutTables, StateTable
 
 
 def _at(pos: int) -> Watermark:
@@ -29,30 +29,32 @@ def test_the_cut_is_recorded_with_the_offset_in_one_commit_and_replaced_whole(ta
     state = StateTable(table, "p")
     assert state.cut() is None
     before = len(table.snapshots())
-    state.record_offset(_at(100), cut={"db.a": ("db.a", 11), "db.b": ("lake_b.b", None)})
+    tables = {"db.a": ("db.a", 11), "db.b": ("lake_b.b", None)}
+    state.record_offset(_at(100), cut=CutTables(tables, {"db.a": ("db.a_changelog", 21)}))
     assert len(table.snapshots()) == before + 1  # the offset and the cut: one commit
 
     cut = StateTable(table, "p").cut()  # read back from the table
     assert cut is not None and cut.offset == _at(100)
-    assert cut.tables == {"db.a": ("db.a", 11), "db.b": ("lake_b.b", None)}
+    assert cut.tables == tables and cut.changelogs == {"db.a": ("db.a_changelog", 21)}
 
-    state.record_offset(_at(200), cut={"db.a": ("db.a", 12)})  # db.b no longer in it
+    state.record_offset(_at(200), cut=CutTables({"db.a": ("db.a", 12)}))  # db.b and the changelog no longer in it
     state.record_offset(_at(300))  # no cut: the one recorded stays, at its own offset
     again = StateTable(table, "p")
     assert again.stream_offset() == _at(300)
     cut = again.cut()
-    assert cut is not None and cut.offset == _at(200) and cut.tables == {"db.a": ("db.a", 12)}
+    assert cut is not None and cut.offset == _at(200) and cut.tables == {"db.a": ("db.a", 12)} and not cut.changelogs
     rows = table.scan(row_filter=f"kind = '{KIND_CUT}'").to_arrow().to_pylist()
     assert [(r["table_id"], r["iceberg_table"], r["target_snapshot_id"]) for r in rows] == [("db.a", "db.a", 12)]
 
 
 def test_another_pipelines_cut_and_a_forgotten_table_or_offset(table: Any) -> None:
     mine, other = StateTable(table, "p"), StateTable(table, "q")
-    mine.record_offset(_at(100), cut={"db.a": ("db.a", 1), "db.b": ("db.b", 2)})
-    other.record_offset(_at(50), cut={"db.a": ("q.a", 9)})
-    mine.forget("db.b")  # `ingest resnapshot` of one table: it leaves the cut until copied again
+    mine.record_offset(_at(100), cut=CutTables({"db.a": ("db.a", 1), "db.b": ("db.b", 2)}, {"db.b": ("db.b_log", 3)}))
+    other.record_offset(_at(50), cut=CutTables({"db.a": ("q.a", 9)}))
+    mine.forget("db.b")  # `ingest resnapshot` of one table: it leaves the cut until copied again, its changelog too
+    assert mine.cut() is not None and mine.cut().tables == {"db.a": ("db.a", 1)} and not mine.cut().changelogs
     cut = StateTable(table, "p").cut()
-    assert cut is not None and cut.tables == {"db.a": ("db.a", 1)}
+    assert cut is not None and cut.tables == {"db.a": ("db.a", 1)} and not cut.changelogs
     mine.forget_offset()  # every table copied again: no cut holds
     assert StateTable(table, "p").cut() is None
     theirs = StateTable(table, "q").cut()
@@ -62,6 +64,7 @@ def test_another_pipelines_cut_and_a_forgotten_table_or_offset(table: Any) -> No
 def _stream(table: str, committed: int | None, head: int | None, **kw: Any) -> Any:
     from types import SimpleNamespace
 
+    logged = kw.get("changelog_committed")
     return SimpleNamespace(
         schema=SimpleNamespace(database="db", table=table),
         target=f"`lake`.`db`.`{table}`",
@@ -69,28 +72,38 @@ def _stream(table: str, committed: int | None, head: int | None, **kw: Any) -> A
         head=head,
         head_known=True,
         unread=kw.get("unread", False),
+        changelog=("db", f"{table}_changelog") if "changelog_head" in kw else None,
+        changelog_committed=None if logged is None else BinlogPosition("mysql-bin.000001", logged),
+        changelog_head=kw.get("changelog_head"),
+        changelog_head_known=True,
     )
 
 
 def test_the_cut_leaves_out_a_table_copied_or_ahead_of_the_offset() -> None:
     """A table that holds more than the offset (a batch committed table by table, cut off by a crash, replayed in
-    smaller batches) would make the cut torn: it joins the cut once the offset has caught up with it."""
+    smaller batches) would make the cut torn: it joins the cut once the offset has caught up with it. A changelog
+    table is in the cut with its target, under the same rule."""
     from types import SimpleNamespace
 
     from ingest.query.commit import table_cut
 
     targets = SimpleNamespace(target_for=lambda db, t: (db, t))
     tables = {
-        "db.at": _stream("at", 100, 1),
-        "db.behind": _stream("behind", 40, 2),  # idle in the last batches: its snapshot holds it at the offset
+        "db.at": _stream("at", 100, 1, changelog_committed=100, changelog_head=11),
+        "db.behind": _stream("behind", 40, 2, changelog_head=None),  # its changelog has nothing yet
         "db.empty": _stream("empty", None, None),
-        "db.ahead": _stream("ahead", 160, 3),
-        "db.copied": _stream("copied", 100, 4, unread=True),
+        "db.ahead": _stream("ahead", 160, 3, changelog_head=13),
+        "db.log_ahead": _stream("log_ahead", 90, 5, changelog_committed=160, changelog_head=15),
+        "db.copied": _stream("copied", 100, 4, unread=True, changelog_head=14),
     }
     at = BinlogPosition("mysql-bin.000001", 100)
-    assert table_cut(targets, tables, at) == {  # type: ignore[arg-type]
+    cut = table_cut(targets, tables, at)  # type: ignore[arg-type]
+    assert cut.targets == {
         "db.at": ("db.at", 1),
         "db.behind": ("db.behind", 2),
         "db.empty": ("db.empty", None),
+        "db.log_ahead": ("db.log_ahead", 5),
     }
-    assert "db.ahead" in table_cut(targets, tables, BinlogPosition("mysql-bin.000001", 160))  # type: ignore[arg-type]
+    assert cut.changelogs == {"db.at": ("db.at_changelog", 11), "db.behind": ("db.behind_changelog", None)}
+    later = table_cut(targets, tables, BinlogPosition("mysql-bin.000001", 160))  # type: ignore[arg-type]
+    assert "db.ahead" in later.targets and "db.log_ahead" in later.changelogs
