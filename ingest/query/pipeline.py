@@ -130,14 +130,16 @@ def _run(
     own_session = spark is None
     try:
         spark = _session(config, spark)
-        warm_ups.append(start_warm_up(spark))  # before the state table is open, to overlap that too
+        snapshot_only = snapshot_only or config.startup_mode == "snapshot_only"
+        if not snapshot_only:  # the query's Python processes; a snapshot-only run starts no query
+            warm_ups.append(start_warm_up(spark))  # before the state table is open, to overlap that too
         state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
-        if snapshot_only or config.startup_mode == "snapshot_only" or _copies(state, info.schemas):
+        if snapshot_only or _copies(state, info.schemas):
             warm_ups.append(start_executor_warm_up(spark))
         copying, streaming = copying_of(config), streaming_of(config)
         schemas, gone, paused = _tables_to_read(spark, config, streaming, copying, state, info, start)
         while True:
-            if snapshot_only or config.startup_mode == "snapshot_only":
+            if snapshot_only:
                 # A table paused (`ingest snapshot --pause`) keeps its chunks unread.
                 _snapshot(spark, copying, state, info.flavor, _not_paused(paused, schemas), stop, hook)
                 return
