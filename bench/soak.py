@@ -1,7 +1,7 @@
 """Soak: the job running for a long time under a steady mixed load (`ingest run` as a user runs it), sampled for
 growth of memory, files and lag; printed: a line per sample and the flatness figures. See bench/README.md.
 
-    .venv/bin/python -m bench.soak [--minutes 60] [--rate 500] [--sample-seconds 30] [--interval 5]
+    .venv/bin/python -m bench.soak [--minutes 60] [--rate 500] [--sample-seconds 30] [--interval 5] [--reader-rounds 3]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bench import harness
+from bench import harness, readers
 from bench.tables import MIX, TABLES, MixedWriter, create_tables, load_initial, source_counts, three_tables_document
 from ingest.config import MaintenanceConfig, PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
@@ -233,6 +233,9 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
     harness.progress("ingest verify")
     results["verify"] = harness.run_verify(config_path)
     results["source_rows"] = source_counts(server)
+    if args.reader_rounds:
+        harness.progress("what the targets cost their readers, against compacted copies")
+        results["readers"] = readers.reader_costs(config, TABLES, args.reader_rounds)
 
 
 def sample_run(
@@ -368,6 +371,8 @@ def render(results: dict[str, Any]) -> str:
             f"ingest verify: {'OK' if v['ok'] else 'FAILED'} (exit code {v['exit_code']}, {v['seconds']:.1f}s)",
         ]
         lines += [f"  {line}" for line in v["output"]]
+    if results.get("readers"):
+        lines += readers.render(results["readers"])
     return "\n".join(lines)
 
 
@@ -389,6 +394,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=harness.positive,
         default=20_000,
         help="initial orders (customers 1/4, events 1/2; 20000)",
+    )
+    parser.add_argument(
+        "--reader-rounds",
+        type=int,
+        default=3,
+        help="rounds of each reader query after the run, target vs a compacted copy (3; 0 skips them)",
     )
     harness.add_common_options(parser, spark_conf=False)
     args = parser.parse_args(argv)

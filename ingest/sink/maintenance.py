@@ -10,7 +10,9 @@ table gets, right after the batch is recorded:
 2. on format v2, every position-delete file is rewritten, which drops those that only point at files
    step 1 removed (`rewritePositionDeletes` with `rewrite-all`); v3 deletion vectors are one per data
    file already;
-3. snapshots older than `expire_after_hours` are expired (the newest `RETAIN_LAST` always stay), and
+3. the manifests are merged (`rewriteManifests`): every batch's commit adds one, and a reader's planning
+   opens each (pyiceberg's point query of a target of 50 batches took 17-21 times that of a compacted copy);
+4. snapshots older than `expire_after_hours` are expired (the newest `RETAIN_LAST` always stay), and
    the files only they referenced deleted.
 
 The rewrite commits carry the batch's offset in their summaries, as the MERGE below them does: the table
@@ -73,6 +75,11 @@ def maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: Ma
     log.info("%s: maintenance in %.1f s: %s", table, time.monotonic() - started, "; ".join(done))
 
 
+def _manifests(jtable: Any) -> int:
+    head = jtable.currentSnapshot()
+    return 0 if head is None else int(head.allManifests(jtable.io()).size())
+
+
 def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: MaintenanceConfig) -> list[str]:
     jvm = spark._jvm
     session = spark._jsparkSession
@@ -97,6 +104,12 @@ def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: M
         done.append(
             f"{result.rewrittenDeleteFilesCount()} delete files rewritten into {result.addedDeleteFilesCount()}"
         )
+    jtable.refresh()
+    manifests = _manifests(jtable)
+    if manifests > 1:  # each batch's commit added one; a reader's planning opens every one
+        tagged(actions.rewriteManifests(jtable), "rewrite-manifests").execute()
+        jtable.refresh()
+        done.append(f"{manifests} manifests rewritten into {_manifests(jtable)}")
     crash_point("maintenance.before_expiry")
     if settings.expire_after_hours is not None:
         jtable.refresh()
