@@ -85,6 +85,10 @@ class TableStream:
     """Per qualified name (the target, the changelog table): commits since its last rewrite, counted up to
     `sink.maintenance.every_commits`."""
 
+    def forget_heads(self) -> None:
+        """The target's and the changelog's snapshots are looked up again for the next cut."""
+        self.head_known = self.changelog_head_known = False
+
     @property
     def max_high(self) -> BinlogPosition | None:
         """Past this every change passes: None while a chunk is unread."""

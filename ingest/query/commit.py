@@ -145,7 +145,7 @@ def _commit_together(batch: _Batch, prepared: Sequence[TableBatch]) -> list[bool
             log.warning("batch up to %s: commit conflict at attempt %d, staging again: %s", end.position, attempt, e)
             batch.state.refresh()
             for p in prepared:
-                batch.tables[p.table_id].head_known = batch.tables[p.table_id].changelog_head_known = False
+                batch.tables[p.table_id].forget_heads()
             time.sleep(0.2 * attempt)
             continue
         recorded()
@@ -283,7 +283,7 @@ def _look_at_tables(
         table = tables[part.table_id]
         names = targets.target_for(table.schema.database, table.schema.table)
         table.committed = committed_in(targets, names, end, table.committed)
-        table.head_known = table.changelog_head_known = False  # looked up again for the cut
+        table.forget_heads()
         if table.changelog is not None:
             table.changelog_committed = committed_in(targets, table.changelog, end, table.changelog_committed)
 

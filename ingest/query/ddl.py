@@ -114,7 +114,7 @@ def follow_ddl(
     crash_point("stream.before_schema_state")
     for db, t in ddl.tables:  # evolved, backfilled or truncated: their snapshots are looked up for the cut
         if (kept := begin.by_id.get(f"{db}.{t}")) is not None:
-            kept.head_known = kept.changelog_head_known = False
+            kept.forget_heads()
     cut = table_cut(following.streaming.targets, begin.by_id, ddl.end)
     state.record_offset(Watermark(ddl.end, ddl.gtid_after, begin.here), cut=cut)
     metrics.current().offset_committed(ddl.end, None)

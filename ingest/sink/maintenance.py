@@ -111,8 +111,7 @@ def _maintain(spark: Any, table: str, pipeline: str, end: Watermark, settings: M
         jtable.refresh()
         done.append(f"{manifests} manifests rewritten into {_manifests(jtable)}")
     crash_point("maintenance.before_expiry")
-    if settings.expire_after_hours is not None:
-        jtable.refresh()
+    if settings.expire_after_hours is not None:  # the table is fresh: refreshed after the last rewrite above
         older_than = int((time.time() - settings.expire_after_hours * 3600) * 1000)
         expired = actions.expireSnapshots(jtable).expireOlderThan(older_than).retainLast(RETAIN_LAST).execute()
         done.append(
