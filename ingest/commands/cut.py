@@ -56,7 +56,8 @@ def print_cut(config: PipelineConfig, as_json: bool = False, out: TextIO = sys.s
     for row in [("table", "iceberg table", "snapshot"), *rows]:
         print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip(), file=out)
     if report["not_in_cut"]:
-        print(f"not in the cut yet (still being copied): {', '.join(report['not_in_cut'])}", file=out)
+        waiting = ", ".join(report["not_in_cut"])
+        print(f"not in the cut yet (being copied, or holding more than the offset): {waiting}", file=out)
     print(
         "read each table at its snapshot (Trino: FOR VERSION AS OF <snapshot>; Spark: the `snapshot-id` option; "
         f"pyiceberg: scan(snapshot_id=...)); the cut is also in {config.sink.state_table} (kind = 'cut')",

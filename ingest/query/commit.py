@@ -353,11 +353,15 @@ def table_cut(targets: Targets, tables: Mapping[str, TableStream], at: BinlogPos
     it went through Spark; None: empty), and the same of its changelog table. A table still being copied, into its
     branch or chunk by chunk, is whole only once its last chunk is read, and joins the cut then. A table (or
     changelog) that holds more than `at` (a batch committed table by table, cut off by a crash, is replayed in other
-    batches) joins it once the offset has caught up with it."""
+    batches) joins it once the offset has caught up with it. So does a table whose last chunk was read after `at`
+    (a chunk read while the binlog phase streams holds its rows as of its high watermark, which a batch committed
+    meanwhile can end before)."""
     cut: dict[str, tuple[str, int | None]] = {}
     changelogs: dict[str, tuple[str, int | None]] = {}
     for table_id, table in sorted(tables.items()):
-        if table.unread or table.target != table_of(table.target) or _ahead(table.committed, at):
+        if table.unread or table.target != table_of(table.target):
+            continue
+        if _ahead(table.committed, at) or _ahead(table.last_read, at):
             continue
         names = targets.target_for(table.schema.database, table.schema.table)
         if not table.head_known:

@@ -1,6 +1,7 @@
 """Readers see whole transactions across tables when they read at the cut (issue 52). A transfer workload: each
 transaction moves an amount between two `accounts` rows and adds a `transfers` row and two `ledger` rows. The job
-streams it and is killed with SIGKILL twice meanwhile; a reader reads the three tables at the newest cut the state
+streams it and is killed with SIGKILL twice meanwhile (the first time by itself, halfway through its snapshot, so that
+the next run reads the rest while it streams); a reader reads the three tables at the newest cut the state
 table holds, over and over, and checks the invariants: the balances' sum is constant, each balance is its opening
 plus its ledger, and the ledger has two rows per transfer. Not one read at the cut may see a transfer torn. The
 ledger's changelog table is in the cut too: read at it, it ends where the ledger does.
@@ -11,6 +12,7 @@ engine does, can straddle a commit: those reads are counted, as what a reader wi
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -29,8 +31,10 @@ from ingest.commands.cut import cut_report
 from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.faults import ENV as CRASH_ENV
+from ingest.model.position import Watermark
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.state.table import StateTable
+from ingest.state.table import KIND_CHUNK, KIND_CUT, StateTable
 from tests.conftest import (
     embedded_sink,
     minio_sink,
@@ -44,14 +48,18 @@ from tests.conftest import (
 pytestmark = pytest.mark.integration
 
 ACCOUNTS, OPENING = 20, 1000
+RATE = 40
+CHUNK_ROWS, CHUNKS_PER_COMMIT = 256, 8
 TABLES = ("accounts", "ledger", "transfers")
 
 
 def _transfers(server: MariaDBServer, stop: threading.Event, done: Counter[str]) -> None:
+    """Transfers at up to `RATE` a second: as many on a fast machine as on a slow one, so that the job keeps up."""
     rng = random.Random(52)
+    started = time.monotonic()
     with server.admin("cut") as conn, conn.cursor() as cur:
         cur.execute("SET SESSION autocommit = 0")
-        while not stop.is_set():
+        while not stop.wait(max(0.0, started + done["transfers"] / RATE - time.monotonic())):
             src, dst = rng.sample(range(1, ACCOUNTS + 1), 2)
             amount = rng.randint(1, 50)
             cur.execute("UPDATE accounts SET balance = balance - %s WHERE id = %s", (amount, src))
@@ -60,7 +68,6 @@ def _transfers(server: MariaDBServer, stop: threading.Event, done: Counter[str])
             cur.execute("INSERT INTO ledger (account, amount) VALUES (%s, %s), (%s, %s)", (src, -amount, dst, amount))
             conn.commit()
             done["transfers"] += 1
-            time.sleep(0.005)
 
 
 def _torn(tables: dict[str, list[dict[str, Any]]]) -> str | None:
@@ -91,6 +98,54 @@ def _changelog_torn(ledger: list[dict[str, Any]], logged: list[dict[str, Any]]) 
     return None
 
 
+def _cut_history(config: Any, stop: threading.Event, seen: Counter[str], problems: list[str]) -> None:
+    """Every cut the job records, from the state table's snapshots as they come (it keeps its last few): no table is
+    in a cut whose offset is before one of its chunks' high watermarks (a chunk read while the job streams holds the
+    rows of that point), and where a table joins the cut, the three tables read at it are whole. The reader of the
+    newest cut can miss a cut that lasts one batch; this looks at each."""
+    catalog = load_pyiceberg_catalog(config.sink)
+    checked: set[int] = set()
+    members: frozenset[str] = frozenset()
+    while not stop.wait(0.3):
+        try:
+            state = catalog.load_table(config.sink.state_table)
+        except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
+            continue
+        for snapshot in sorted(state.snapshots(), key=lambda s: s.sequence_number):
+            if snapshot.snapshot_id in checked:
+                continue
+            checked.add(snapshot.snapshot_id)
+            try:
+                rows = state.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+            except Exception:  # noqa: BLE001 - expired meanwhile
+                continue
+            cut = [r for r in rows if r["pipeline"] == config.name and r["kind"] == KIND_CUT]
+            if not cut:
+                continue
+            seen["cuts recorded"] += 1
+            offset = Watermark.from_json(json.loads(cut[0]["high_watermark"])).position
+            for r in rows:
+                if r["pipeline"] == config.name and r["kind"] == KIND_CHUNK and r["high_watermark"]:
+                    high = Watermark.from_json(json.loads(r["high_watermark"])).position
+                    if any(c["table_id"] == r["table_id"] for c in cut) and high > offset:
+                        problems.append(f"{r['table_id']} is in the cut at {offset}, its chunk read at {high}")
+            targets = {
+                c["table_id"]: (c["iceberg_table"], c["target_snapshot_id"]) for c in cut if c["chunk_index"] == 0
+            }
+            if frozenset(targets) == members or not all(f"cut.{t}" in targets for t in TABLES):
+                members = frozenset(targets)
+                continue
+            members = frozenset(targets)
+            seen["joins"] += 1
+            read = {}
+            for t in TABLES:
+                name, snapshot_id = targets[f"cut.{t}"]
+                scan = catalog.load_table(name).scan(snapshot_id=snapshot_id)
+                read[t] = scan.to_arrow().to_pylist() if snapshot_id is not None else []
+            if (why := _torn(read)) is not None:
+                problems.append(f"at the cut {offset}, where every table joined it: {why}")
+
+
 class _NoInstant(Exception):
     """The catalog cannot be read at one instant (a REST catalog)."""
 
@@ -103,7 +158,7 @@ def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems:
         except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
             cut = None
         if cut is None or not all(f"cut.{t}" in cut.tables for t in TABLES):
-            continue  # the tables are still being copied: main holds part of a copy, the cut none of them
+            continue  # a table is still being copied, or its copy is ahead of the offset: main is torn
         read = {}
         for t in TABLES:
             name, snapshot_id = cut.tables[f"cut.{t}"]
@@ -176,8 +231,14 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
         "source": source_section(mariadb),
         "tables": {"include": [r"cut\..*"]},
         "table_options": {"cut.ledger": {"changelog": True}},
+        "snapshot": {"chunk_size": CHUNK_ROWS, "chunks_per_commit": CHUNKS_PER_COMMIT},
         "sink": {**_sink(request, apply, tmp_path), "namespace": "cut"},
-        "stream": {"batch_interval_seconds": 1, **({"driver_apply_max_rows": 0} if apply == "spark" else {})},
+        # Small batches: after a restart the backlog takes several, each ending before the chunks read meanwhile.
+        "stream": {
+            "batch_interval_seconds": 1,
+            "batch_max_changes": 1000,
+            **({"driver_apply_max_rows": 0} if apply == "spark" else {}),
+        },
     }
     config_file = tmp_path / "pipeline.yaml"
     config_file.write_text(yaml.safe_dump(data))
@@ -186,20 +247,29 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
     done, seen, problems = Counter[str](), Counter[str](), list[str]()
     writer = threading.Thread(target=_transfers, args=(mariadb, stop_writer, done))
     reader = threading.Thread(target=_read_loop, args=(config, stop_reader, seen, problems))
+    history = threading.Thread(target=_cut_history, args=(config, stop_reader, seen, problems))
     writer.start()
     reader.start()
+    history.start()
     rng = random.Random(7)
     try:
-        for attempt in range(3):  # two runs killed while they stream, then one stopped by SIGTERM
+        # The first run kills itself halfway through the ledger's chunks (a crash point: SIGKILL to its process
+        # group). The next run reads the rest of them while it streams the backlog from the crash: its first
+        # batches end before those chunks' high watermarks.
+        log_file = tmp_path / "run-0.log"
+        job = start_ingest(config_file, log_file, env={**os.environ, CRASH_ENV: "snapshot.after_state:2"})
+        assert job.wait(timeout=300) == -signal.SIGKILL, log_file.read_text()[-3000:]
+        assert StateTable.open(config.sink, config.name).done("cut.ledger"), "no chunk of the ledger was read"
+        for attempt in range(1, 3):  # one run killed while it streams, then one stopped by SIGTERM
             before = _cut_offset(config)
             log_file = tmp_path / f"run-{attempt}.log"
             job = start_ingest(config_file, log_file)
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and job.poll() is None and _cut_offset(config) == before:
-                time.sleep(0.5)  # until this run has recorded a cut of its own
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and job.poll() is None and _cut_offset(config) in (before, None):
+                time.sleep(0.5)  # until this run has recorded a cut of its own, with every table in it
             time.sleep(rng.uniform(2, 5))
             assert job.poll() is None, log_file.read_text()[-3000:]
-            # The job and its JVM: SIGKILL twice; then SIGTERM, to the whole group as systemd stops a unit, which
+            # The job and its JVM: SIGKILL; then SIGTERM, to the whole group as systemd stops a unit, which
             # the JVM ignores (ingest.runtime.spark.launching_jvm) and the job stops on with exit 0.
             os.killpg(job.pid, signal.SIGKILL if attempt < 2 else signal.SIGTERM)
             job.wait(timeout=60)
@@ -209,16 +279,19 @@ def test_reads_at_the_cut_never_see_a_transfer_torn_across_tables_through_sigkil
         writer.join()
         stop_reader.set()
         reader.join()
+        history.join()
     caught_up = run_ingest("run", "--config", str(config_file), "--until-caught-up")
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]
     print(
         f"transfers {done['transfers']}; reads at the cut {seen['cut']}; reads of main {seen['main']}, torn "
         f"{seen['main torn']} ({1000 * seen['main torn'] / max(seen['main'], 1):.0f} per 1,000); reads of main at one "
-        f"instant of the catalog {seen['at once']}, torn {seen['at once torn']}"
+        f"instant of the catalog {seen['at once']}, torn {seen['at once torn']}; cuts recorded and checked "
+        f"{seen['cuts recorded']}, where every table joined {seen['joins']}"
     )
     assert not problems, problems[:5]
     assert seen["cut"] >= 5 and seen["main"] >= 5 and done["transfers"] > 100, (seen, done)
     assert seen["changelog at the cut"] >= 5, seen
+    assert seen["cuts recorded"] >= 10 and seen["joins"] >= 1, seen
     assert seen["at once"] >= 5 or apply == "rest", seen
     assert verify(config, ranges=2)
 
@@ -255,8 +328,9 @@ def _sink(request: pytest.FixtureRequest, apply: str, base: Path) -> dict[str, A
 
 
 def _cut_offset(config: Any) -> Any:
+    """The offset of the newest cut that has every table in it (None: none has yet)."""
     try:
         cut = StateTable.open(config.sink, config.name).cut()
     except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
         return None
-    return None if cut is None else cut.offset
+    return None if cut is None or not all(f"cut.{t}" in cut.tables for t in TABLES) else cut.offset

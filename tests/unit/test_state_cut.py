@@ -72,6 +72,7 @@ def _stream(table: str, committed: int | None, head: int | None, **kw: Any) -> A
         head=head,
         head_known=True,
         unread=kw.get("unread", False),
+        last_read=None if "last_read" not in kw else BinlogPosition("mysql-bin.000001", kw["last_read"]),
         changelog=("db", f"{table}_changelog") if "changelog_head" in kw else None,
         changelog_committed=None if logged is None else BinlogPosition("mysql-bin.000001", logged),
         changelog_head=kw.get("changelog_head"),
@@ -81,8 +82,9 @@ def _stream(table: str, committed: int | None, head: int | None, **kw: Any) -> A
 
 def test_the_cut_leaves_out_a_table_copied_or_ahead_of_the_offset() -> None:
     """A table that holds more than the offset (a batch committed table by table, cut off by a crash, replayed in
-    smaller batches) would make the cut torn: it joins the cut once the offset has caught up with it. A changelog
-    table is in the cut with its target, under the same rule."""
+    smaller batches; a chunk read while the job streamed, at a high watermark past the batch's end) would make the
+    cut torn: it joins the cut once the offset has caught up with it. A changelog table is in the cut with its
+    target, under the same rule."""
     from types import SimpleNamespace
 
     from ingest.query.commit import table_cut
@@ -95,6 +97,8 @@ def test_the_cut_leaves_out_a_table_copied_or_ahead_of_the_offset() -> None:
         "db.ahead": _stream("ahead", 160, 3, changelog_head=13),
         "db.log_ahead": _stream("log_ahead", 90, 5, changelog_committed=160, changelog_head=15),
         "db.copied": _stream("copied", 100, 4, unread=True, changelog_head=14),
+        "db.read_ahead": _stream("read_ahead", 90, 6, last_read=130, changelog_head=16),
+        "db.read_before": _stream("read_before", 90, 7, last_read=100),
     }
     at = BinlogPosition("mysql-bin.000001", 100)
     cut = table_cut(targets, tables, at)  # type: ignore[arg-type]
@@ -103,7 +107,9 @@ def test_the_cut_leaves_out_a_table_copied_or_ahead_of_the_offset() -> None:
         "db.behind": ("db.behind", 2),
         "db.empty": ("db.empty", None),
         "db.log_ahead": ("db.log_ahead", 5),
+        "db.read_before": ("db.read_before", 7),
     }
     assert cut.changelogs == {"db.at": ("db.at_changelog", 11), "db.behind": ("db.behind_changelog", None)}
     later = table_cut(targets, tables, BinlogPosition("mysql-bin.000001", 160))  # type: ignore[arg-type]
     assert "db.ahead" in later.targets and "db.log_ahead" in later.changelogs
+    assert later.targets["db.read_ahead"] == ("db.read_ahead", 6) and "db.read_ahead" in later.changelogs
