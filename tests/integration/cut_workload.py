@@ -12,13 +12,13 @@ engine does, can straddle a commit: those reads are counted, as what a reader wi
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,8 @@ from ingest.commands.verify import verify
 from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.faults import ENV as CRASH_ENV
-from ingest.model.position import Watermark
 from ingest.sink.catalog import load_pyiceberg_catalog
-from ingest.state.table import KIND_CHUNK, KIND_CUT, StateTable
+from ingest.state.table import KIND_CHUNK, KIND_CUT, StateTable, _cut_of, _watermark
 from tests.conftest import (
     embedded_sink,
     minio_sink,
@@ -117,31 +116,38 @@ def _cut_history(config: Any, stop: threading.Event, seen: Counter[str], problem
                 rows = state.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
             except Exception:  # noqa: BLE001 - expired meanwhile
                 continue
-            cut = [r for r in rows if r["pipeline"] == config.name and r["kind"] == KIND_CUT]
-            if not cut:
+            ours = [r for r in rows if r["pipeline"] == config.name]
+            cut = _cut_of([r for r in ours if r["kind"] == KIND_CUT])
+            if cut is None:
                 continue
             seen["cuts recorded"] += 1
-            offset = Watermark.from_json(json.loads(cut[0]["high_watermark"])).position
-            for r in rows:
-                if r["pipeline"] == config.name and r["kind"] == KIND_CHUNK and r["high_watermark"]:
-                    high = Watermark.from_json(json.loads(r["high_watermark"])).position
-                    if any(c["table_id"] == r["table_id"] for c in cut) and high > offset:
-                        problems.append(f"{r['table_id']} is in the cut at {offset}, its chunk read at {high}")
-            targets = {
-                c["table_id"]: (c["iceberg_table"], c["target_snapshot_id"]) for c in cut if c["chunk_index"] == 0
-            }
-            if frozenset(targets) == members or not all(f"cut.{t}" in targets for t in TABLES):
-                members = frozenset(targets)
+            offset = cut.offset.position
+            for r in ours:
+                high = _watermark(r["high_watermark"]) if r["kind"] == KIND_CHUNK else None
+                if high is not None and r["table_id"] in cut.tables and high.position > offset:
+                    problems.append(f"{r['table_id']} is in the cut at {offset}, its chunk read at {high.position}")
+            joined = frozenset(cut.tables) != members and _whole(cut.tables)
+            members = frozenset(cut.tables)
+            if not joined:
                 continue
-            members = frozenset(targets)
             seen["joins"] += 1
-            read = {}
-            for t in TABLES:
-                name, snapshot_id = targets[f"cut.{t}"]
-                scan = catalog.load_table(name).scan(snapshot_id=snapshot_id)
-                read[t] = scan.to_arrow().to_pylist() if snapshot_id is not None else []
-            if (why := _torn(read)) is not None:
+            if (why := _torn(_read_at(catalog, cut.tables))) is not None:
                 problems.append(f"at the cut {offset}, where every table joined it: {why}")
+
+
+def _whole(named: Mapping[str, Any]) -> bool:
+    """Every table of the workload is named (in a cut's tables)."""
+    return all(f"cut.{t}" in named for t in TABLES)
+
+
+def _read_at(catalog: Any, named: Mapping[str, tuple[str, int | None]]) -> dict[str, list[dict[str, Any]]]:
+    """The workload's tables, each read at the snapshot a cut names (None: empty)."""
+    read = {}
+    for t in TABLES:
+        name, snapshot_id = named[f"cut.{t}"]
+        scan = catalog.load_table(name).scan(snapshot_id=snapshot_id)
+        read[t] = scan.to_arrow().to_pylist() if snapshot_id is not None else []
+    return read
 
 
 class _NoInstant(Exception):
@@ -155,13 +161,9 @@ def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems:
             cut = StateTable.open(config.sink, config.name).cut()
         except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
             cut = None
-        if cut is None or not all(f"cut.{t}" in cut.tables for t in TABLES):
+        if cut is None or not _whole(cut.tables):
             continue  # a table is still being copied, or its copy is ahead of the offset: main is torn
-        read = {}
-        for t in TABLES:
-            name, snapshot_id = cut.tables[f"cut.{t}"]
-            scan = catalog.load_table(name).scan(snapshot_id=snapshot_id)
-            read[t] = scan.to_arrow().to_pylist() if snapshot_id is not None else []
+        read = _read_at(catalog, cut.tables)
         seen["cut"] += 1
         if (why := _torn(read)) is not None:
             problems.append(f"at the cut {cut.offset}: {why}")
@@ -298,9 +300,7 @@ def reads_at_the_cut(mariadb: MariaDBServer, tmp_path: Path, apply: str, request
     cut = state.cut()
     assert cut is not None and cut.offset == state.stream_offset()
     catalog = load_pyiceberg_catalog(config.sink)
-    for t in TABLES:
-        name, snapshot_id = cut.tables[f"cut.{t}"]
-        at_cut = catalog.load_table(name).scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+    for t, at_cut in _read_at(catalog, cut.tables).items():
         assert sorted(at_cut, key=lambda r: r["id"]) == mysql_rows(mariadb, f"cut.{t}", "id")
     assert [r["table"] for r in report["changelogs"]] == ["cut.ledger"]
     name, snapshot_id = cut.changelogs["cut.ledger"]
@@ -329,4 +329,4 @@ def _cut_offset(config: Any) -> Any:
         cut = StateTable.open(config.sink, config.name).cut()
     except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
         return None
-    return None if cut is None or not all(f"cut.{t}" in cut.tables for t in TABLES) else cut.offset
+    return None if cut is None or not _whole(cut.tables) else cut.offset
