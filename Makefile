@@ -19,14 +19,14 @@ demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and sh
 	.venv/bin/ingest demo
 
 test: lint  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
-	scripts/pytest-all.sh tests -n $(TEST_WORKERS) --dist loadfile
-	scripts/test-spark-compat.sh -n $(TEST_WORKERS) --dist loadfile
+	scripts/pytest-all.sh tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	scripts/test-spark-compat.sh -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit:  ## the fast tests only (no servers)
 	scripts/pytest-all.sh tests -m "not integration"
 
 test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
-	scripts/pytest-all.sh tests -m integration -n $(TEST_WORKERS) --dist loadfile
+	scripts/pytest-all.sh tests -m integration -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 soak:  ## the job for 60 minutes at 500 changes/s: memory, Iceberg files and lag over time (bench/README.md)
 	$(PY) -m bench.soak

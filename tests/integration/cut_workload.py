@@ -156,7 +156,9 @@ class _NoInstant(Exception):
 
 def _read_loop(config: Any, stop: threading.Event, seen: Counter[str], problems: list[str]) -> None:
     catalog = load_pyiceberg_catalog(config.sink)
-    while not stop.wait(0.1):  # the job commits to the same catalog meanwhile
+    # Twice a second: each round scans ten tables in this process, on the cores the job and the writer need; every
+    # cut the job records is checked by `_cut_history` whatever this samples.
+    while not stop.wait(0.5):  # the job commits to the same catalog meanwhile
         try:
             cut = StateTable.open(config.sink, config.name).cut()
         except Exception:  # noqa: BLE001 - before the first run the catalog does not exist yet
