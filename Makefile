@@ -2,8 +2,10 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 # make test runs whole test modules on this many workers (pytest-xdist): each worker starts its own servers and
-# Spark sessions, and most of a module's time is spent waiting on them, so 3 workers fit 2 cores.
+# Spark sessions. On 2 cores the suite keeps both busy (load about 10 on 2026-11-29); 2 workers were not tried.
 TEST_WORKERS ?= 3
+# Whole modules to each worker, in collection order: the longest first (tests/conftest.py, LONGEST_FIRST).
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: help setup deps demo test test-unit test-integration lint bench chaos soak
 
@@ -19,14 +21,14 @@ demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and sh
 	.venv/bin/ingest demo
 
 test: lint  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
-	scripts/pytest-all.sh tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
-	scripts/test-spark-compat.sh -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	scripts/pytest-all.sh tests $(XDIST)
+	scripts/test-spark-compat.sh $(XDIST)
 
 test-unit:  ## the fast tests only (no servers)
 	scripts/pytest-all.sh tests -m "not integration"
 
 test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
-	scripts/pytest-all.sh tests -m integration -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	scripts/pytest-all.sh tests -m integration $(XDIST)
 
 soak:  ## the job for 60 minutes at 500 changes/s: memory, Iceberg files and lag over time (bench/README.md)
 	$(PY) -m bench.soak
