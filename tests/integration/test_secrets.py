@@ -8,6 +8,7 @@ wrote, every object in its bucket and every row of the catalog database are sear
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from ingest.config import parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.minio import MinioServer
 from ingest.devservers.postgres import CATALOG_DB, PostgresServer
+from ingest.source.watermark import read_watermark
 from ingest.state.table import StateTable
 from tests.conftest import minio_sink, source_section
 
@@ -142,22 +144,32 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_or_anything_writt
     try:
         deadline = time.monotonic() + 240
         updates = 0
+        last_update = None
         while time.monotonic() < deadline and job.poll() is None:
             for pid, cmdline, environ in _session_processes(job.pid):
                 seen[pid] = cmdline
                 for name, value in secrets.items():
                     assert value.encode() not in cmdline, f"the {name} secret is on the command line of {cmdline!r}"
                     assert value.encode() not in environ, f"the {name} secret is in the environment of {cmdline!r}"
-            if "binlog phase from " in err.read_text():
-                # Changes keep arriving, so the streaming query keeps running batches in Python workers.
-                mariadb.execute(f"UPDATE hush.acct SET n = n + 1 WHERE id = {updates + 1}")
+            log = err.read_text()
+            if last_update is None and "binlog phase from " in log:
+                # Changes keep arriving, so the streaming query keeps running batches in Python workers, until
+                # Spark's MERGE has committed some (an update of a row whose chunk is read later is in the chunk).
+                mariadb.execute(f"UPDATE hush.acct SET n = n + 1 WHERE id = {updates % 400 + 1}")
                 updates += 1
+                if updates >= 5 and re.search(r"binlog: committed [1-9]", log):
+                    with mariadb.admin() as conn:
+                        last_update = read_watermark(conn, "mariadb").position
+            if last_update is not None:
+                # The stop is sent once the job has committed the last update: a SIGTERM gives a loaded machine
+                # only STOP_GRACE_SECONDS to catch up, and what this test compares afterwards is every row.
                 offset = StateTable.open(config.sink, config.name).stream_offset()
-                if updates >= 5 and offset is not None:
+                if offset is not None and offset.position >= last_update:
                     break
             time.sleep(1)
         assert job.poll() is None, err.read_text()[-3000:]
-        assert updates >= 5, "the job never reached the binlog phase"
+        assert last_update is not None, "the job never reached the binlog phase"
+        assert time.monotonic() < deadline, f"the job never committed up to {last_update}"
     finally:
         job.send_signal(signal.SIGTERM)  # the job stops after its current commit
         try:
