@@ -64,25 +64,13 @@ def _int24(signed: bool) -> Reader:
     return read
 
 
-def _be_signed(buf: bytes, pos: int, size: int) -> int:
-    """The library's `read_int_be_by_size` for sizes 1 to 4: a signed big-endian integer."""
-    return int.from_bytes(buf[pos : pos + size], "big", signed=True)
+def _fraction(fsp: int) -> tuple[int, int, bool]:
+    """Bytes of a fractional-seconds part of precision `fsp`, the factor to microseconds, and whether the stored
+    value has one digit more than `fsp` (odd precisions store the next even one)."""
+    return _FSP_BYTES.get(fsp, 0), 10 ** (6 - fsp), bool(fsp % 2)
 
 
-def _fraction(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
-    """Bytes of a fractional-seconds part of precision `fsp`, and its reader (microseconds)."""
-    size = _FSP_BYTES.get(fsp, 0)
-    scale: int = 10 ** (6 - fsp)
-
-    def micros(buf: bytes, pos: int) -> int:
-        if not size:
-            return 0
-        value = _be_signed(buf, pos, size)
-        if fsp % 2:
-            value = int(value / 10)
-        return value * scale
-
-    return size, micros
+_MICROS_LIMIT = 1_000_000
 
 
 def _text(length_size: int, encoding: str | None, errors: str) -> Reader:
@@ -138,61 +126,86 @@ def _decimal(precision: int, scale: int) -> Reader:
     for size, digits in sizes:
         shift -= 8 * size
         groups.append((shift, (1 << (8 * size)) - 1, 10**digits))
-    point, unit = f"0{scale}d", 10**scale
+    exponent = f"E-{scale}" if scale else ""  # the unscaled digits and the exponent: the library's digits
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        packed = int.from_bytes(buf[pos : pos + total], "big")
+        end = pos + total
+        packed = int.from_bytes(buf[pos:end], "big")
         negative = not packed & sign_bit
         packed ^= (every_bit ^ sign_bit) if negative else sign_bit
         number = 0
         for group_shift, mask, factor in groups:
             number = number * factor + ((packed >> group_shift) & mask)
-        whole, fraction = divmod(number, unit) if scale else (number, 0)
-        text = f"{whole}.{fraction:{point}}" if scale else str(whole)
-        return Decimal("-" + text if negative else text), pos + total
+        return Decimal(f"-{number}{exponent}" if negative else f"{number}{exponent}"), end
 
     return read
 
 
 def _datetime2(fsp: int) -> Reader:
-    size, micros = _fraction(fsp)
+    size, scale, odd = _fraction(fsp)
+    make, from_bytes = dt.datetime, int.from_bytes  # one datetime per value, built whole: the hottest reader
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        packed = int.from_bytes(buf[pos : pos + 5], "big")
-        end = pos + 5 + size
+        start = pos + 5
+        end = start + size
+        packed = from_bytes(buf[pos:start], "big")
+        fraction = 0
+        if size:
+            fraction = from_bytes(buf[start:end], "big", signed=True)
+            if odd:
+                fraction = int(fraction / 10)
+            fraction *= scale
         year_month = (packed >> 22) & 0x1FFFF
         try:
-            value = dt.datetime(
+            return make(
                 year_month // 13,
                 year_month % 13,
                 (packed >> 17) & 0x1F,
                 (packed >> 12) & 0x1F,
                 (packed >> 6) & 0x3F,
                 packed & 0x3F,
-            )
+                fraction if fraction > 0 else 0,
+            ), end
         except ValueError:
-            # A zero or invalid date (the library gives None): kept as MySQL's text, which converts to NULL.
             day, hour, minute, second = ((packed >> s) & m for s, m in _DATETIME_FIELDS)
-            text = _datetime_text(
-                year_month // 13, year_month % 13, day, hour, minute, second, micros(buf, pos + 5), fsp
-            )
+            if fraction >= _MICROS_LIMIT and _valid_datetime(
+                year_month // 13, year_month % 13, day, hour, minute, second
+            ):
+                raise  # a fraction no DATETIME holds, not a date MySQL allows: the library's error too
+            # A zero or invalid date (the library gives None): kept as MySQL's text, which converts to NULL.
+            text = _datetime_text(year_month // 13, year_month % 13, day, hour, minute, second, fraction, fsp)
             return InvalidTemporal(text), end
-        fraction = micros(buf, pos + 5)
-        return (value.replace(microsecond=fraction) if fraction > 0 else value), end
 
     return read
 
 
+def _valid_datetime(year: int, month: int, day: int, hour: int, minute: int, second: int) -> bool:
+    try:
+        dt.datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return False
+    return True
+
+
 def _timestamp2(fsp: int) -> Reader:
-    size, micros = _fraction(fsp)
+    size, scale, odd = _fraction(fsp)
+    delta, from_bytes = dt.timedelta, int.from_bytes
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        seconds = _be_signed(buf, pos, 4)
-        fraction = micros(buf, pos + 4)
+        start = pos + 4
+        end = start + size
+        seconds = from_bytes(buf[pos:start], "big", signed=True)
+        fraction = 0
+        if size:
+            fraction = from_bytes(buf[start:end], "big", signed=True)
+            if odd:
+                fraction = int(fraction / 10)
+            fraction *= scale
         if seconds == 0:  # TIMESTAMP starts at 1 s after the epoch: 0 is the zero timestamp
-            return InvalidTemporal(_datetime_text(0, 0, 0, 0, 0, 0, fraction, fsp)), pos + 4 + size
-        value = _EPOCH + dt.timedelta(seconds=seconds)
-        return (value.replace(microsecond=fraction) if fraction > 0 else value), pos + 4 + size
+            return InvalidTemporal(_datetime_text(0, 0, 0, 0, 0, 0, fraction, fsp)), end
+        if fraction >= _MICROS_LIMIT:  # timedelta would carry it into the seconds; the library refuses it
+            raise ValueError(f"a TIMESTAMP fraction of {fraction} microseconds")
+        return _EPOCH + delta(0, seconds, fraction if fraction > 0 else 0), end
 
     return read
 
