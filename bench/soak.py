@@ -235,7 +235,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
     results["source_rows"] = source_counts(server)
     if args.reader_rounds:
         harness.progress("what the targets cost their readers, against compacted copies")
-        results["readers"] = readers.reader_costs(config, TABLES, args.reader_rounds)
+        results["readers"] = readers.reader_costs(config, TABLES, args.reader_rounds, scratch)
 
 
 def sample_run(
@@ -405,6 +405,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sample_seconds > args.minutes * 60:
         parser.error("--sample-seconds must not be longer than the run (--minutes)")
+    if args.reader_rounds and (missing := readers.trino_installed()) is not None:
+        parser.error(f"--reader-rounds: {missing} (or --reader-rounds 0)")
     return args
 
 
