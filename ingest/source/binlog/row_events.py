@@ -64,10 +64,22 @@ def _int24(signed: bool) -> Reader:
     return read
 
 
-def _fraction(fsp: int) -> tuple[int, int, bool]:
-    """Bytes of a fractional-seconds part of precision `fsp`, the factor to microseconds, and whether the stored
-    value has one digit more than `fsp` (odd precisions store the next even one)."""
-    return _FSP_BYTES.get(fsp, 0), 10 ** (6 - fsp), bool(fsp % 2)
+def _fraction(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
+    """Bytes of a fractional-seconds part of precision `fsp`, and its reader (microseconds; odd precisions store
+    one digit more)."""
+    size, from_bytes = _FSP_BYTES.get(fsp, 0), int.from_bytes
+    scale: int = 10 ** (6 - fsp)
+
+    def none(buf: bytes, pos: int) -> int:
+        return 0
+
+    def even(buf: bytes, pos: int) -> int:
+        return from_bytes(buf[pos : pos + size], "big", signed=True) * scale
+
+    def odd(buf: bytes, pos: int) -> int:
+        return int(from_bytes(buf[pos : pos + size], "big", signed=True) / 10) * scale
+
+    return size, (odd if fsp % 2 else even) if size else none
 
 
 _MICROS_LIMIT = 1_000_000
@@ -142,19 +154,14 @@ def _decimal(precision: int, scale: int) -> Reader:
 
 
 def _datetime2(fsp: int) -> Reader:
-    size, scale, odd = _fraction(fsp)
+    size, micros = _fraction(fsp)
     make, from_bytes = dt.datetime, int.from_bytes  # one datetime per value, built whole: the hottest reader
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         start = pos + 5
         end = start + size
         packed = from_bytes(buf[pos:start], "big")
-        fraction = 0
-        if size:
-            fraction = from_bytes(buf[start:end], "big", signed=True)
-            if odd:
-                fraction = int(fraction / 10)
-            fraction *= scale
+        fraction = micros(buf, start)
         year_month = (packed >> 22) & 0x1FFFF
         try:
             return make(
@@ -188,19 +195,14 @@ def _valid_datetime(year: int, month: int, day: int, hour: int, minute: int, sec
 
 
 def _timestamp2(fsp: int) -> Reader:
-    size, scale, odd = _fraction(fsp)
+    size, micros = _fraction(fsp)
     delta, from_bytes = dt.timedelta, int.from_bytes
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         start = pos + 4
         end = start + size
         seconds = from_bytes(buf[pos:start], "big", signed=True)
-        fraction = 0
-        if size:
-            fraction = from_bytes(buf[start:end], "big", signed=True)
-            if odd:
-                fraction = int(fraction / 10)
-            fraction *= scale
+        fraction = micros(buf, start)
         if seconds == 0:  # TIMESTAMP starts at 1 s after the epoch: 0 is the zero timestamp
             return InvalidTemporal(_datetime_text(0, 0, 0, 0, 0, 0, fraction, fsp)), end
         if fraction >= _MICROS_LIMIT:  # timedelta would carry it into the seconds; the library refuses it
