@@ -153,11 +153,16 @@ def _unexpected(error: Exception) -> int:
 
 
 def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from ingest.runtime.spark import EarlySession
+
+    # Before the imports below. A snapshot-only run starts no query, so no warm-up of its Python processes.
+    snapshot_only = args.snapshot_only or config.startup_mode == "snapshot_only"
+    early = EarlySession(config.spark, config.sink, f"ingest-{config.name}", warm_up=not snapshot_only)
     from ingest.commands.progress import showing_progress
     from ingest.query.pipeline import run
 
     with showing_progress(args.progress, sys.stderr):
-        run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up)
+        run(config, snapshot_only=args.snapshot_only, until_caught_up=args.until_caught_up, early=early)
     return EXIT_OK
 
 

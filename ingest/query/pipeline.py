@@ -24,6 +24,7 @@ from ingest.query.ddl import gone_tables
 from ingest.query.snapshot import Copying, ready_table, snapshot_table
 from ingest.query.stop import StopSignal
 from ingest.runtime.python_gc import raise_gc_threshold
+from ingest.runtime.spark import EarlySession
 from ingest.runtime.warm_up import start_executor_warm_up, start_warm_up
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.changelog import ensure_changelog
@@ -52,8 +53,11 @@ def run(
     until_caught_up: bool = False,
     hook: ChunkHook | None = None,
     spark: Any = None,
+    early: EarlySession | None = None,
 ) -> None:
-    """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up)."""
+    """`ingest run`: the snapshot, then the binlog (until stopped, or until caught up). The run's own Spark session
+    is `early`'s, if given (started as the pipeline file was read), else started when the run needs it; `spark`:
+    the caller's session instead."""
     from ingest.runtime.jars import check_spark, installed_spark
 
     raise_gc_threshold()
@@ -70,7 +74,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ingest-") as scratch, recording(job_metrics):
         _watch_reconnects(job_metrics, Path(scratch) / "reconnecting.json")
         with _metrics_server(config, job_metrics):
-            _run(config, info, snapshot_only, until_caught_up, hook, spark)
+            _run(config, info, snapshot_only, until_caught_up, hook, spark, early)
 
 
 def _watch_reconnects(job_metrics: JobMetrics, file: Path) -> None:
@@ -82,7 +86,7 @@ def _watch_reconnects(job_metrics: JobMetrics, file: Path) -> None:
 
 @contextmanager
 def _metrics_server(config: PipelineConfig, job_metrics: JobMetrics) -> Iterator[None]:
-    """The `metrics.port` endpoint for the block, if the pipeline has one (before Spark starts: a port taken is
+    """The `metrics.port` endpoint for the block, if the pipeline has one (before Spark is used: a port taken is
     named at once)."""
     port, host = config.metrics.port, config.metrics.host
     if port is None:
@@ -117,11 +121,14 @@ def _run(
     until_caught_up: bool,
     hook: ChunkHook | None,
     spark: Any,
+    early: EarlySession | None,
 ) -> None:
-    """The run on `spark`, or on a session of its own. The warm-up read (a head start for Spark's Python processes)
-    is joined before returning into a caller's session; a session of the job's own ends with its process, warm-up
-    and all, so a run with little to do (a restart that finds nothing new) does not wait for it."""
-    # Before Spark starts: an unreachable catalog is named at once, and nothing is written.
+    """The run on `spark`, or on a session of its own (`early`'s, if given). The warm-up read (a head start for
+    Spark's Python processes) is joined before returning into a caller's session; a session of the job's own ends
+    with its process, warm-up and all, so a run with little to do (a restart that finds nothing new) does not wait
+    for it."""
+    # Before the run takes its Spark session: an unreachable catalog is named at once, and nothing is written (a
+    # session started early writes nothing either, and ends with the job).
     cached_pyiceberg_catalog(config.sink)
     start = _first_start(config, info)
     stop = StopSignal()
@@ -129,10 +136,12 @@ def _run(
     warm_ups = []
     own_session = spark is None
     try:
-        spark = _session(config, spark)
+        spark = _session(config, spark, early)
         snapshot_only = snapshot_only or config.startup_mode == "snapshot_only"
-        if not snapshot_only:  # the query's Python processes; a snapshot-only run starts no query
-            warm_ups.append(start_warm_up(spark))  # before the state table is open, to overlap that too
+        if not snapshot_only and not (early is not None and early.warm_up):
+            # The query's Python processes (a snapshot-only run starts no query), before the state table is open,
+            # to overlap that too; an early session started them itself.
+            warm_ups.append(start_warm_up(spark))
         state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
         if snapshot_only or _copies(state, info.schemas):
             warm_ups.append(start_executor_warm_up(spark))
@@ -170,10 +179,13 @@ def _run(
                 warm_up.join(timeout=60)
 
 
-def _session(config: PipelineConfig, spark: Any) -> Any:
-    """The job's own Spark session, or the caller's `spark` with the sink's catalog attached."""
+def _session(config: PipelineConfig, spark: Any, early: EarlySession | None) -> Any:
+    """The job's own Spark session (`early`'s, if started already), or the caller's `spark` with the sink's catalog
+    attached."""
     from ingest.runtime.spark import attach_catalog, spark_session
 
+    if spark is None and early is not None:
+        return early.session()
     if spark is None:
         return spark_session(config.spark, config.sink, f"ingest-{config.name}")
     return attach_catalog(spark, config.sink)

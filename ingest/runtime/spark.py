@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
@@ -71,9 +72,15 @@ def check_submitted_runtime(spark_version: str, jars: str) -> None:
             )
 
 
-def spark_session(settings: SparkConfig, sink: SinkConfig, app_name: str, extra: dict[str, str] | None = None) -> Any:
+def spark_session(
+    settings: SparkConfig,
+    sink: SinkConfig,
+    app_name: str,
+    extra: dict[str, str] | None = None,
+    launched: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> Any:
     """The session for a pipeline: its `spark` settings, and its sink's catalog attached. Under spark-submit, jars
-    and master come from spark-submit."""
+    and master come from spark-submit; else `launched` is told of the JVM process the job starts."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -103,13 +110,60 @@ def spark_session(settings: SparkConfig, sink: SinkConfig, app_name: str, extra:
     conf[REDACTION_REGEX] = redaction_regex(given, secret)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with nullcontext() if under_submit else launching_jvm():
+    with nullcontext() if under_submit else launching_jvm(launched):
         session = builder.getOrCreate()
     return attach_catalog(session, sink)
 
 
+class EarlySession:
+    """The job's own Spark session, started on a thread of its own as soon as the pipeline file is read: the JVM
+    starts (a process of its own, about 3 s on 2 cores) while the job imports its modules, looks at the source and
+    opens the catalog, instead of after. `session()` waits for it and raises what its start raised. A job that
+    fails before it needs Spark exits without waiting: the thread is a daemon, and the JVM ends with the job
+    (`launching_jvm`)."""
+
+    def __init__(self, settings: SparkConfig, sink: SinkConfig, app_name: str, warm_up: bool) -> None:
+        self.warm_up = warm_up
+        """The session's warm-up read (`ingest.runtime.warm_up`) is started as soon as the session is up."""
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._jvm: list[subprocess.Popen[bytes]] = []
+        self._taken = False
+        self._thread = threading.Thread(
+            target=self._start, args=(settings, sink, app_name), name="ingest-spark-start", daemon=True
+        )
+        self._thread.start()
+        atexit.register(self._end_untaken)
+
+    def _start(self, settings: SparkConfig, sink: SinkConfig, app_name: str) -> None:
+        from ingest.runtime.warm_up import start_warm_up
+
+        try:
+            self._session = spark_session(settings, sink, app_name, launched=self._jvm.append)
+        except BaseException as e:  # noqa: BLE001 - raised where the session is asked for
+            self._error = e
+            return
+        if self.warm_up:
+            start_warm_up(self._session)
+
+    def session(self) -> Any:
+        self._taken = True
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._session
+
+    def _end_untaken(self) -> None:
+        """A job that ends before it asked for the session (a refusal, an unreachable source or catalog) ends the
+        JVM still starting too, which would otherwise run on until its gateway is up to see the job gone."""
+        if not self._taken:
+            for jvm in self._jvm:
+                with suppress(OSError):
+                    jvm.kill()
+
+
 @contextmanager
-def launching_jvm() -> Iterator[None]:
+def launching_jvm(launched: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Iterator[None]:
     """Inside, a JVM the job launches (Spark's driver, through pyspark's gateway) starts with SIGTERM ignored, and
     its stderr reaches the job's through a thread that leaves out the JVM's notice of an incubator module.
 
@@ -122,7 +176,7 @@ def launching_jvm() -> Iterator[None]:
     stderr: Spark 4.1's launcher adds `--add-modules=jdk.incubator.vector` to every JVM it starts, and the JVM
     prints `WARNING: Using incubator modules: ...` before any logging is set up, on every run, the demo's first
     line on a terminal. Everything else the JVM writes there (Spark's errors, its Python workers' output) passes
-    line by line, as it comes."""
+    line by line, as it comes. `launched` is told of the JVM's process."""
     import pyspark.java_gateway
 
     gateway: Any = pyspark.java_gateway
@@ -143,6 +197,8 @@ def launching_jvm() -> Iterator[None]:
         # A daemon: the JVM's stderr closes only after the job's process has exited (and its stdin pipe with it).
         child.forwarding = threading.Thread(target=_forward, args=(stream,), name="ingest-jvm-stderr", daemon=True)
         child.forwarding.start()
+        if launched is not None:
+            launched(child)
         return child
 
     gateway.Popen = popen

@@ -309,7 +309,7 @@ def test_an_unreachable_source_is_named_and_nothing_is_written(mariadb: MariaDBS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
 
 
-def test_an_unreachable_catalog_is_named_before_spark_starts_and_nothing_is_written(
+def test_an_unreachable_catalog_is_named_before_spark_is_used_and_nothing_is_written(
     mariadb: MariaDBServer, shop: str, tmp_path: Path
 ) -> None:
     """FAILURES.md "Security and bad input": a catalog database that is down or at a wrong address fails the

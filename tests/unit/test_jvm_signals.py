@@ -52,3 +52,59 @@ def test_the_gateways_stderr_reaches_the_jobs_without_the_incubator_notice() -> 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "an error\n"
+
+
+# EarlySession: the JVM started as the pipeline file is read, ended with a job that never asked for it.
+EARLY = (
+    "import subprocess, sys, pyspark.java_gateway as g\n"
+    "import ingest.runtime.spark as s\n"
+    "def stand_in(settings, sink, app_name, extra=None, launched=None):\n"
+    "    with s.launching_jvm(launched):\n"
+    "        child = g.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], stdout=subprocess.DEVNULL)\n"
+    "    print(child.pid, flush=True)\n"
+    "    if sys.argv[1] == 'fails':\n"
+    "        raise RuntimeError('the JVM did not start')\n"
+    "    return 'session'\n"
+    "s.spark_session = stand_in\n"
+    "early = s.EarlySession(None, None, 'app', warm_up=False)\n"
+    "if sys.argv[1] == 'fails':\n"
+    "    try:\n"
+    "        early.session()\n"
+    "    except RuntimeError as e:\n"
+    "        print(e)\n"
+    "elif sys.argv[1] == 'taken':\n"
+    "    print(early.session())\n"
+    "else:\n"
+    "    early._thread.join()\n"  # a job refused before it asks: exits with the JVM's start done, or under way
+)
+
+
+def _early(mode: str) -> tuple[int, list[str]]:
+    done = subprocess.run([sys.executable, "-c", EARLY, mode], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    pid, *rest = done.stdout.split("\n", 1)
+    return int(pid), rest[0].splitlines() if rest else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_job_that_never_asks_for_its_early_session_ends_the_jvm_it_started() -> None:
+    pid, _ = _early("untaken")
+    assert not _alive(pid)
+
+
+def test_an_early_session_asked_for_is_left_running_and_its_start_error_is_raised_where_asked() -> None:
+    pid, out = _early("taken")
+    try:
+        assert out == ["session"] and _alive(pid)  # the job's own: it ends with the job's stdin, not killed
+    finally:
+        subprocess.run(["kill", "-9", str(pid)], check=False)
+    pid, out = _early("fails")
+    subprocess.run(["kill", "-9", str(pid)], check=False)
+    assert out == ["the JVM did not start"]
