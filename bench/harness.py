@@ -349,6 +349,8 @@ class ProcSample:
     """User+system CPU seconds of the exited children this process waited for."""
     rss: int
     """Resident set size in bytes."""
+    start_ticks: int = 0
+    """When the process started (clock ticks after boot): with the pid, one process, as pids are reused."""
 
 
 def _proc_stat(pid: int) -> ProcSample | None:
@@ -359,9 +361,9 @@ def _proc_stat(pid: int) -> ProcSample | None:
     # The name is in parentheses and may itself contain spaces or parentheses.
     name = text[text.index("(") + 1 : text.rindex(")")]
     f = text[text.rindex(")") + 2 :].split()
-    # f[0] is field 3 (state) of proc(5): ppid 4, utime 14, stime 15, cutime 16, cstime 17, rss 24.
+    # f[0] is field 3 (state) of proc(5): ppid 4, utime 14, stime 15, cutime 16, cstime 17, starttime 22, rss 24.
     cpu, children = (int(f[11]) + int(f[12])) / CLOCK_TICKS, (int(f[13]) + int(f[14])) / CLOCK_TICKS
-    return ProcSample(pid, int(f[1]), name, cpu, children, int(f[21]) * PAGE_SIZE)
+    return ProcSample(pid, int(f[1]), name, cpu, children, int(f[21]) * PAGE_SIZE, int(f[19]))
 
 
 def process_tree(root: int) -> list[ProcSample]:

@@ -53,17 +53,6 @@ def _costs(
     return {name: _median_seconds(run, rounds) for name, run in runs.items()}
 
 
-def trino_installed() -> str | None:
-    """Why Trino cannot be measured here (None: it can); bench.soak asks before its run, not after the hour."""
-    from ingest.devservers.trino import TRINO_VERSION, java_home, trino_home
-
-    if not (trino_home() / "bin" / "launcher").is_file():
-        return f"Trino {TRINO_VERSION} is not installed in {trino_home()}: run `make setup`"
-    if java_home() is None:
-        return "no Java new enough for Trino: run `make setup`"
-    return None
-
-
 @contextlib.contextmanager
 def _trino(scratch: Path) -> Iterator[Any]:
     """A Trino server whose catalog TRINO_CATALOG is an Iceberg file metastore under `scratch`, reading local
@@ -84,27 +73,8 @@ def _trino(scratch: Path) -> Iterator[Any]:
         yield server
 
 
-def _trino_statement(trino: Any, sql: str, seconds: float = 60) -> None:
-    """One statement that returns no rows; retried while the new server has no node to run it on yet."""
-    deadline = time.monotonic() + seconds
-    while True:
-        conn = trino.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute(sql)
-            cur.fetchall()
-            return
-        except Exception as e:
-            if "NO_NODES_AVAILABLE" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-        finally:
-            conn.close()
-
-
 def _register(trino: Any, names: tuple[str, str], location: str) -> None:
-    _trino_statement(
-        trino,
+    trino.query(
         f"CALL {TRINO_CATALOG}.system.register_table(schema_name => '{names[0]}', table_name => '{names[1]}', "
         f"table_location => '{location}')",
     )
@@ -123,7 +93,7 @@ def reader_costs(config: Any, tables: Sequence[str], rounds: int, scratch: Path)
         with _trino(scratch) as trino:
             namespaces = {config.target_for(harness.DATABASE, t)[0] for t in tables}
             for namespace in sorted(namespaces):
-                _trino_statement(trino, f'CREATE SCHEMA IF NOT EXISTS {TRINO_CATALOG}."{namespace}"')
+                trino.query(f'CREATE SCHEMA IF NOT EXISTS {TRINO_CATALOG}."{namespace}"')
             for t in tables:
                 namespace, name = config.target_for(harness.DATABASE, t)
                 target, copy = qualified(config, namespace, name), qualified(config, namespace, f"{name}_compacted")

@@ -23,18 +23,14 @@ from typing import Any
 from bench import harness
 from ingest.devservers.mariadb import MariaDBServer
 
-PARTS = ("job", "jvm", "spark_python")
+PARTS = ("driver", "jvm", "python_workers")
+"""`harness.tree_part`: the job's own Python, Spark's JVM, Spark's Python processes."""
 
 
 def _parts_cpu(root: int, seen: dict[tuple[int, int], tuple[str, float]]) -> None:
     """Each process of the tree's CPU so far, by its part, into `seen` (by pid and start time: pids are reused)."""
     for sample in harness.process_tree(root):
-        part = "job" if sample.pid == root else "jvm" if sample.name == "java" else "spark_python"
-        try:
-            started = int(Path(f"/proc/{sample.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        except (OSError, IndexError, ValueError):
-            continue
-        seen[(sample.pid, started)] = (part, sample.cpu)
+        seen[(sample.pid, sample.start_ticks)] = (harness.tree_part(sample, root), sample.cpu)
 
 
 def timed_run(config_file: Path, checkout: Path) -> dict[str, Any]:
@@ -99,13 +95,13 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"A restarted `ingest run --until-caught-up` with one batch of about {args['changes']:,} changes to a table "
         f"of {args['rows']:,} rows, medians of {args['rounds']} rounds; CPU s of its tree by part",
-        f"{'checkout':10s} {'wall s':>8s} " + " ".join(f"{p:>13s}" for p in PARTS) + f" {'all':>8s}",
+        f"{'checkout':10s} {'wall s':>8s} " + " ".join(f"{p:>15s}" for p in PARTS) + f" {'all':>8s}",
     ]
     for name, m in results["medians"].items():
         cpu = m["cpu_s"]
         lines.append(
             f"{name:10s} {m['wall_s']:8.2f} "
-            + " ".join(f"{cpu[p]:13.2f}" for p in PARTS)
+            + " ".join(f"{cpu[p]:15.2f}" for p in PARTS)
             + f" {sum(cpu.values()):8.2f}"
         )
     if "wall_ratio" in results:

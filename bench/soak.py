@@ -20,6 +20,7 @@ from bench.tables import MIX, TABLES, MixedWriter, create_tables, load_initial, 
 from ingest.config import MaintenanceConfig, PipelineConfig, StreamConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.devservers.process import free_port
+from ingest.devservers.trino import trino_missing
 
 PIPELINE = "bench_soak"
 JOB_SERVER_ID = 5403
@@ -405,7 +406,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sample_seconds > args.minutes * 60:
         parser.error("--sample-seconds must not be longer than the run (--minutes)")
-    if args.reader_rounds and (missing := readers.trino_installed()) is not None:
+    if args.reader_rounds and (missing := trino_missing()) is not None:  # before the hour, not after it
         parser.error(f"--reader-rounds: {missing} (or --reader-rounds 0)")
     return args
 

@@ -156,8 +156,8 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
     from ingest.runtime.spark import EarlySession
 
     # Before the imports below. A snapshot-only run starts no query, so no warm-up of its Python processes.
-    snapshot_only = args.snapshot_only or config.startup_mode == "snapshot_only"
-    early = EarlySession(config.spark, config.sink, f"ingest-{config.name}", warm_up=not snapshot_only)
+    query = not config.snapshot_only(args.snapshot_only)
+    early = EarlySession(config.spark, config.sink, f"ingest-{config.name}", warm_up=query)
     from ingest.commands.progress import showing_progress
     from ingest.query.pipeline import run
 

@@ -670,6 +670,11 @@ class PipelineConfig(_Settings):
     def options_for(self, database: str, table: str) -> TableOptions:
         return options_for(self.table_options, database, table)
 
+    def snapshot_only(self, asked: bool) -> bool:
+        """Whether a run copies the tables and stops, without a query: `asked` (`--snapshot-only`) or the startup
+        mode says so."""
+        return asked or self.startup_mode == "snapshot_only"
+
     def target_for(self, database: str, table: str) -> tuple[str, str]:
         """(namespace, table name) of the Iceberg target of one source table."""
         return self.targets.target_for(database, table)

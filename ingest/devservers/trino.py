@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.request
 import uuid
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from ingest.runtime.cache import tools_dir
 # step with scripts/setup.sh.
 TRINO_VERSION = "476"
 TRINO_MIN_JAVA = 24
+NODES_WAIT_SECONDS = 60.0
 
 
 def trino_home() -> Path:
@@ -60,6 +62,16 @@ def java_home() -> Path | None:
         feature = _java_feature(home)
         if feature is not None and feature >= TRINO_MIN_JAVA:
             return home
+    return None
+
+
+def trino_missing() -> str | None:
+    """Why no Trino server can start here (None: one can)."""
+    home = trino_home()
+    if not (home / "bin" / "launcher").is_file() or not (home / "plugin" / "iceberg").is_dir():
+        return f"Trino {TRINO_VERSION} is not installed in {home}; run `make setup`"
+    if java_home() is None:
+        return f"Trino needs Java {TRINO_MIN_JAVA}+ and none was found; run `make setup`"
     return None
 
 
@@ -114,12 +126,11 @@ class TrinoServer(LocalService):
         return info.get("starting") is False
 
     def start(self) -> TrinoServer:
-        home = trino_home()
-        if not (home / "bin" / "launcher").is_file() or not (home / "plugin" / "iceberg").is_dir():
-            raise ServiceStartError(f"Trino {TRINO_VERSION} is not installed in {home}; run `make setup`")
-        java = java_home()
-        if java is None:
-            raise ServiceStartError(f"Trino needs Java {TRINO_MIN_JAVA}+ and none was found; run `make setup`")
+        problem = trino_missing()
+        if problem is not None:
+            raise ServiceStartError(problem)
+        home, java = trino_home(), java_home()
+        assert java is not None  # trino_missing says so otherwise
         etc = self._write_etc()
         env = {"JAVA_HOME": str(java), "PATH": f"{java / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
         self._process = ServerProcess(
@@ -139,16 +150,24 @@ class TrinoServer(LocalService):
         )
 
     def query(self, sql: str, catalog: str | None = None) -> list[dict[str, Any]]:
-        """The rows of one statement, as dicts by column name."""
-        conn = self.connect(catalog)
-        try:
-            cur = conn.cursor()
-            cur.execute(sql)
-            rows = cur.fetchall()
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, row, strict=True)) for row in rows]
-        finally:
-            conn.close()
+        """The rows of one statement, as dicts by column name (none for a statement without a result). A server
+        just started can take a query before its node has announced itself: the query is tried again then, for
+        up to NODES_WAIT_SECONDS."""
+        deadline = time.monotonic() + NODES_WAIT_SECONDS
+        while True:
+            conn = self.connect(catalog)
+            try:
+                cur = conn.cursor()
+                cur.execute(sql)
+                rows = cur.fetchall()
+                names = [d[0] for d in cur.description or ()]
+                return [dict(zip(names, row, strict=True)) for row in rows]
+            except Exception as e:
+                if "NO_NODES_AVAILABLE" not in str(e) or time.monotonic() > deadline:
+                    raise
+            finally:
+                conn.close()
+            time.sleep(1)
 
     def stop(self) -> None:
         if self._process is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -74,7 +75,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ingest-") as scratch, recording(job_metrics):
         _watch_reconnects(job_metrics, Path(scratch) / "reconnecting.json")
         with _metrics_server(config, job_metrics):
-            _run(config, info, snapshot_only, until_caught_up, hook, spark, early)
+            _run(config, info, config.snapshot_only(snapshot_only), until_caught_up, hook, spark, early)
 
 
 def _watch_reconnects(job_metrics: JobMetrics, file: Path) -> None:
@@ -133,14 +134,13 @@ def _run(
     start = _first_start(config, info)
     stop = StopSignal()
     stop.install()
-    warm_ups = []
+    warm_ups: list[threading.Thread] = []
     own_session = spark is None
     try:
         spark = _session(config, spark, early)
-        snapshot_only = snapshot_only or config.startup_mode == "snapshot_only"
+        # The query's Python processes (a snapshot-only run starts no query), before the state table is open, to
+        # overlap that too; an early session started them itself.
         if not snapshot_only and not (early is not None and early.warm_up):
-            # The query's Python processes (a snapshot-only run starts no query), before the state table is open,
-            # to overlap that too; an early session started them itself.
             warm_ups.append(start_warm_up(spark))
         state = StateTable.open(config.sink, config.name, stopping=stop.event.is_set)
         if snapshot_only or _copies(state, info.schemas):
@@ -163,13 +163,7 @@ def _run(
                 )
                 return
             except BinlogPurgedError as e:
-                if config.stream.on_purged != "resnapshot":
-                    raise
-                log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", e)
-                found = discover(config.source, config.tables, config.table_options).schemas
-                check_targets(config.targets, found)
-                schemas = copy_all_again(spark, config.targets, state, found)
-                paused = state.requests().paused
+                schemas, paused = _copy_after_purge(e, spark, config, state)
     except OutageWaitStopped as e:  # what was committed before stays; the rest comes with the next run
         log.info("%s; stopping", e)
     finally:
@@ -177,6 +171,19 @@ def _run(
         if not own_session:
             for warm_up in warm_ups:  # not left running into a caller's spark.stop() (see _run's docstring)
                 warm_up.join(timeout=60)
+
+
+def _copy_after_purge(
+    purged: BinlogPurgedError, spark: Any, config: PipelineConfig, state: StateTable
+) -> tuple[list[TableSchema], frozenset[str]]:
+    """With `stream.on_purged: resnapshot`, every table copied again (the tables, and those paused); else the error
+    stands."""
+    if config.stream.on_purged != "resnapshot":
+        raise purged
+    log.warning("%s. With `stream.on_purged: resnapshot`, every table is copied again", purged)
+    found = discover(config.source, config.tables, config.table_options).schemas
+    check_targets(config.targets, found)
+    return copy_all_again(spark, config.targets, state, found), state.requests().paused
 
 
 def _session(config: PipelineConfig, spark: Any, early: EarlySession | None) -> Any:
