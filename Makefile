@@ -2,8 +2,9 @@
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 # make test runs whole test modules on this many workers (pytest-xdist): each worker starts its own servers and
-# Spark sessions. On 2 cores the suite keeps both busy (load about 10 on 2026-11-29); 2 workers were not tried.
-TEST_WORKERS ?= 3
+# Spark sessions. On 2 cores 3 keep both busy (load about 10 on 2026-11-29; 2 workers were not tried); a machine
+# with more cores gets one more worker than it has cores, as far as its memory goes (scripts/test-workers.sh).
+TEST_WORKERS ?= $(shell scripts/test-workers.sh)
 # Whole modules to each worker, in collection order: the longest first (tests/conftest.py, LONGEST_FIRST).
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
