@@ -366,9 +366,14 @@ def _proc_stat(pid: int) -> ProcSample | None:
     return ProcSample(pid, int(f[1]), name, cpu, children, int(f[21]) * PAGE_SIZE, int(f[19]))
 
 
+def all_processes() -> dict[int, ProcSample]:
+    """Every live process, by pid."""
+    return {s.pid: s for e in os.scandir("/proc") if e.name.isdigit() and (s := _proc_stat(int(e.name)))}
+
+
 def process_tree(root: int) -> list[ProcSample]:
     """The live processes of the tree rooted at `root`, root included."""
-    samples = {s.pid: s for e in os.scandir("/proc") if e.name.isdigit() and (s := _proc_stat(int(e.name)))}
+    samples = all_processes()
     children: dict[int, list[int]] = defaultdict(list)
     for sample in samples.values():
         children[sample.ppid].append(sample.pid)

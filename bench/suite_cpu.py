@@ -3,8 +3,8 @@ sampled from /proc each second, to the test its pytest process (an xdist worker,
 moment: the test's own Python, the JVMs and Spark Python processes it starts, the servers of its fixtures.
 The suite is CPU-bound on 2 cores, so a test's CPU seconds, not its duration, say what it costs the whole run.
 
-    .venv/bin/python scripts/suite_cpu.py -- make test
-    .venv/bin/python scripts/suite_cpu.py --top 20 -- .venv/bin/pytest tests/integration/test_cut.py
+    .venv/bin/python -m bench.suite_cpu -- make test
+    .venv/bin/python -m bench.suite_cpu --top 20 -- .venv/bin/pytest tests/integration/test_cut.py
 
 Each pytest process writes the test it starts to SUITE_CPU_DIR (tests/conftest.py). A process that lives less than
 a second between two samples is missed; one that ends loses its last second. The sampler's own CPU is not charged.
@@ -20,9 +20,11 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
-HZ = os.sysconf("SC_CLK_TCK")
+from bench import harness
+
 KINDS = (
     ("java", "jvm"),
     ("spark-class", "jvm"),
@@ -43,23 +45,14 @@ def _kind(cmdline: str) -> str:
     return next((kind for word, kind in KINDS if word in cmdline), "other")
 
 
-def _processes() -> dict[int, tuple[int, int, int, str]]:
-    """pid -> (parent pid, CPU ticks, start ticks, command line)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19]), cmdline)
-    return out
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
-def _test_of(pid: int, procs: dict[int, tuple[int, int, int, str]], tests: Path) -> str | None:
+def _test_of(pid: int, procs: Mapping[int, harness.ProcSample], tests: Path) -> str | None:
     """The test that the nearest pytest process above `pid` (or `pid` itself) runs now."""
     for _ in range(40):
         current = tests / str(pid)
@@ -67,26 +60,29 @@ def _test_of(pid: int, procs: dict[int, tuple[int, int, int, str]], tests: Path)
             return current.read_text() or None
         if pid not in procs:
             return None
-        pid = procs[pid][0]
+        pid = procs[pid].ppid
     return None
 
 
 def sample(command: list[str], tests: Path) -> tuple[int, dict[str, Counter[str]]]:
     """Run `command`; its exit code and, per test, CPU seconds by kind of process."""
     charged: dict[str, Counter[str]] = defaultdict(Counter)
-    last: dict[tuple[int, int], int] = {}
+    last: dict[tuple[int, int], float] = {}
+    kinds: dict[tuple[int, int], str] = {}
     me = os.getpid()
     job = subprocess.Popen(command, env={**os.environ, "SUITE_CPU_DIR": str(tests)})
     while job.poll() is None:
-        procs = _processes()
-        for pid, (_, ticks, start, cmdline) in procs.items():
-            delta = ticks - last.get((pid, start), 0)
-            last[(pid, start)] = ticks
+        procs = harness.all_processes()
+        for pid, sample in procs.items():
+            process = (pid, sample.start_ticks)
+            delta = sample.cpu - last.get(process, 0.0)
+            last[process] = sample.cpu
             if delta <= 0 or pid == me:
                 continue
             test = _test_of(pid, procs, tests)
             if test is not None:
-                charged[test][_kind(cmdline)] += delta / HZ
+                kind = kinds.setdefault(process, _kind(_command_line(pid)))
+                charged[test][kind] += delta
         time.sleep(1)
     return job.returncode, charged
 
