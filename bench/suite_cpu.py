@@ -13,6 +13,7 @@ a second between two samples is missed; one that ends loses its last second. The
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -52,12 +53,20 @@ def _command_line(pid: int) -> str:
         return ""
 
 
-def _test_of(pid: int, procs: Mapping[int, harness.ProcSample], tests: Path) -> str | None:
+def _running(tests: Path) -> dict[int, str]:
+    """The test each pytest process runs now, by its pid: read once per sample."""
+    out = {}
+    for entry in tests.iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            out[int(entry.name)] = entry.read_text()
+    return out
+
+
+def _test_of(pid: int, procs: Mapping[int, harness.ProcSample], running: Mapping[int, str]) -> str | None:
     """The test that the nearest pytest process above `pid` (or `pid` itself) runs now."""
     for _ in range(40):
-        current = tests / str(pid)
-        if current.exists():
-            return current.read_text() or None
+        if pid in running:
+            return running[pid] or None
         if pid not in procs:
             return None
         pid = procs[pid].ppid
@@ -69,17 +78,16 @@ def sample(command: list[str], tests: Path) -> tuple[int, dict[str, Counter[str]
     charged: dict[str, Counter[str]] = defaultdict(Counter)
     last: dict[tuple[int, int], float] = {}
     kinds: dict[tuple[int, int], str] = {}
-    me = os.getpid()
     job = subprocess.Popen(command, env={**os.environ, "SUITE_CPU_DIR": str(tests)})
     while job.poll() is None:
-        procs = harness.all_processes()
-        for pid, sample in procs.items():
-            process = (pid, sample.start_ticks)
-            delta = sample.cpu - last.get(process, 0.0)
-            last[process] = sample.cpu
-            if delta <= 0 or pid == me:
+        procs, running = harness.all_processes(), _running(tests)
+        for pid, proc in procs.items():
+            process = (pid, proc.start_ticks)
+            delta = proc.cpu - last.get(process, 0.0)
+            last[process] = proc.cpu
+            if delta <= 0:
                 continue
-            test = _test_of(pid, procs, tests)
+            test = _test_of(pid, procs, running)
             if test is not None:
                 kind = kinds.setdefault(process, _kind(_command_line(pid)))
                 charged[test][kind] += delta

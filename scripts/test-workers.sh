@@ -6,8 +6,9 @@
 set -euo pipefail
 cores=$(nproc)
 mem_gib=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo)
-workers=$((cores + 1))
-[ "$workers" -lt 3 ] && workers=3
 by_memory=$((mem_gib / 4))
-[ "$by_memory" -ge 1 ] && [ "$workers" -gt "$by_memory" ] && workers=$by_memory
+workers=$((cores + 1 > 3 ? cores + 1 : 3))
+if [ "$by_memory" -ge 1 ] && [ "$workers" -gt "$by_memory" ]; then
+  workers=$by_memory
+fi
 echo "$workers"

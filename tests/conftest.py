@@ -377,7 +377,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     )
 
 
-def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+def pytest_runtest_logstart(nodeid: str) -> None:
     """Under bench/suite_cpu.py: which test this process runs now, for the CPU of the processes below it."""
     where = os.environ.get("SUITE_CPU_DIR")
     if where:
