@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ingest.errors import SchemaChangeError, UnsupportedTableError
+from ingest.model import charsets
 from ingest.model.columns import SourceColumn, TargetColumn, map_column, quote_identifier, rows_to_record_batch
 from ingest.model.schema import OCCURRENCE_COLUMN
 from ingest.sink.summary import snapshot_properties as tagged
@@ -74,21 +75,42 @@ def _length(column_type: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _text_capacity(col: SourceColumn) -> int | None:
-    if col.data_type in ("char", "varchar", "binary", "varbinary"):
-        return _length(col.column_type)
-    return _TEXT_CAPACITY.get(col.data_type, _BLOB_CAPACITY.get(col.data_type))
+def _fits(old: SourceColumn, new: SourceColumn) -> bool:
+    """Whether every value of `old` fits `new` once converted to its character set. CHAR and VARCHAR lengths count
+    characters, the TEXT and BLOB types' capacities bytes (a binary string's characters are bytes)."""
+    old_cs, new_cs = old.character_set, new.character_set
+    if new.data_type in ("char", "varchar", "binary", "varbinary"):
+        if old.data_type in ("char", "varchar", "binary", "varbinary"):
+            most = _length(old.column_type) or 0
+        else:
+            most = _capacity(old) // charsets.min_bytes(old_cs)
+        return most <= (_length(new.column_type) or 0)
+    if old.data_type in ("char", "varchar", "binary", "varbinary"):
+        most = (_length(old.column_type) or 0) * charsets.max_bytes(new_cs)
+    elif charsets.same_bytes(old_cs, new_cs):
+        most = _capacity(old)
+    else:
+        most = _capacity(old) // charsets.min_bytes(old_cs) * charsets.max_bytes(new_cs)
+    return most <= _capacity(new)
+
+
+def _capacity(col: SourceColumn) -> int:
+    """The bytes a TEXT or BLOB type holds."""
+    return _TEXT_CAPACITY.get(col.data_type, _BLOB_CAPACITY.get(col.data_type, 0))
 
 
 def _fsp(col: SourceColumn) -> int:
     return col.datetime_precision or 0
 
 
-def _same_values(old: SourceColumn, new: SourceColumn) -> str | None:
-    """None when every old value is unchanged by MySQL's conversion to the new type; else why not."""
-    if old.column_type.lower() == new.column_type.lower() and old.data_type == new.data_type:
-        return None
+def _same_values(old: SourceColumn, new: SourceColumn, strict: bool) -> str | None:
+    """None when every old value is unchanged by MySQL's conversion to the new type; else why not. `strict`: the
+    statement ran under a strict sql_mode without IGNORE."""
     a, b = old.data_type, new.data_type
+    if old.column_type.lower() == new.column_type.lower() and a == b:
+        # COLUMN_TYPE does not name the character set; an ENUM's or SET's values are its members, which it shows.
+        if old.character_set == new.character_set or a in ("enum", "set"):
+            return None
     if a in _INT_RANK and b in _INT_RANK:
         if old.unsigned and not new.unsigned:
             return None if _INT_RANK[b] > _INT_RANK[a] else "a narrowing integer change"
@@ -107,19 +129,41 @@ def _same_values(old: SourceColumn, new: SourceColumn) -> str | None:
     blobs = ("binary", "varbinary", *_BLOB_CAPACITY)
     for family, fixed in ((text, "char"), (blobs, "binary")):
         if a in family and b in family:
-            if old.character_set != new.character_set:
-                return "a character set change"
+            if why := _character_set_change(old, new, strict):
+                return why
             if b == fixed and a != fixed:
                 return f"a change to fixed-length {fixed.upper()} (values would be padded)"
-            if (_text_capacity(new) or 0) < (_text_capacity(old) or 0):
+            if not _fits(old, new):
                 return "a shorter length (values could be truncated)"
             return None
     if a == b and a in ("datetime", "timestamp"):
         return None if _fsp(new) >= _fsp(old) else "fewer fractional second digits"
     if a == b and a in ("enum", "set"):
-        old_members, new_members = old.members, new.members
-        return None if new_members[: len(old_members)] == old_members else "ENUM/SET members changed or reordered"
+        return _members_change(a, old.members, new.members)  # converted to a new set, they show it
     return f"a type change from {old.column_type} to {new.column_type}"
+
+
+def _character_set_change(old: SourceColumn, new: SourceColumn, strict: bool) -> str | None:
+    """Why a text column's new character set may have changed old values (None: it holds every character of the old
+    one, or the statement ran under a strict sql_mode, which fails on a character the new set lacks rather than
+    write `?` for it). See ingest/model/charsets.py."""
+    if old.character_set == new.character_set or strict or charsets.holds(old.character_set, new.character_set):
+        return None
+    return (
+        f"a character set change from {old.character_set} to {new.character_set} outside a strict sql_mode (or with "
+        f"IGNORE): old values' characters that {new.character_set} lacks were written as '?'"
+    )
+
+
+def _members_change(kind: str, old: list[str], new: list[str]) -> str | None:
+    """Why an ENUM's or SET's new members may have changed old values. The server converts old values by their
+    text: with every old member kept, an ENUM keeps each row's text whatever the order; a SET's value lists its
+    members in definition order, so its old members must also keep their order among themselves."""
+    if missing := [m for m in old if m not in new]:
+        return f"{kind.upper()} members {missing} removed (rows holding them became '')"
+    if kind == "set" and [m for m in new if m in old] != old:
+        return "SET members reordered (a value lists its members in definition order)"
+    return None
 
 
 def _not_null_values(old: SourceColumn, new: SourceColumn, strict: bool) -> str | None:
@@ -258,7 +302,7 @@ def _type_changes(
         if col.name not in kept:
             continue
         after = new_by_name[kept[col.name]]
-        why = _same_values(col, after) or _not_null_values(col, after, strict)
+        why = _same_values(col, after, strict) or _not_null_values(col, after, strict)
         if why is None:
             try:
                 old_target, new_target = map_column(table, col), map_column(table, after)

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 import yaml
 
@@ -356,6 +357,42 @@ COMPUTED_BY_THE_SERVER = {
         "SET SESSION sql_mode = DEFAULT",
     ],
     "merge_engine": ["ALTER TABLE {t} ENGINE = MRG_MyISAM"],  # a MERGE table of no tables: its rows are gone
+    # Issue 63: a character set that lacks old characters, outside a strict sql_mode: the server writes '?'.
+    "narrowed_charset": [
+        "UPDATE {t} SET v = 'Привет 中文' WHERE id = 3",
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} CONVERT TO CHARACTER SET latin1",
+        "SET SESSION sql_mode = DEFAULT",
+    ],
+    "narrowed_column": [
+        "UPDATE {t} SET v = 'ok 😀' WHERE id = 3",
+        "ALTER IGNORE TABLE {t} MODIFY v VARCHAR(20) CHARACTER SET utf8mb3",  # IGNORE: warnings, not errors
+    ],
+}
+# Each ALTER keeps every old row's value: followed, not copied again (each table's statements before the first run
+# in BEFORE_THE_COPY).
+FOLLOWED = {
+    "strict": ["ALTER TABLE {t} MODIFY n INT NOT NULL"],  # no NULL in n; the server's default mode is strict
+    "strict_charset": ["ALTER TABLE {t} CONVERT TO CHARACTER SET latin1"],  # it fails on a character latin1 lacks
+    "wider_charset": [
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} CONVERT TO CHARACTER SET utf8mb4",  # utf8mb4 holds every latin1 character
+        "SET SESSION sql_mode = DEFAULT",
+        "UPDATE {t} SET v = 'Привет 😀' WHERE id = 4",
+    ],
+    "members": [
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} MODIFY e ENUM('z','c','b','a') NOT NULL DEFAULT 'a', MODIFY s SET('x','p','y','q')",
+        "SET SESSION sql_mode = DEFAULT",
+        "UPDATE {t} SET e = 'c', s = 'x,q' WHERE id = 4",
+    ],
+}
+BEFORE_THE_COPY = {
+    "wider_charset": ["ALTER TABLE {t} CONVERT TO CHARACTER SET latin1", "UPDATE {t} SET v = 'é ß' WHERE id = 3"],
+    "members": [
+        "ALTER TABLE {t} ADD COLUMN e ENUM('a','b','z') NOT NULL DEFAULT 'a', ADD COLUMN s SET('p','q') NULL",
+        "UPDATE {t} SET e = 'z', s = 'p,q' WHERE id <= 3",
+    ],
 }
 
 
@@ -364,14 +401,17 @@ def test_alters_whose_old_rows_the_server_computes_are_read_again_with_recopy(
 ) -> None:
     """Issue 49: with `stream.on_unfollowable: recopy` each table whose old rows an ALTER gave values the binlog
     does not hold is copied again, and every table ends equal to MariaDB. The same ALTER with its strict
-    sql_mode and no IGNORE (table `strict`: a column made NOT NULL holding no NULL) is followed, not copied."""
+    sql_mode and no IGNORE (table `strict`: a column made NOT NULL holding no NULL) is followed, not copied; so are
+    a character set narrowed under a strict sql_mode, one widened outside it, and ENUM and SET members added or
+    reordered with every old member kept (issue 63)."""
     db = "evo_computed"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    names = [*COMPUTED_BY_THE_SERVER, "strict"]
+    names = [*COMPUTED_BY_THE_SERVER, *FOLLOWED]
     for name in names:
         mariadb.execute(
             f"CREATE TABLE {db}.{name} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20), n INT)",
             f"INSERT INTO {db}.{name} SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_30",
+            *(f"{statement.format(t=f'{db}.{name}')}" for statement in BEFORE_THE_COPY.get(name, ())),
         )
     config = parse_config(
         {
@@ -381,14 +421,18 @@ def test_alters_whose_old_rows_the_server_computes_are_read_again_with_recopy(
     )
     run(config, spark=spark, until_caught_up=True)
     with mariadb.admin(db) as conn, conn.cursor() as cur:
-        for name, statements in COMPUTED_BY_THE_SERVER.items():
+        # The rule's premise: under the server's strict default a narrowing that would lose a character fails.
+        cur.execute("UPDATE strict_charset SET v = 'Привет' WHERE id = 5")
+        with pytest.raises(pymysql.MySQLError) as refused:
+            cur.execute("ALTER TABLE strict_charset CONVERT TO CHARACTER SET latin1")
+        assert refused.value.args[0] == 1366, refused.value
+        cur.execute("UPDATE strict_charset SET v = 'v5' WHERE id = 5")
+        for name, statements in {**COMPUTED_BY_THE_SERVER, **FOLLOWED}.items():
             cur.execute(f"UPDATE {name} SET v = 'before' WHERE id = 7")
             for statement in statements:
                 cur.execute(statement.format(t=name))
             if name != "merge_engine":
                 cur.execute(f"UPDATE {name} SET v = 'after' WHERE id = 8")
-        cur.execute("ALTER TABLE strict MODIFY n INT NOT NULL")  # no NULL in n; the server's default mode is strict
-        cur.execute("UPDATE strict SET v = 'after' WHERE id = 8")
         conn.commit()
     with caplog.at_level(logging.INFO, logger="ingest.query.ddl"):
         run(config, spark=spark, until_caught_up=True)
@@ -397,9 +441,20 @@ def test_alters_whose_old_rows_the_server_computes_are_read_again_with_recopy(
         assert _iceberg_rows(config, db, name) == _mysql_rows(mariadb, db, name), name
     assert _iceberg_rows(config, db, "stored")[1]["g"] == 4
     assert _iceberg_rows(config, db, "merge_engine") == []
+    assert _iceberg_rows(config, db, "narrowed_charset")[2]["v"] == "?????? ??"  # as MariaDB rewrote it
+    assert _iceberg_rows(config, db, "wider_charset")[2:4] == [
+        {"id": 3, "v": "é ß", "n": 3},
+        {"id": 4, "v": "Привет 😀", "n": 4},
+    ]
+    assert [(r["e"], r["s"]) for r in _iceberg_rows(config, db, "members")[2:5]] == [
+        ("z", "p,q"),
+        ("c", "x,q"),
+        ("a", None),
+    ]
     copied = {r.getMessage().split(":", 1)[0] for r in caplog.records if "it is copied again" in r.getMessage()}
     assert copied == {f"{db}.{name}" for name in COMPUTED_BY_THE_SERVER}
-    assert f"{db}.strict: followed the schema change" in caplog.text
+    for name in FOLLOWED:
+        assert f"{db}.{name}: followed the schema change" in caplog.text
 
 
 class AlterDuringSnapshot:

@@ -30,7 +30,7 @@ def col(name: str, column_type: str, nullable: bool = True, **kw: object) -> Sou
     if data_type == "decimal":
         kw.setdefault("numeric_precision", int(args[0]))
         kw.setdefault("numeric_scale", int(args[1]))
-    if data_type in ("char", "varchar", "text"):
+    if data_type in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"):
         kw.setdefault("character_set", "utf8mb4")
     return SourceColumn(name, data_type, column_type, nullable, **kw)  # type: ignore[arg-type]
 
@@ -65,6 +65,11 @@ def test_added_columns_are_placed_after_their_source_neighbour() -> None:
         ("varchar(20)", "varchar(200)", []),
         ("varchar(20)", "text", []),
         ("enum('a','b')", "enum('a','b','c')", []),
+        ("enum('a','b','z')", "enum('z','b','a')", []),  # an ENUM's rows keep their text in any order
+        ("enum('a','b')", "enum('x','b','y','a')", []),
+        ("set('a','c')", "set('x','a','b','c','d')", []),  # a SET's old members keep their order
+        ("varchar(20000)", "mediumtext", []),
+        ("tinytext", "text", []),
     ],
 )
 def test_value_preserving_changes_are_followed(old: str, new: str, widened: list[tuple[str, str]]) -> None:
@@ -85,12 +90,84 @@ def test_value_preserving_changes_are_followed(old: str, new: str, widened: list
         ("varchar(20)", "char(20)", "fixed-length CHAR"),
         ("double", "float", "type change"),
         ("int(11)", "varchar(20)", "type change"),
-        ("enum('a','b')", "enum('b','a')", "ENUM/SET members"),
+        ("enum('a','b')", "enum('b','c')", r"ENUM members \['a'\] removed"),
+        ("set('a','b')", "set('b','a')", "SET members reordered"),
+        ("set('a','b')", "set('a')", r"SET members \['b'\] removed"),
+        ("varchar(20000)", "text", "shorter length"),  # 20,000 four-byte characters need 80,000 bytes
+        ("varchar(100)", "tinytext", "shorter length"),
+        ("text", "varchar(1000)", "shorter length"),
+        ("varchar(20)", "varbinary(20)", "type change"),  # CONVERT TO CHARACTER SET binary
     ],
 )
 def test_value_changing_changes_are_refused_naming_the_column(old: str, new: str, why: str) -> None:
     with pytest.raises(SchemaChangeError, match=rf"db\.t: the schema change at bin.000001:400 .*'v': .*{why}"):
         plan(table(col("v", old)), table(col("v", new)))
+
+
+def _charset_change(
+    old_set: str, new_set: str, old_type: str = "varchar(20)", new_type: str = "", strict: bool = False
+) -> SchemaPlan:
+    old = table(col("v", old_type, character_set=old_set))
+    new = table(col("v", new_type or old_type, character_set=new_set))
+    return plan_schema_change(old, new, "ALTER TABLE t CONVERT TO CHARACTER SET x", "bin.000001:400", strict=strict)
+
+
+@pytest.mark.parametrize(
+    ("old_set", "new_set"),
+    [
+        ("latin1", "utf8mb4"),
+        ("utf8mb3", "utf8mb4"),
+        ("utf8", "utf8mb3"),
+        ("ucs2", "utf16"),
+        ("utf16", "utf8mb4"),
+        ("utf32", "utf16le"),
+        ("cp1251", "utf8mb3"),
+        ("gbk", "ucs2"),
+        ("ascii", "latin1"),
+        ("ascii", "sjis"),
+        ("latin2", "latin2"),
+    ],
+)
+def test_a_character_set_that_holds_every_old_character_is_followed(old_set: str, new_set: str) -> None:
+    assert _charset_change(old_set, new_set).empty
+    assert _charset_change(old_set, new_set, "char(5)").empty
+
+
+@pytest.mark.parametrize(
+    ("old_set", "new_set"),
+    [
+        ("utf8mb4", "latin1"),  # issue 63: 'Привет 中文' became '?????? ??'
+        ("utf8mb4", "utf8mb3"),  # emoji and supplementary CJK
+        ("utf16", "ucs2"),
+        ("gb18030", "utf8mb3"),
+        ("utf8mb3", "cp1251"),
+        ("latin1", "cp1251"),
+        ("latin1", "ascii"),
+        ("ascii", "swe7"),  # swe7 puts Swedish letters at [ \\ ] { | }
+        ("cp1251", "koi8r"),  # the same alphabet, but the sets are not known to hold each other
+    ],
+)
+def test_a_character_set_that_lacks_old_characters_is_refused_outside_a_strict_sql_mode(
+    old_set: str, new_set: str
+) -> None:
+    with pytest.raises(SchemaChangeError, match=rf"'v': a character set change from {old_set} to {new_set} outside"):
+        _charset_change(old_set, new_set)
+    with pytest.raises(SchemaChangeError, match="a character set change"):
+        _charset_change(old_set, new_set, "text")
+    # Under a strict sql_mode without IGNORE the server failed the statement on a character the new set lacks.
+    assert _charset_change(old_set, new_set, strict=True).empty
+
+
+def test_a_text_types_capacity_counts_bytes_in_the_new_character_set() -> None:
+    # A latin1 TEXT holds 65,535 characters, up to 3 bytes each in utf8mb4: CONVERT TO makes it a MEDIUMTEXT.
+    assert _charset_change("latin1", "utf8mb4", "text", "mediumtext").empty
+    assert _charset_change("utf8mb3", "utf8mb4", "text").empty  # UTF-8 keeps a character's bytes
+    assert _charset_change("ascii", "utf8mb4", "tinytext").empty
+    for strict in (False, True):  # a TEXT's excess trailing spaces are cut with a note even in strict mode
+        with pytest.raises(SchemaChangeError, match="shorter length"):
+            _charset_change("latin1", "utf8mb4", "text", strict=strict)
+    with pytest.raises(SchemaChangeError, match="shorter length"):
+        _charset_change("ucs2", "utf8mb4", "text", "text", strict=True)  # 32,767 characters, up to 3 bytes each
 
 
 def test_drops_renames_and_moves_are_followed_by_name_as_the_statement_says() -> None:

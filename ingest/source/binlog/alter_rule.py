@@ -121,8 +121,11 @@ RULES: tuple[ClauseRule, ...] = (
           rf"^ALTER\s+(?:COLUMN\s+)?{_NAME}\s+SET\s+(?:VISIBLE|INVISIBLE)$", "keeps",
           "none (hidden from SELECT *, still logged)", _KEEP, "MySQL"),
     _rule("CONVERT TO CHARACTER SET charset [COLLATE collation]", r"^CONVERT\s+TO\s+(?:CHARACTER\s+SET|CHARSET)\b",
-          "columns", "converts every text column's values to the character set",
-          "each column as MODIFY to another character set: stop"),
+          "columns", "converts every text column's values to the character set: a character it lacks becomes '?' "
+          "outside a strict sql_mode (or with IGNORE), fails the statement under one",
+          "each column as MODIFY: followed when the new set holds every character of the old one (any set into "
+          "utf8mb4, utf16 or utf32; any but those into utf8mb3 or ucs2; ascii into a single-byte set) or the "
+          "sql_mode was strict; else read again or stop"),
     # Keys, indexes and constraints.
     _rule("ADD [CONSTRAINT [symbol]] PRIMARY KEY (cols)", rf"^ADD\s+{_CONSTRAINT}PRIMARY\s+KEY\b", "keys",
           "none; with ALTER IGNORE, rows with a duplicate key are deleted",
