@@ -125,7 +125,7 @@ def test_spark_submit_to_a_standalone_cluster_snapshots_on_both_workers_then_res
 ) -> None:
     config, config_file = pipeline
     first = _submit_dir(tmp_path / "submit-1", artifacts, config_file)
-    with SparkStandalone(workers=2, cores=1, memory="1g", base=tmp_path / "cluster-1") as cluster:
+    with SparkStandalone(workers=2, cores=1, memory="1g", base=tmp_path / "cluster") as cluster:
         _submit(cluster, artifacts, first)
         apps = cluster.state()["completedapps"]
         executors = [_executors(cluster, n) for n in (0, 1)]
@@ -134,23 +134,24 @@ def test_spark_submit_to_a_standalone_cluster_snapshots_on_both_workers_then_res
             assert any("Finished task" in (e / "stderr").read_text(errors="replace") for e in worker), f"worker {n}"
             # ... with the packed environment the archive brought into its own working directory
             assert all((e / "environment" / "bin" / "python").exists() for e in worker)
-    assert len(apps) == 1 and apps[0]["state"] == "FINISHED", apps
-    _verify(config_file)
-    state = StateTable.open(config.sink, config.name)
-    assert set(state.times_recorded("byoc.orders").values()) == {1}
-    assert sum(r.row_count for r in state.done("byoc.orders").values()) == 3000
+        assert len(apps) == 1 and apps[0]["state"] == "FINISHED", apps
+        _verify(config_file)
+        state = StateTable.open(config.sink, config.name)
+        assert set(state.times_recorded("byoc.orders").values()) == {1}
+        assert sum(r.row_count for r in state.done("byoc.orders").values()) == 3000
 
-    with mariadb.admin() as conn, conn.cursor() as cur:
-        cur.execute("BEGIN")
-        cur.execute("UPDATE byoc.orders SET total = NULL WHERE id % 10 = 0")
-        cur.execute("UPDATE byoc.orders SET id = id + 100000 WHERE id BETWEEN 100 AND 120")  # key moves
-        cur.execute("DELETE FROM byoc.orders WHERE id BETWEEN 500 AND 540")
-        cur.execute("COMMIT")
-        cur.execute("INSERT INTO byoc.orders VALUES (510, 'back', 1.5, '2026-06-01 00:00:00.123')")
-    # A new cluster and a new working directory: nothing of the first run is left but Iceberg.
-    second = _submit_dir(tmp_path / "submit-2", artifacts, config_file)
-    with SparkStandalone(workers=2, cores=1, memory="1g", base=tmp_path / "cluster-2") as cluster:
+        with mariadb.admin() as conn, conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("UPDATE byoc.orders SET total = NULL WHERE id % 10 = 0")
+            cur.execute("UPDATE byoc.orders SET id = id + 100000 WHERE id BETWEEN 100 AND 120")  # key moves
+            cur.execute("DELETE FROM byoc.orders WHERE id BETWEEN 500 AND 540")
+            cur.execute("COMMIT")
+            cur.execute("INSERT INTO byoc.orders VALUES (510, 'back', 1.5, '2026-06-01 00:00:00.123')")
+        # A new application (its own driver and executors) from a new working directory: nothing of the first run
+        # is left to it but Iceberg. The cluster's daemons hold no state of the job's.
+        second = _submit_dir(tmp_path / "submit-2", artifacts, config_file)
         _submit(cluster, artifacts, second)
+        assert [a["state"] for a in cluster.state()["completedapps"]] == ["FINISHED", "FINISHED"]
     _verify(config_file)
     state = StateTable.open(config.sink, config.name)
     assert set(state.times_recorded("byoc.orders").values()) == {1}, "a chunk was read again"

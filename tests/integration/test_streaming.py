@@ -343,6 +343,9 @@ class WriteInEveryChunkWindow:
                     _busy_writes(cur, 100_000 + chunk.index * 100 + i)
 
 
+# At NO_LOG, the harder decoding: the setting changes nothing of the snapshot or its watermarks, and
+# test_changes_after_the_snapshot_are_applied_exactly_once decodes at both.
+@pytest.mark.parametrize("row_metadata", ["NO_LOG"], indirect=True)
 def test_writes_during_the_snapshot_and_after_end_equal(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:

@@ -328,6 +328,8 @@ def test_a_checkpoint_ahead_of_the_iceberg_tables_is_refused(
     assert spark.streams.active == []
 
 
+# At NO_LOG only, the case the replay's decoding by position is about (test_schema_evolution decodes at both).
+@pytest.mark.parametrize("row_metadata", ["NO_LOG"], indirect=True)
 def test_an_added_column_is_followed_in_binlog_order_across_a_kill_inside_the_schema_change(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
