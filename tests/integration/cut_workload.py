@@ -48,6 +48,7 @@ from tests.conftest import (
 ACCOUNTS, OPENING = 20, 1000
 RATE = 40
 CHUNK_ROWS, CHUNKS_PER_COMMIT = 256, 8
+SEEDED = (CHUNKS_PER_COMMIT + 2) * CHUNK_ROWS // 2  # transfers of nothing: 10 ledger chunks, 5 transfers chunks
 TABLES = ("accounts", "ledger", "transfers")
 
 
@@ -226,6 +227,14 @@ def reads_at_the_cut(mariadb: MariaDBServer, tmp_path: Path, apply: str, request
         "CREATE TABLE cut.transfers (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, src INT, dst INT, amount INT)",
         "CREATE TABLE cut.ledger (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, account INT, amount INT)",
         f"INSERT INTO cut.accounts SELECT seq, {OPENING} FROM cut.seq_1_to_{ACCOUNTS}",
+        # Transfers of nothing before the job starts (they keep every invariant), so that whatever the machine's
+        # speed the ledger has more chunks than one commit takes and transfers more than one: the chunk batches are
+        # then accounts alone, then the ledger's first commit, where the first run kills itself. With the writer's
+        # rows alone a fast start planned one transfers chunk, which shared accounts' batch, and the kill came
+        # before any of the ledger was read.
+        f"INSERT INTO cut.transfers (src, dst, amount) SELECT 1 + seq % {ACCOUNTS}, 1 + (seq + 1) % {ACCOUNTS}, 0 "
+        f"FROM cut.seq_1_to_{SEEDED}",
+        f"INSERT INTO cut.ledger (account, amount) SELECT 1 + seq % {ACCOUNTS}, 0 FROM cut.seq_1_to_{2 * SEEDED}",
     )
     data = {
         "name": "cut",
