@@ -33,16 +33,12 @@ _MIN_BYTES = {"ucs2": 2, "utf16": 2, "utf16le": 2, "utf32": 4}
 """The fewest bytes one character takes; 1 for every set not named."""
 
 
-def _name(charset: str) -> str:
-    return charset.lower()
-
-
 def holds(old: str | None, new: str | None) -> bool:
     """Whether every character a value in set `old` can hold is a character of set `new` (None: not known, or
     binary, which is no set of characters: held only by the same)."""
     if old is None or new is None:
         return old == new
-    a, b = _name(old), _name(new)
+    a, b = old.lower(), new.lower()
     if a == b or b in UNICODE and (a in UNICODE | BMP | LEGACY):
         return True
     if b in BMP:
@@ -52,12 +48,12 @@ def holds(old: str | None, new: str | None) -> bool:
 
 def max_bytes(charset: str | None) -> int:
     """The most bytes a character of the set takes."""
-    return _MAX_BYTES.get(_name(charset), 1) if charset else 1
+    return _MAX_BYTES.get(charset.lower(), 1) if charset else 1
 
 
 def min_bytes(charset: str | None) -> int:
     """The fewest bytes a character of the set takes."""
-    return _MIN_BYTES.get(_name(charset), 1) if charset else 1
+    return _MIN_BYTES.get(charset.lower(), 1) if charset else 1
 
 
 _UTF8 = frozenset({"utf8mb3", "utf8", "utf8mb4"})
@@ -69,5 +65,5 @@ def same_bytes(old: str | None, new: str | None) -> bool:
     extends it. A TEXT's value then fits a TEXT of the same capacity."""
     if old is None or new is None:
         return old == new
-    a, b = _name(old), _name(new)
+    a, b = old.lower(), new.lower()
     return a == b or (a in _UTF8 and b in _UTF8) or (a == "ascii" and b in _UTF8 | LEGACY - _ASCII_CHANGED)

@@ -75,23 +75,29 @@ def _length(column_type: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+_COUNTED = ("char", "varchar", "binary", "varbinary")
+"""String types whose length counts characters (a binary string's characters are bytes); the TEXT and BLOB types'
+capacities count bytes."""
+
+
 def _fits(old: SourceColumn, new: SourceColumn) -> bool:
-    """Whether every value of `old` fits `new` once converted to its character set. CHAR and VARCHAR lengths count
-    characters, the TEXT and BLOB types' capacities bytes (a binary string's characters are bytes)."""
+    """Whether every value of `old` fits `new` once converted to its character set."""
     old_cs, new_cs = old.character_set, new.character_set
-    if new.data_type in ("char", "varchar", "binary", "varbinary"):
-        if old.data_type in ("char", "varchar", "binary", "varbinary"):
-            most = _length(old.column_type) or 0
-        else:
-            most = _capacity(old) // charsets.min_bytes(old_cs)
-        return most <= (_length(new.column_type) or 0)
-    if old.data_type in ("char", "varchar", "binary", "varbinary"):
-        most = (_length(old.column_type) or 0) * charsets.max_bytes(new_cs)
+    if new.data_type in _COUNTED:
+        most = _counted(old) if old.data_type in _COUNTED else _capacity(old) // charsets.min_bytes(old_cs)
+        return most <= _counted(new)
+    if old.data_type in _COUNTED:
+        most = _counted(old) * charsets.max_bytes(new_cs)
     elif charsets.same_bytes(old_cs, new_cs):
         most = _capacity(old)
     else:
         most = _capacity(old) // charsets.min_bytes(old_cs) * charsets.max_bytes(new_cs)
     return most <= _capacity(new)
+
+
+def _counted(col: SourceColumn) -> int:
+    """The characters a CHAR, VARCHAR, BINARY or VARBINARY column holds."""
+    return _length(col.column_type) or 0
 
 
 def _capacity(col: SourceColumn) -> int:
@@ -147,7 +153,7 @@ def _character_set_change(old: SourceColumn, new: SourceColumn, strict: bool) ->
     """Why a text column's new character set may have changed old values (None: it holds every character of the old
     one, or the statement ran under a strict sql_mode, which fails on a character the new set lacks rather than
     write `?` for it). See ingest/model/charsets.py."""
-    if old.character_set == new.character_set or strict or charsets.holds(old.character_set, new.character_set):
+    if strict or charsets.holds(old.character_set, new.character_set):
         return None
     return (
         f"a character set change from {old.character_set} to {new.character_set} outside a strict sql_mode (or with "

@@ -332,9 +332,14 @@ def _caught_up(mariadb: MariaDBServer, config: Any, job: Any, log_file: Path) ->
     while time.monotonic() < deadline and job.poll() is None:
         state = StateTable.open(config.sink, config.name)
         offset, cut = state.stream_offset(), state.cut()
-        if offset is not None and offset.position >= end and cut is not None and cut.offset == offset:
-            if _whole(cut.tables):
-                return
+        if (
+            offset is not None
+            and offset.position >= end
+            and cut is not None
+            and cut.offset == offset
+            and _whole(cut.tables)
+        ):
+            return
         time.sleep(0.5)
     raise AssertionError(f"the job did not catch up to {end}:\n" + log_file.read_text()[-3000:])
 

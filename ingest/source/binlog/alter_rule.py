@@ -124,7 +124,7 @@ RULES: tuple[ClauseRule, ...] = (
           "columns", "converts every text column's values to the character set: a character it lacks becomes '?' "
           "outside a strict sql_mode (or with IGNORE), fails the statement under one",
           "each column as MODIFY: followed when the new set holds every character of the old one (any set into "
-          "utf8mb4, utf16 or utf32; any but those into utf8mb3 or ucs2; ascii into a single-byte set) or the "
+          "utf8mb4, utf16 or utf32; any but those into utf8mb3 or ucs2; ascii into any set but swe7) or the "
           "sql_mode was strict; else read again or stop"),
     # Keys, indexes and constraints.
     _rule("ADD [CONSTRAINT [symbol]] PRIMARY KEY (cols)", rf"^ADD\s+{_CONSTRAINT}PRIMARY\s+KEY\b", "keys",
