@@ -46,6 +46,9 @@ def _structured(mariadb: MariaDBServer, db: str, warehouse: Path, catalog: str =
 
 
 @pytest.mark.spark_compat
+# At NO_LOG only: the replay decodes the batch by position with the schema at the checkpoint's offsets, the harder of
+# the two settings; FULL's names change nothing in what Spark replays or what the sink finds committed.
+@pytest.mark.parametrize("row_metadata", ["NO_LOG"], indirect=True)
 def test_a_kill_9_with_a_kept_checkpoint_replays_the_same_batch_and_commits_it_once(
     spark: Any, mariadb: MariaDBServer, tmp_path: Path, row_metadata: str
 ) -> None:
