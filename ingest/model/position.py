@@ -376,12 +376,14 @@ class MariadbGtidPos:
         parsed = MariadbGtid.parse(gtid)
         return self.contains(parsed.domain_id, parsed.server_id, parsed.seq_no)
 
-    def advance(self, domain_id: int, server_id: int, seq_no: int) -> MariadbGtidPos:
-        """The position after applying this GTID: its domain's entry is replaced, as the server does."""
-        new = MariadbGtid(domain_id, server_id, seq_no)
-        if len(self.entries) == 1 and self.entries[0].domain_id == domain_id:
-            return MariadbGtidPos((new,))  # one domain, as most servers have: nothing to sort (once per transaction)
-        return MariadbGtidPos(tuple(g for g in self.entries if g.domain_id != domain_id) + (new,))
+    def advance(self, gtid: MariadbGtid) -> MariadbGtidPos:
+        """The position after applying `gtid`: its domain's entry is replaced, as the server does."""
+        if len(self.entries) == 1 and self.entries[0].domain_id == gtid.domain_id:
+            # One domain, as most servers have: nothing to sort or check again (once per transaction).
+            one = object.__new__(MariadbGtidPos)
+            object.__setattr__(one, "entries", (gtid,))
+            return one
+        return MariadbGtidPos(tuple(g for g in self.entries if g.domain_id != gtid.domain_id) + (gtid,))
 
     def union(self, other: MariadbGtidPos) -> MariadbGtidPos:
         """Per domain the entry with the highest seq (on a tie, `self`'s entry and server id)."""

@@ -368,11 +368,14 @@ def test_mariadb_issubset(left: str, right: str, expected: bool) -> None:
 
 def test_mariadb_advance_returns_new_position() -> None:
     pos = MariadbGtidPos.parse("0-1-100,1-2-7")
-    assert str(pos.advance(0, 3, 101)) == "0-3-101,1-2-7"
-    assert str(pos.advance(5, 1, 1)) == "0-1-100,1-2-7,5-1-1"
+    assert str(pos.advance(MariadbGtid(0, 3, 101))) == "0-3-101,1-2-7"
+    assert str(pos.advance(MariadbGtid(5, 1, 1))) == "0-1-100,1-2-7,5-1-1"
     assert str(pos) == "0-1-100,1-2-7"  # unchanged
-    assert pos.advance(0, 1, 101).contains_gtid("0-1-101")
+    assert pos.advance(MariadbGtid(0, 1, 101)).contains_gtid("0-1-101")
     assert not pos.contains_gtid("0-1-101")
+    one = MariadbGtidPos.parse("0-1-100")  # one domain: the entry replaced in place of a sort
+    assert one.advance(MariadbGtid(0, 2, 101)) == MariadbGtidPos.parse("0-2-101")
+    assert str(one.advance(MariadbGtid(3, 1, 1))) == "0-1-100,3-1-1"
 
 
 def test_mariadb_is_empty_and_get() -> None:

@@ -117,7 +117,13 @@ class _InflatingWrapper(_Wrapper):  # type: ignore[misc, valid-type]
 
     def __init__(self, from_packet: Any, *args: Any, **kwargs: Any) -> None:
         data = getattr(from_packet, "_data", None)
-        if isinstance(data, bytes | bytearray) and getattr(from_packet, "_position", None) == 0:
+        # The type byte first: the copy and the parse are for compressed events only, not for every event.
+        if (
+            isinstance(data, bytes | bytearray)
+            and len(data) > _TYPE
+            and data[_TYPE] in PLAIN_TYPE
+            and getattr(from_packet, "_position", None) == 0
+        ):
             plain = inflate(bytes(data), _checksum(args, kwargs))
             if plain is not None:
                 from_packet._data = plain

@@ -640,8 +640,7 @@ class BinlogReader:
         self._in_group = self._xa_group = False
         self.position = end
         if self.gtid is not None and self._group_gtid is not None:
-            g = self._group_gtid
-            self.gtid = self.gtid.advance(g.domain_id, g.server_id, g.seq_no)
+            self.gtid = self.gtid.advance(self._group_gtid)
         self._group_gtid = None
 
 

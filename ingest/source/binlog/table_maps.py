@@ -75,7 +75,7 @@ hashable value, and the objects, kept so that their ids are not reused while the
 def _options(kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """The stream's parse options (filters, versions) as a hashable value: part of what decides the parse.
     Computed once per stream, not per event (it was a tenth of a small transaction's table-map cost)."""
-    identity = tuple((k, id(v)) for k, v in kwargs.items())
+    identity = (*kwargs, *map(id, kwargs.values()))  # the names, then the objects' ids: no generator per event
     known = _options_of.get(identity)
     if known is None:
         if len(_options_of) >= MAX_ENTRIES:
