@@ -24,6 +24,7 @@ from ingest.model.columns import InvalidTemporal, rows_to_record_batch
 from ingest.model.position import BinlogPosition
 from ingest.model.schema import TableSchema, target_columns
 from ingest.source.binlog.binlog_values import RowDecoder, row_images
+from ingest.source.binlog.quick_events import GTID, ROW_EVENTS, TABLE_MAP, XID, Buffer
 from ingest.source.binlog.reader import BinlogReader, open_stream
 from ingest.source.binlog.row_events import RowEvents, event_kind
 from ingest.source.discovery import discover
@@ -287,6 +288,59 @@ def test_utf16_ucs2_and_utf32_columns_read_through_the_binlog_as_mysql_holds_the
     finally:
         reader.close()
     assert [c.after for c in changes] == [*rows, (2, "", "ü", "", "ÿ")]
+
+
+class _LibraryOnly(Buffer):
+    """A buffer that never looks: every event is read by python-mysql-replication, as before `quick_events`."""
+
+    def look(self, stream: Any) -> bool:
+        return False
+
+
+def _transactions(config: PipelineConfig, start: BinlogPosition, buffer: Buffer) -> list[Any]:
+    schemas = discover(config.source, config.tables, config.table_options).schemas
+    reader = BinlogReader(config.source, schemas, start)
+    reader._buffer = buffer
+    try:
+        return list(reader.transactions())
+    finally:
+        reader.close()
+
+
+def test_events_read_in_place_are_the_transactions_the_library_path_reads(
+    mariadb: MariaDBServer, config: PipelineConfig, row_metadata: str
+) -> None:
+    """The reader reads the everyday events (GTID, ANNOTATE_ROWS, table maps, row events, XID) in place from the
+    connection's buffer (`quick_events`); read with every event through the library instead, the same binlog gives
+    the same transactions: their changes value for value, their ends, GTIDs and commit times."""
+    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}", SHAPES)
+    start = _position(config)
+    rng = random.Random(20261207)
+    with mariadb.admin(DB) as conn:
+        create_types_table(conn, f"{DB}.types")
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = ''")
+            cur.execute("UPDATE types SET d65 = -d65, tm3 = '12:00:00.25', st = 'y', b64 = 0 WHERE id < 3")
+            rows = [_shape_row(rng, k) for k in range(1, 121)]
+            marks = ", ".join(["%s"] * len(rows[0]))
+            cur.executemany(f"INSERT INTO shapes VALUES ({marks})", rows[:60])  # one multi-row event
+            conn.commit()
+            conn.autocommit(True)
+            for row in rows[60:]:  # single-row transactions, as a busy source writes them
+                cur.execute(f"INSERT INTO shapes VALUES ({marks})", row)
+            for k in range(1, 121, 7):
+                cur.execute("UPDATE shapes SET d20 = -d20, st = '' WHERE id = %s", (k,))
+            cur.execute("DELETE FROM shapes WHERE id % 5 = 0")
+            cur.execute("DELETE FROM types WHERE id = 2")
+    quick = Buffer()
+    read_in_place = _transactions(config, start, quick)
+    by_library = _transactions(config, start, _LibraryOnly())
+    assert [t.changes for t in read_in_place] == [t.changes for t in by_library]
+    assert read_in_place == by_library
+    # 120 inserts, 18 updates and 24 deletes of shapes; the types table's 3 rows, 2 updates and a delete.
+    assert sum(len(t.changes) for t in read_in_place) == 168
+    taken = {kind: quick.taken[kind] for kind in (GTID, TABLE_MAP, XID)}
+    assert min(taken.values()) > 0 and sum(quick.taken[k] for k in ROW_EVENTS) > 0, quick.taken
 
 
 EDGE_COLUMNS = [

@@ -15,6 +15,7 @@ from ingest.model.schema import TableSchema
 from ingest.source.binlog import table_maps
 from ingest.source.binlog.binlog_values import RowDecoder, row_images
 from ingest.source.binlog.foreign_keys import Actions, load_actions, named_parent_rows, update_changed
+from ingest.source.binlog.quick_events import Rows
 from ingest.source.binlog.row_events import RowEvents, event_kind
 from ingest.source.mysql import connect
 
@@ -87,6 +88,40 @@ class CapturedRows:
             images = self._images(key, event_kind(event), event, end, at)
         current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
         return current
+
+    def add_quick(
+        self,
+        table: Any,
+        rows: Rows,
+        data: bytes,
+        dbms: str,
+        end: BinlogPosition,
+        current: Transaction | None,
+        in_xa: bool,
+    ) -> tuple[bool, Transaction | None]:
+        """A row event read in place (`quick_events`), as `add` takes it: (False, `current`) when it is one only the
+        library path reads (its table map unknown, a table whose foreign key actions are watched or whose DDL was
+        passed over, rows not decoded here), else (True, the transaction under way)."""
+        if table is None:
+            return False, current
+        key = (table.schema, table.table)
+        if key in self._actions.watched or key in self._unfollowed:
+            return False, current
+        if key not in self._tables:
+            return True, current
+        contained = self._contained_until.get(key)
+        if contained is not None and not in_xa and end <= contained:
+            return True, current
+        images = self._row_events.decoded(key, table, rows, self.schemas[key].columns, data, dbms, end)
+        if images is None:
+            return False, current
+        if contained is not None and not in_xa:
+            del self._contained_until[key]  # positions only grow: no more lookups for this table
+        if current is None:
+            current = Transaction(end)
+        table_id = f"{key[0]}.{key[1]}"
+        current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
+        return True, current
 
     def _library_row(
         self, key: tuple[str, str], kind: str, row: dict[str, Any], at: BinlogPosition

@@ -41,7 +41,7 @@ from ingest.model.changes import (
 )
 from ingest.model.position import BinlogPosition, MariadbGtid, MariadbGtidPos
 from ingest.model.schema import TableSchema
-from ingest.source.binlog import compressed_events, row_events, table_maps
+from ingest.source.binlog import compressed_events, quick_events, row_events, table_maps
 from ingest.source.binlog.captured_rows import CapturedRows
 from ingest.source.binlog.ddl import (
     OnlineSchemaChanges,
@@ -312,10 +312,11 @@ _NEXT, _END, _STOP = "next", "end", "stop"
 class BinlogReader:
     """Transactions of the captured tables, in commit order, starting at a transaction boundary.
 
-    About 330 lines, on purpose: its steps (reading events, grouping them into transactions, reconnecting) share
+    About 380 lines, on purpose: its steps (reading events, grouping them into transactions, reconnecting) share
     one event group's state, the position, the GTID position and the group's flags, which every kind of event reads
     and moves. What holds state of its own is apart: the rows and the foreign key actions (`captured_rows`), the
-    schema statements (`schema_statements`), the XA transactions held (`xa`), the table maps (`table_maps`)."""
+    schema statements (`schema_statements`), the XA transactions held (`xa`), the table maps (`table_maps`), the
+    everyday events read in place from the connection's buffer (`quick_events`; the rest are the library's)."""
 
     def __init__(
         self,
@@ -354,6 +355,7 @@ class BinlogReader:
         """Whether the idle report being made comes at a heartbeat (the server sent all it had), not after another
         table's transaction."""
         self.blocking = blocking
+        self._buffer = quick_events.Buffer()
         self._stream = self._open(start)
         self._reconnect = Reconnect(source.reconnect_seconds, f"{source.host}:{source.port}")
         self.on_reconnect: Callable[[Reconnect], None] | None = None
@@ -489,18 +491,26 @@ class BinlogReader:
         decoded with the new schema.
         """
         current: Transaction | None = None
+        stream = self._stream
         try:
-            for event in self._stream:
+            while True:
+                current, stop = yield from self._quick(stream, current, idle)
+                if stop:
+                    return
+                event = stream.fetchone()
+                if event is None:
+                    return
+                self._buffer.after_library(stream)
                 if self._reconnect.since is not None:
                     self._recovered()
                 log_pos = event.packet.log_pos
-                end = BinlogPosition(self._stream.log_file, log_pos) if log_pos else self.position
+                end = BinlogPosition(stream.log_file, log_pos) if log_pos else self.position
                 if isinstance(event, HeartbeatLogEvent):
                     if idle is not None and current is None and self._idle_heartbeat(idle):
                         return
                     continue
                 if isinstance(event, MariadbGtidEvent):
-                    current = self._group_began(event, end)
+                    current = self._group_began(event.domain_id, event.server_id, event.gtid_seq_no, event.flags, end)
                     continue
                 if isinstance(event, PartialUpdateRowsEvent | NotImplementedEvent | ExecuteLoadQueryEvent):
                     refuse_event(event, end, self._tables)
@@ -521,7 +531,7 @@ class BinlogReader:
                         continue
                 # XidEvent, COMMIT of a non-transactional engine, XA COMMIT (or ONE PHASE), XA ROLLBACK, or a ROLLBACK
                 # of a group without captured changes: the group is complete here.
-                if (yield from self._completed(event, end, current, idle)):
+                if (yield from self._completed(event.timestamp, end, current, idle)):
                     return
                 current = None
         except pymysql.err.OperationalError as e:
@@ -529,17 +539,59 @@ class BinlogReader:
                 raise BinlogPurgedError(f"the binlog at {self.position} is gone from the server: {e.args[1]}") from None
             raise
 
+    def _quick(
+        self, stream: BinLogStreamReader, current: Transaction | None, idle: Callable[[float], bool] | None
+    ) -> Generator[Transaction, None, tuple[Transaction | None, bool]]:
+        """The events the connection's buffer holds whole and `quick_events` reads (a GTID, ANNOTATE_ROWS, a table
+        map parsed before, a row event decoded here, an XID), as `_read` reads the library's; up to the first the
+        library must read. Returns the transaction under way, and whether `idle` ends the reading."""
+        buffer = self._buffer
+        if not buffer.look(stream):
+            return current, False
+        while (event := buffer.event(stream)) is not None:
+            if self._reconnect.since is not None:
+                self._recovered()
+            kind = event.type
+            if kind == quick_events.TABLE_MAP:
+                if not buffer.known_map(stream, event):
+                    break
+                buffer.take(stream, event)
+                continue
+            if kind == quick_events.ANNOTATE_ROWS:
+                buffer.take(stream, event)
+                continue
+            end = BinlogPosition(stream.log_file, event.log_pos) if event.log_pos else self.position
+            if kind == quick_events.GTID:
+                domain_id, seq_no, flags = buffer.gtid(event)
+                buffer.take(stream, event)
+                current = self._group_began(domain_id, event.server_id, seq_no, flags, end)
+            elif kind == quick_events.XID:
+                buffer.take(stream, event)
+                if (yield from self._completed(event.timestamp, end, current, idle)):
+                    return None, True
+                current = None
+            else:
+                rows = buffer.rows(event)
+                table = stream.table_map.get(rows.table_id)
+                taken, current = self._rows.add_quick(
+                    table, rows, buffer.data, stream.dbms, end, current, self._xa_group
+                )
+                if not taken:
+                    break
+                buffer.take(stream, event)
+        return current, False
+
     def _idle_heartbeat(self, idle: Callable[[float], bool]) -> bool:
         """A server heartbeat outside a transaction: the binlog is idle now. True: `idle` ends the reading."""
         self._last_idle = time.monotonic()
         self.idle_at_end = True
         return idle(time.time())
 
-    def _group_began(self, event: MariadbGtidEvent, end: BinlogPosition) -> Transaction:
+    def _group_began(self, domain_id: int, server_id: int, seq_no: int, flags: int, end: BinlogPosition) -> Transaction:
         # From the event's numbers, not its text: parsing it back cost a regex per transaction.
-        self._group_gtid = MariadbGtid(event.domain_id, event.server_id, event.gtid_seq_no)
-        self._in_group, self._xa_group = group_flags(event.flags)
-        return Transaction(end, gtid=str(event.gtid))
+        self._group_gtid = gtid = MariadbGtid(domain_id, server_id, seq_no)
+        self._in_group, self._xa_group = group_flags(flags)
+        return Transaction(end, gtid=str(gtid))
 
     def _xa_prepared(self, event: XAPrepareEvent, end: BinlogPosition, current: Transaction | None) -> bool:
         """XA PREPARE ends the first half of an XA transaction: its changes are held until it is decided. True:
@@ -553,16 +605,16 @@ class BinlogReader:
         return self._contained_until.get((database, table)) if (database, table) in self.schemas else None
 
     def _completed(
-        self, event: Any, end: BinlogPosition, current: Transaction | None, idle: Callable[[float], bool] | None
+        self, timestamp: int, end: BinlogPosition, current: Transaction | None, idle: Callable[[float], bool] | None
     ) -> Generator[Transaction, None, bool]:
-        """The event group ends at `end`: its transaction is yielded, or, without captured changes, the idle
-        report may be due. Returns True when `idle` ends the reading."""
+        """The event group ends at `end`, logged at `timestamp`: its transaction is yielded, or, without captured
+        changes, the idle report may be due. Returns True when `idle` ends the reading."""
         self._boundary(end)
         if current is None:
-            return self._report_idle(idle, float(event.timestamp))
+            return self._report_idle(idle, float(timestamp))
         current.end = end
         current.gtid_after = self.gtid
-        current.commit_time = int(event.timestamp)
+        current.commit_time = int(timestamp)
         yield current
         return False
 

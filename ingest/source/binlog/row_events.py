@@ -33,6 +33,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsE
 from ingest.model.columns import InvalidTemporal, SourceColumn
 from ingest.source.binlog import table_maps
 from ingest.source.binlog.binlog_values import driver_form, unchanged
+from ingest.source.binlog.quick_events import Rows
 
 log = logging.getLogger(__name__)
 
@@ -455,7 +456,8 @@ class RowEvents:
         if table is not None:
             table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, getattr(event, "dbms", None) or "mysql", at)
         body = _event_body(event)
-        decoder = None if body is None or table is None else self._decoder(key, table, event, schema)
+        ignore_errors = getattr(event, "_ignore_decode_errors", False)
+        decoder = None if body is None or table is None else self._decoder(key, table, ignore_errors, schema)
         if body is None or decoder is None or not _full_images(event, decoder.columns):
             self.fallbacks += 1
             return None
@@ -468,14 +470,35 @@ class RowEvents:
                 log.warning("%s.%s: row event left to python-mysql-replication (%s)", *key, e)
             return None
 
+    def decoded(
+        self,
+        key: tuple[str, str],
+        table: Any,
+        rows: Rows,
+        schema: Sequence[SourceColumn],
+        data: bytes,
+        dbms: str,
+        at: object,
+    ) -> list[tuple[Image | None, Image | None]] | None:
+        """`rows` of a row event read in place (`quick_events`) as `rows` decodes them, or None when the library
+        path must read the event (not every column in its images, no decoder, or bytes not decoded here: that
+        path says why)."""
+        table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, dbms or "mysql", at)
+        decoder = self._decoder(key, table, False, schema)
+        if decoder is None or not rows.full or rows.columns != decoder.columns:
+            return None
+        try:
+            return _decode(decoder, rows.kind, data, rows.start, rows.stop)
+        except Exception:  # noqa: BLE001 - the library path reads the event again, and warns or decides
+            return None
+
     def _decoder(
-        self, key: tuple[str, str], table: Any, event: Any, schema: Sequence[SourceColumn]
+        self, key: tuple[str, str], table: Any, ignore_errors: bool, schema: Sequence[SourceColumn]
     ) -> TableDecoder | None:
         cached = self._decoders.get(key)
         if cached is not None and cached[0] is table and cached[1] is schema:
             return cached[2]
-        errors = "ignore" if getattr(event, "_ignore_decode_errors", False) else "strict"
-        decoder = TableDecoder.build(table.columns, schema, errors)
+        decoder = TableDecoder.build(table.columns, schema, "ignore" if ignore_errors else "strict")
         self._decoders[key] = (table, schema, decoder)
         return decoder
 

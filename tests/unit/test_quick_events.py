@@ -1,0 +1,187 @@
+"""Reading the binlog's everyday events in place from a connection's buffer (no server): what is taken, what is
+left to python-mysql-replication, and that a packet taken moves the connection exactly past it."""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import pytest
+
+from ingest.source.binlog import quick_events
+from ingest.source.binlog.quick_events import Buffer
+
+CHECKSUM = b"\x01\x02\x03\x04"
+
+
+def _packet(kind: int, body: bytes, seq: int, end: int = 4242, checksum: bytes = CHECKSUM) -> bytes:
+    """The wire form of one event: the packet header (length, sequence number), the OK byte, the common
+    header, the body and a checksum."""
+    header = struct.pack("<IBIIIH", 1_700_000_000, kind, 7, 19 + len(body) + len(checksum), end, 0)
+    payload = b"\x00" + header + body + checksum
+    return len(payload).to_bytes(3, "little") + bytes([seq]) + payload
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    def settimeout(self, value: float | None) -> None:
+        self.timeouts.append(value)
+
+
+class _Connection:
+    def __init__(self, wire: bytes, seq: int) -> None:
+        self._rfile = io.BufferedReader(io.BytesIO(wire))
+        self._sock = _Socket()
+        self._next_seq_id = seq
+
+
+class _Stream:
+    """The attributes of python-mysql-replication's BinLogStreamReader that `Buffer` reads and keeps."""
+
+    def __init__(self, wire: bytes, seq: int = 1, checksum: bool = True, post_header: list[int] | None = None):
+        self._stream_connection = _Connection(wire, seq)
+        self._BinLogStreamReader__connected_stream = True
+        self._BinLogStreamReader__verify_checksum = False
+        self._BinLogStreamReader__use_checksum = checksum
+        self._BinLogStreamReader__post_header_lengths = post_header
+        self.dbms = "mariadb"
+        self.log_pos = 4
+        self.table_map: dict[int, Any] = {}
+
+
+GTID_BODY = struct.pack("<QIB", 981, 0, 0x01) + b"\x00" * 6
+
+
+def test_whole_packets_are_taken_in_order_and_the_connection_moves_past_each() -> None:
+    wire = _packet(quick_events.GTID, GTID_BODY, 1, end=500) + _packet(quick_events.XID, b"\x09" * 8, 2, end=531)
+    stream, buffer = _Stream(wire + b"\x05\x00"), Buffer()
+    assert buffer.look(stream)
+    gtid = buffer.event(stream)
+    assert gtid is not None and (gtid.type, gtid.server_id, gtid.log_pos, gtid.timestamp) == (0xA2, 7, 500, 1.7e9)
+    assert buffer.gtid(gtid) == (0, 981, 0x01)
+    buffer.take(stream, gtid)
+    assert (stream.log_pos, stream._stream_connection._next_seq_id) == (500, 2)
+    xid = buffer.event(stream)
+    assert xid is not None and xid.type == quick_events.XID
+    buffer.take(stream, xid)
+    assert stream.log_pos == 531 and stream._stream_connection._next_seq_id == 3
+    assert buffer.event(stream) is None  # two bytes of the next packet only: the library reads it
+    assert stream._stream_connection._rfile.read() == b"\x05\x00"  # exactly the two packets were read out
+    assert stream._stream_connection._sock.timeouts == [0.0]  # one look, without waiting
+
+
+@pytest.mark.parametrize(
+    ("wire", "why"),
+    [
+        (_packet(quick_events.GTID, GTID_BODY, 5), "out of sequence: the library raises its error"),
+        (_packet(0x02, b"\x00" * 30, 1), "a query event: the library's"),
+        (_packet(0x04, b"\x00" * 30, 1), "a rotation: the library's, which moves its file"),
+        (_packet(quick_events.XID, b"\x09" * 8, 1)[:-3], "not wholly received"),
+        (b"\x05\x00\x00\x01\xfe\x00\x00\x02\x00", "an EOF packet"),
+        (b"\xff\xff\xff\x01\x00" + b"\x00" * 40, "a packet continued in the next one"),
+    ],
+)
+def test_other_packets_are_left_to_the_library_untouched(wire: bytes, why: str) -> None:
+    stream, buffer = _Stream(wire), Buffer()
+    if buffer.look(stream):
+        assert buffer.event(stream) is None, why
+    assert stream._stream_connection._rfile.read() == wire and stream._stream_connection._next_seq_id == 1
+
+
+def test_a_stream_that_verifies_checksums_or_is_not_connected_is_not_looked_at() -> None:
+    stream = _Stream(_packet(quick_events.XID, b"\x09" * 8, 1))
+    stream._BinLogStreamReader__verify_checksum = True
+    assert not Buffer().look(stream)
+    stream._BinLogStreamReader__verify_checksum = False
+    stream._BinLogStreamReader__connected_stream = False
+    assert not Buffer().look(stream)
+
+
+def test_an_empty_buffer_is_looked_at_without_waiting() -> None:
+    stream = _Stream(b"")
+    assert not Buffer().look(stream)
+
+
+def _rows_body(width: int, bitmaps: int, rows: bytes, extra: bytes = b"", present: int = 0xFF) -> bytes:
+    bitmap = ((1 << width) - 1 if present == 0xFF else present).to_bytes((width + 7) // 8, "little")
+    return (18).to_bytes(6, "little") + b"\x01\x00" + extra + bytes([width]) + bitmap * bitmaps + rows
+
+
+@pytest.mark.parametrize(
+    ("kind", "bitmaps", "extra", "expected"),
+    [
+        (0x17, 1, b"", "insert"),
+        (0x18, 2, b"", "update"),
+        (0x19, 1, b"", "delete"),
+        (0x1E, 1, b"\x02\x00", "insert"),  # V2: the extra data's length counts its own two bytes
+        (0x1F, 2, b"\x04\x00\xaa\xbb", "update"),
+        (0x20, 1, b"\x02\x00", "delete"),
+    ],
+)
+def test_a_row_events_rows_are_found_after_its_bitmaps(kind: int, bitmaps: int, extra: bytes, expected: str) -> None:
+    rows = b"\x00\x2a\x00\x00\x00" * 3
+    for checksum in (CHECKSUM, b""):
+        wire = _packet(kind, _rows_body(10, bitmaps, rows, extra), 1, checksum=checksum)
+        stream, buffer = _Stream(wire, checksum=bool(checksum)), Buffer()
+        assert buffer.look(stream)
+        event = buffer.event(stream)
+        assert event is not None
+        found = buffer.rows(event)
+        assert (found.table_id, found.kind, found.columns, found.full) == (18, expected, 10, True)
+        assert buffer.data[found.start : found.stop] == rows
+
+
+def test_rows_without_every_column_are_not_full() -> None:
+    wire = _packet(0x17, _rows_body(10, 1, b"\x00", present=0b1111111011), 1)
+    stream, buffer = _Stream(wire), Buffer()
+    assert buffer.look(stream)
+    event = buffer.event(stream)
+    assert event is not None and not buffer.rows(event).full
+
+
+def test_a_row_event_of_another_declared_post_header_length_is_left_to_the_library() -> None:
+    lengths = [0] * 40
+    lengths[0x17 - 1] = 6  # an old server's 4-byte table ids
+    stream = _Stream(_packet(0x17, _rows_body(2, 1, b"\x00\x01\x02"), 1), post_header=lengths)
+    buffer = Buffer()
+    assert buffer.look(stream) and buffer.event(stream) is None
+    lengths[0x17 - 1] = 8
+    assert buffer.look(stream) and buffer.event(stream) is not None
+
+
+def test_a_table_map_is_taken_only_as_the_library_parsed_the_same_bytes_before() -> None:
+    body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
+    wire = _packet(quick_events.TABLE_MAP, body, 1)
+    stream, buffer = _Stream(wire), Buffer()
+    assert buffer.look(stream)
+    event = buffer.event(stream)
+    assert event is not None and not buffer.known_map(stream, event)  # never seen: the library parses it
+    parsed = object()
+    stream.table_map[18] = parsed  # what the library's read leaves
+    buffer.after_library(stream)
+    stream.table_map = {}  # a rotation starts the library's map over
+    assert buffer.look(stream)
+    event = buffer.event(stream)
+    assert event is not None and buffer.known_map(stream, event)
+    assert stream.table_map == {18: parsed}
+    other = _Stream(_packet(quick_events.TABLE_MAP, body[:-1] + b"\x01", 1))  # the same id, other bytes
+    assert buffer.look(other)
+    event = buffer.event(other)
+    assert event is not None and not buffer.known_map(other, event)
+
+
+def test_a_declined_table_map_is_not_recorded_after_a_fresh_look() -> None:
+    body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
+    stream, buffer = _Stream(_packet(quick_events.TABLE_MAP, body, 1)), Buffer()
+    assert buffer.look(stream)
+    event = buffer.event(stream)
+    assert event is not None and not buffer.known_map(stream, event)
+    buffer.look(stream)  # the stream was lost and read again: what the library parses now is not that one
+    stream.table_map[18] = object()
+    buffer.after_library(stream)
+    assert buffer.look(stream)
+    event = buffer.event(stream)
+    assert event is not None and not buffer.known_map(stream, event)
