@@ -81,13 +81,9 @@ class CapturedRows:
             del self._contained_until[key]  # positions only grow: no more lookups for this table
         if key in self._unfollowed:
             self._refuse_unfollowed(key, event)
-        if current is None:
-            current = Transaction(end)
-        table_id = f"{key[0]}.{key[1]}"
         if images is None:
             images = self._images(key, event_kind(event), event, end, at)
-        current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
-        return current
+        return _with_changes(current, key, end, images)
 
     def add_quick(
         self,
@@ -100,10 +96,8 @@ class CapturedRows:
         in_xa: bool,
     ) -> tuple[bool, Transaction | None]:
         """A row event read in place (`quick_events`), as `add` takes it: (False, `current`) when it is one only the
-        library path reads (its table map unknown, a table whose foreign key actions are watched or whose DDL was
-        passed over, rows not decoded here), else (True, the transaction under way)."""
-        if table is None:
-            return False, current
+        library path reads (a table whose foreign key actions are watched or whose DDL was passed over, rows not
+        decoded here), else (True, the transaction under way)."""
         key = (table.schema, table.table)
         if key in self._actions.watched or key in self._unfollowed:
             return False, current
@@ -117,11 +111,7 @@ class CapturedRows:
             return False, current
         if contained is not None and not in_xa:
             del self._contained_until[key]  # positions only grow: no more lookups for this table
-        if current is None:
-            current = Transaction(end)
-        table_id = f"{key[0]}.{key[1]}"
-        current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
-        return True, current
+        return True, _with_changes(current, key, end, images)
 
     def _library_row(
         self, key: tuple[str, str], kind: str, row: dict[str, Any], at: BinlogPosition
@@ -194,6 +184,16 @@ class CapturedRows:
         table_maps.refuse_by_position_after_ddl(
             event, self.schemas[key].table_id, query, at, "before the high watermark of the first of its chunks read"
         )
+
+
+def _with_changes(
+    current: Transaction | None, key: tuple[str, str], end: BinlogPosition, images: list[Any]
+) -> Transaction:
+    """The transaction under way (begun at `end` if none), with a row event's (before, after) images as changes."""
+    current = current if current is not None else Transaction(end)
+    table_id = f"{key[0]}.{key[1]}"
+    current.changes.extend(RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images))
+    return current
 
 
 def _key_changed(images: list[Any], schema: TableSchema) -> Callable[[Sequence[str]], bool]:

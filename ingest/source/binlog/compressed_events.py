@@ -74,11 +74,13 @@ def _rows(body: bytes, kind: int) -> int:
     if kind in _V2:
         extra: int = struct.unpack_from("<H", body, at)[0]
         at += extra  # the extra data's length counts its own two bytes
-    width, at = _packed_integer(body, at)
+    width, at = packed_integer(body, at)
     return at + (width + 7) // 8 * (2 if kind in _UPDATES else 1)
 
 
-def _packed_integer(data: bytes, at: int) -> tuple[int, int]:
+def packed_integer(data: bytes, at: int) -> tuple[int, int]:
+    """A length-encoded integer of the protocol at `at`: its value and the offset after it (KeyError: its first byte
+    begins none)."""
     first = data[at]
     if first < 251:
         return first, at + 1

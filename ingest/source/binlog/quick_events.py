@@ -26,6 +26,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.source.binlog.compressed_events import packed_integer
+
 GTID, XID, ANNOTATE_ROWS, TABLE_MAP = 0xA2, 0x10, 0xA0, 0x13
 ROW_EVENTS = {
     0x17: ("insert", 8),  # WRITE_ROWS_EVENT_V1: table id (6 bytes) and flags (2)
@@ -172,15 +174,19 @@ class Buffer:
             if table is not None:
                 self._maps[table_id] = (body, table)
 
-    def rows(self, event: Event) -> Rows:
-        """A row event's table id, column count and rows (its post-header's length checked by `event`)."""
+    def rows(self, event: Event) -> Rows | None:
+        """A row event's table id, column count and rows (its post-header's length checked by `event`); None when
+        its column count is no length-encoded integer (the library reads it, and says what is wrong)."""
         data, at = self.data, event.start
         kind, post_header = ROW_EVENTS[event.type]
         table_id = int.from_bytes(data[at : at + 6], "little")
         at += 8
         if post_header == 10:
             at += int.from_bytes(data[at : at + 2], "little")  # the extra data's length counts its own two bytes
-        columns, at = _packed_integer(data, at)
+        try:
+            columns, at = packed_integer(data, at)
+        except KeyError:
+            return None
         width = (columns + 7) // 8
         every = (1 << columns) - 1
         full = int.from_bytes(data[at : at + width], "little") == every
@@ -199,11 +205,3 @@ def _declared(stream: Any, kind: int) -> bool:
     if not lengths:
         return True
     return len(lengths) >= kind and lengths[kind - 1] == ROW_EVENTS[kind][1]
-
-
-def _packed_integer(data: bytes, at: int) -> tuple[int, int]:
-    first = data[at]
-    if first < 251:
-        return first, at + 1
-    size = {252: 2, 253: 3, 254: 8}.get(first, 0)
-    return int.from_bytes(data[at + 1 : at + 1 + size], "little"), at + 1 + size

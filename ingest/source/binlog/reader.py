@@ -497,12 +497,9 @@ class BinlogReader:
                 current, stop = yield from self._quick(stream, current, idle)
                 if stop:
                     return
-                event = stream.fetchone()
+                event = self._library_event(stream)
                 if event is None:
                     return
-                self._buffer.after_library(stream)
-                if self._reconnect.since is not None:
-                    self._recovered()
                 log_pos = event.packet.log_pos
                 end = BinlogPosition(stream.log_file, log_pos) if log_pos else self.position
                 if isinstance(event, HeartbeatLogEvent):
@@ -549,8 +546,7 @@ class BinlogReader:
         if not buffer.look(stream):
             return current, False
         while (event := buffer.event(stream)) is not None:
-            if self._reconnect.since is not None:
-                self._recovered()
+            self._read_again()
             kind = event.type
             if kind == quick_events.TABLE_MAP:
                 if not buffer.known_map(stream, event):
@@ -572,7 +568,9 @@ class BinlogReader:
                 current = None
             else:
                 rows = buffer.rows(event)
-                table = stream.table_map.get(rows.table_id)
+                table = None if rows is None else stream.table_map.get(rows.table_id)
+                if rows is None or table is None:
+                    break
                 taken, current = self._rows.add_quick(
                     table, rows, buffer.data, stream.dbms, end, current, self._xa_group
                 )
@@ -580,6 +578,19 @@ class BinlogReader:
                     break
                 buffer.take(stream, event)
         return current, False
+
+    def _library_event(self, stream: BinLogStreamReader) -> Any:
+        """The next event python-mysql-replication reads (None: the stream's end)."""
+        event = stream.fetchone()
+        if event is not None:
+            self._buffer.after_library(stream)
+            self._read_again()
+        return event
+
+    def _read_again(self) -> None:
+        """An event came: a reconnect under way has succeeded."""
+        if self._reconnect.since is not None:
+            self._recovered()
 
     def _idle_heartbeat(self, idle: Callable[[float], bool]) -> bool:
         """A server heartbeat outside a transaction: the binlog is idle now. True: `idle` ends the reading."""
