@@ -8,7 +8,7 @@ TEST_WORKERS ?= $(shell scripts/test-workers.sh)
 # Whole modules to each worker, in collection order: the longest first (tests/conftest.py, LONGEST_FIRST).
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: help setup deps demo test test-unit test-integration lint bench chaos soak
+.PHONY: help setup deps demo compiled test test-unit test-integration lint bench chaos soak
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*## /\t/'
@@ -21,14 +21,17 @@ deps:  ## install everything, no demo
 demo:  ## ingest a sample MariaDB database into a local Iceberg warehouse and show the result
 	.venv/bin/ingest demo
 
-test: lint  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
+compiled:  ## compile the binlog reader's hot path with mypyc again if its sources changed (ingest/runtime/compiled.py)
+	$(PY) -m ingest.runtime.compiled
+
+test: lint compiled  ## lint, type-check, every test (unit and integration, real services), then the Spark 4.0 subset
 	scripts/pytest-all.sh tests $(XDIST)
 	scripts/test-spark-compat.sh $(XDIST)
 
-test-unit:  ## the fast tests only (no servers)
+test-unit: compiled  ## the fast tests only (no servers)
 	scripts/pytest-all.sh tests -m "not integration"
 
-test-integration:  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
+test-integration: compiled  ## the integration tests only (real MariaDB, MinIO, PostgreSQL, Spark, Iceberg)
 	scripts/pytest-all.sh tests -m integration $(XDIST)
 
 soak:  ## the job for 60 minutes at 500 changes/s: memory, Iceberg files and lag over time (bench/README.md)

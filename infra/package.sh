@@ -23,6 +23,9 @@
 #          snapshot.driver). It is built against libmariadb/libmysqlclient, which the build host needs
 #          (libmariadb-dev, pkg-config, a C compiler) and the cluster nodes need at run time (libmariadb3).
 #          auto packs it when it builds and otherwise warns (the job then reads chunks with PyMySQL).
+# COMPILED auto (default) | yes: the binlog reader's hot path compiled with mypyc (ingest/runtime/compiled.py), which
+#          needs a C compiler and Python's headers on the build host only. auto packs without it where it does not
+#          build, with a warning (the reader then runs interpreted); yes fails instead.
 # OUT      directory to build into (default dist)
 # Pins in constraints.txt, when present, apply to every dependency.
 set -euo pipefail
@@ -57,7 +60,7 @@ rm -f "$OUT"/mysql_iceberg_ingest-*.whl "$ARCHIVE"
 # builds, and a read-only checkout could not be packaged.
 mkdir -p "$work/src"
 cp -R pyproject.toml README.md ingest "$work/src/"
-find "$work/src" -name __pycache__ -type d -prune -exec rm -rf {} +
+find "$work/src" \( -name __pycache__ -o -name _compiled \) -type d -prune -exec rm -rf {} +
 out_dir="$(cd "$OUT" && pwd)"
 "$work/build/bin/python" -m pip wheel -q --no-deps -w "$out_dir" "$work/src"
 wheels=("$OUT"/mysql_iceberg_ingest-*.whl)
@@ -100,6 +103,20 @@ case "$FAST" in
         "packing without it: chunk reads will use PyMySQL (snapshot.driver: auto)" >&2
     fi ;;
 esac
+
+# The binlog reader's hot path compiled with mypyc for this Python and architecture, into the installed package
+# (ingest/runtime/compiled.py). mypy and setuptools stay in the build virtualenv; the environment only loads it.
+# Where it does not build, the job runs the same modules interpreted (slower: docs/config.md).
+step "compiled binlog reader (mypyc)"
+site="$("$work/env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+"$work/build/bin/python" -m pip install -q "${constraints[@]}" mypy setuptools
+if ! PYTHONPATH="$site" "$work/build/bin/python" -m ingest.runtime.compiled --ingest-dir "$site/ingest" \
+    >"$work/compiled.log" 2>&1; then
+  [ "${COMPILED:-auto}" = yes ] && { cat "$work/compiled.log" >&2; echo "COMPILED=yes: it does not build here" >&2; exit 1; }
+  echo "warning: the compiled binlog reader does not build here (needs a C compiler and Python's headers);" \
+    "packing without it: the reader runs interpreted (log: $(tail -3 "$work/compiled.log"))" >&2
+fi
+"$work/env/bin/python" -c 'from ingest.source.binlog import row_events as r; print("binlog reader:", "compiled" if r.__file__.endswith(".so") else "interpreted")'
 
 # The job must import, and pyspark must not be there (a second, different Spark would shadow the cluster's).
 "$work/env/bin/python" -c 'import ingest.cli, ingest.config, ingest.runtime.jars, pyiceberg, pyarrow, pymysql, pymysqlreplication, yaml, boto3'

@@ -302,6 +302,14 @@ class MariadbGtid:
             raise ValueError(f"invalid MariaDB GTID {_quote(text)}: a number is out of range; {form}")
         return cls(domain_id, server_id, seq_no)
 
+    @classmethod
+    def of_event(cls, domain_id: int, server_id: int, seq_no: int) -> MariadbGtid:
+        """A GTID event's numbers, unpacked from fields of 4, 4 and 8 bytes: in range by their width, so not
+        checked again (the reader makes one per transaction)."""
+        gtid = object.__new__(cls)
+        gtid.__dict__.update(domain_id=domain_id, server_id=server_id, seq_no=seq_no)
+        return gtid
+
     def __str__(self) -> str:
         return f"{self.domain_id}-{self.server_id}-{self.seq_no}"
 
@@ -474,6 +482,13 @@ class BinlogPosition:
         if not sep or not numeric or _BINLOG_FILE_RE.fullmatch(file) is None:
             raise ValueError(f"invalid binlog position {_quote(text)}: {_BINLOG_FORM}")
         return cls(file, int(pos_text))
+
+    def moved_to(self, pos: int) -> BinlogPosition:
+        """The same file at `pos`, an event's end from its header (an unsigned field of 4 bytes): the file's name
+        is not parsed again (the reader makes one per event)."""
+        moved = object.__new__(BinlogPosition)
+        moved.__dict__.update(file=self.file, pos=pos, _base=self._base, _order=(self._order[0], pos))
+        return moved
 
     @property
     def base_name(self) -> str:

@@ -603,3 +603,21 @@ def test_stream_offset_from_json_rejects_negative_counts() -> None:
 def test_stream_offset_from_bad_text(text: str, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         StreamOffset.from_text(text)
+
+
+def test_a_position_moved_in_its_file_is_the_position_parsed_there() -> None:
+    start = BinlogPosition("mysql-bin.1000001", 4)
+    moved = start.moved_to(98765)
+    parsed = BinlogPosition.parse("mysql-bin.1000001:98765")
+    assert moved == parsed and hash(moved) == hash(parsed) and str(moved) == str(parsed) and repr(moved) == repr(parsed)
+    assert (moved.base_name, moved.file_number) == ("mysql-bin", 1000001)
+    assert start < moved < BinlogPosition("mysql-bin.1000002", 4)
+    with pytest.raises(ValueError, match="different binlog base names"):
+        _ = moved < BinlogPosition("other-bin.1000001", 5)
+
+
+def test_a_gtid_of_an_event_is_the_gtid_made_with_its_checks() -> None:
+    made = MariadbGtid.of_event(3, 4_294_967_295, 2**64 - 1)
+    checked = MariadbGtid(3, 4_294_967_295, 2**64 - 1)
+    assert made == checked and hash(made) == hash(checked) and str(made) == "3-4294967295-18446744073709551615"
+    assert MariadbGtidPos((MariadbGtid(3, 1, 1),)).advance(made) == MariadbGtidPos((checked,))

@@ -4,13 +4,16 @@ left to python-mysql-replication, and that a packet taken moves the connection e
 from __future__ import annotations
 
 import io
+import socket
 import struct
+import time
 from typing import Any
 
 import pytest
 
 from ingest.source.binlog import quick_events
 from ingest.source.binlog.quick_events import Buffer
+from ingest.source.binlog.reader import with_read_buffer
 
 CHECKSUM = b"\x01\x02\x03\x04"
 
@@ -69,7 +72,11 @@ def test_whole_packets_are_taken_in_order_and_the_connection_moves_past_each() -
     buffer.take(stream, xid)
     assert stream.log_pos == 531 and stream._stream_connection._next_seq_id == 3
     assert buffer.event(stream) is None  # two bytes of the next packet only: the library reads it
-    assert stream._stream_connection._rfile.read() == b"\x05\x00"  # exactly the two packets were read out
+    rfile = stream._stream_connection._rfile
+    assert rfile.peek().startswith(wire)  # taken, but still in the connection's buffer
+    buffer.settle(stream)
+    buffer.settle(stream)  # once only
+    assert rfile.read() == b"\x05\x00"  # exactly the two packets were read out
     assert stream._stream_connection._sock.timeouts == [0.0]  # one look, without waiting
 
 
@@ -185,3 +192,31 @@ def test_a_declined_table_map_is_not_recorded_after_a_fresh_look() -> None:
     assert buffer.look(stream)
     event = buffer.event(stream)
     assert event is not None and not buffer.known_map(stream, event)
+
+
+def test_a_row_event_longer_than_a_sockets_own_buffer_is_read_in_place_through_the_streams_buffer() -> None:
+    """A socket's file buffers 8 KiB, about the length of one row event: the stream's connection reads through a
+    larger buffer (`with_read_buffer`), so that long events are whole in it."""
+    rows = b"\x00\x2a\x00\x00\x00" * 12_000  # 60 kB of rows
+    wire = _packet(0x17, _rows_body(10, 1, rows), 1)
+    ours, server = socket.socketpair()
+    with ours, server:
+        stream = _Stream(b"")
+        conn = stream._stream_connection
+        conn._sock, conn._rfile = ours, ours.makefile("rb")
+        with_read_buffer(conn)  # type: ignore[arg-type]
+        server.sendall(wire)
+        buffer = Buffer()
+        for _ in range(100):  # one look sees what the socket delivered so far, up to the buffer's size
+            if buffer.look(stream) and len(buffer.data) >= len(wire):
+                break
+            time.sleep(0.01)
+        assert len(buffer.data) == len(wire)
+        event = buffer.event(stream)
+        assert (
+            event is not None and event.size == len(wire) and buffer.data[buffer.rows(event).start :] == rows + CHECKSUM
+        )
+        buffer.take(stream, event)
+        buffer.settle(stream)
+        server.sendall(b"\x01\x02")
+        assert conn._rfile.read(2) == b"\x01\x02"  # the event was read out whole, nothing after it

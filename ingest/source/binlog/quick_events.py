@@ -83,12 +83,14 @@ class Buffer:
     """The whole packets a replication stream's connection holds, looked at in place.
 
     `look(stream)` takes a fresh look (False: nothing whole there); `event()` is the next packet's event if it
-    is one `Buffer` reads, else None (the library reads it); `take(stream, event)` reads it out of the buffer.
+    is one `Buffer` reads, else None (the library reads it); `take(stream, event)` takes it, and `settle(stream)`
+    reads what was taken out of the connection's buffer, before the library reads on.
     """
 
     def __init__(self) -> None:
         self.data = b""
-        self._at = 0
+        self._at = self._settled = 0
+        """Where the next packet begins in `data`, and up to where the packets taken are read out of it."""
         self._maps: dict[int, tuple[bytes, Any]] = {}
         """Per table id, the body of the table map the library parsed last, and its parse."""
         self._declined: tuple[int, bytes] | None = None
@@ -98,7 +100,7 @@ class Buffer:
 
     def look(self, stream: Any) -> bool:
         """Look at what the stream's connection has received; True when a whole packet is there."""
-        self.data, self._at, self._declined = b"", 0, None  # a table map declined before is read by now, or never
+        self.data, self._at, self._settled, self._declined = b"", 0, 0, None  # a map declined is read, or never
         conn = getattr(stream, "_stream_connection", None)
         if (
             conn is None
@@ -139,14 +141,21 @@ class Buffer:
         return Event(kind, timestamp, server_id, log_pos, at + _BODY, at + size - checksum, size)
 
     def take(self, stream: Any, event: Event) -> None:
-        """Read `event`'s packet out of the connection's buffer: the library's next read starts after it."""
+        """Take `event`'s packet: the connection's sequence and the stream's position move past it now, its bytes
+        leave the connection's buffer at `settle`, before the library reads again."""
         conn = stream._stream_connection
-        conn._rfile.read(event.size)
         conn._next_seq_id = (conn._next_seq_id + 1) % 256
         if event.log_pos:
             stream.log_pos = event.log_pos
         self._at += event.size
         self.taken[event.type] += 1
+
+    def settle(self, stream: Any) -> None:
+        """Read the packets taken since `look` out of the connection's buffer, at once: the library's next read
+        starts after them."""
+        if self._at > self._settled:
+            stream._stream_connection._rfile.read(self._at - self._settled)
+            self._settled = self._at
 
     def gtid(self, event: Event) -> tuple[int, int, int]:
         """A MariaDB GTID event's (domain id, sequence number, flags)."""

@@ -76,6 +76,10 @@ __all__ = [
 ]
 
 
+READ_BUFFER_BYTES = 1 << 18
+"""The binlog stream's read buffer (256 KiB): `quick_events` reads the events wholly in it in place."""
+
+
 def refuse_statement(table_id: str, position: BinlogPosition, query: str) -> SourceError:
     """The error of a change to `table_id` logged as a statement: it cannot be applied, nor skipped."""
     return SourceError(
@@ -111,7 +115,7 @@ def stream_connection(source: SourceConfig, read_timeout: float | None = None) -
             if tls_failure(e) is None:
                 raise  # the library's own handling (a lost connection is retried)
             raise connection_refused(source, e) from None
-        return require_tls(conn, source)
+        return with_read_buffer(require_tls(conn, source))
 
     settings = {
         "host": source.host,
@@ -125,6 +129,18 @@ def stream_connection(source: SourceConfig, read_timeout: float | None = None) -
     if read_timeout is not None:
         settings["read_timeout"] = read_timeout
     return {"connection_settings": settings, "pymysql_wrapper": connect_checked}
+
+
+def with_read_buffer(conn: pymysql.connections.Connection[Any]) -> pymysql.connections.Connection[Any]:
+    """The stream's connection reading through a buffer of READ_BUFFER_BYTES, not the 8 KiB a socket's file has:
+    `quick_events` reads only the packets wholly in it, and a row event is about 8 KiB (the server's
+    binlog_row_event_max_size) or longer, so a packet split at the buffer's end went through the library one time
+    in a few (bench.reader), and a longer event every time. Swapped right after the handshake (and the TLS one),
+    when the server has sent nothing the old buffer could hold: it asks before it answers."""
+    old = conn._rfile  # type: ignore[attr-defined]
+    conn._rfile = conn._sock.makefile("rb", buffering=READ_BUFFER_BYTES)  # type: ignore[attr-defined]
+    old.close()
+    return conn
 
 
 def dump_server_id() -> int:
@@ -356,6 +372,8 @@ class BinlogReader:
         table's transaction."""
         self.blocking = blocking
         self._buffer = quick_events.Buffer()
+        self._file = start
+        """A position in the stream's binlog file: events' ends are made from it (`_end`)."""
         self._stream = self._open(start)
         self._reconnect = Reconnect(source.reconnect_seconds, f"{source.host}:{source.port}")
         self.on_reconnect: Callable[[Reconnect], None] | None = None
@@ -501,7 +519,7 @@ class BinlogReader:
                 if event is None:
                     return
                 log_pos = event.packet.log_pos
-                end = BinlogPosition(stream.log_file, log_pos) if log_pos else self.position
+                end = self._end(stream, log_pos)
                 if isinstance(event, HeartbeatLogEvent):
                     if idle is not None and current is None and self._idle_heartbeat(idle):
                         return
@@ -556,13 +574,14 @@ class BinlogReader:
             if kind == quick_events.ANNOTATE_ROWS:
                 buffer.take(stream, event)
                 continue
-            end = BinlogPosition(stream.log_file, event.log_pos) if event.log_pos else self.position
+            end = self._end(stream, event.log_pos)
             if kind == quick_events.GTID:
                 domain_id, seq_no, flags = buffer.gtid(event)
                 buffer.take(stream, event)
                 current = self._group_began(domain_id, event.server_id, seq_no, flags, end)
             elif kind == quick_events.XID:
                 buffer.take(stream, event)
+                buffer.settle(stream)  # the transaction is handed over whole: the buffer is as the library left it
                 if (yield from self._completed(event.timestamp, end, current, idle)):
                     return None, True
                 current = None
@@ -577,6 +596,7 @@ class BinlogReader:
                 if not taken:
                     break
                 buffer.take(stream, event)
+        buffer.settle(stream)
         return current, False
 
     def _library_event(self, stream: BinLogStreamReader) -> Any:
@@ -586,6 +606,14 @@ class BinlogReader:
             self._buffer.after_library(stream)
             self._read_again()
         return event
+
+    def _end(self, stream: BinLogStreamReader, log_pos: int) -> BinlogPosition:
+        """Where an event ends, from its header: in the stream's file (none given: where the reader is)."""
+        if not log_pos:
+            return self.position
+        if self._file.file != stream.log_file:
+            self._file = BinlogPosition(stream.log_file, 4)
+        return self._file.moved_to(log_pos)
 
     def _read_again(self) -> None:
         """An event came: a reconnect under way has succeeded."""
@@ -600,9 +628,9 @@ class BinlogReader:
 
     def _group_began(self, domain_id: int, server_id: int, seq_no: int, flags: int, end: BinlogPosition) -> Transaction:
         # From the event's numbers, not its text: parsing it back cost a regex per transaction.
-        self._group_gtid = gtid = MariadbGtid(domain_id, server_id, seq_no)
+        self._group_gtid = MariadbGtid.of_event(domain_id, server_id, seq_no)
         self._in_group, self._xa_group = group_flags(flags)
-        return Transaction(end, gtid=str(gtid))
+        return Transaction(end, gtid=f"{domain_id}-{server_id}-{seq_no}")
 
     def _xa_prepared(self, event: XAPrepareEvent, end: BinlogPosition, current: Transaction | None) -> bool:
         """XA PREPARE ends the first half of an XA transaction: its changes are held until it is decided. True:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
+import functools
 import logging
 import struct
 from collections.abc import Callable, Sequence
@@ -253,8 +254,9 @@ def _library_time2(self: Any, column: Any) -> dt.timedelta:
 
 
 def install() -> None:
-    """Read TIME2 right in the library too (idempotent)."""
-    RowsEvent._RowsEvent__read_time2 = _library_time2
+    """Read TIME2 right in the library too (idempotent). As a `partialmethod`: a function of this module is no
+    method descriptor where it runs compiled (ingest.runtime.compiled), so it would not be bound to the event."""
+    RowsEvent._RowsEvent__read_time2 = functools.partialmethod(_library_time2)
 
 
 def _date(buf: bytes, pos: int) -> tuple[Any, int]:
