@@ -116,7 +116,8 @@ if ! PYTHONPATH="$site" "$work/build/bin/python" -m ingest.runtime.compiled --in
   echo "warning: the compiled binlog reader does not build here (needs a C compiler and Python's headers);" \
     "packing without it: the reader runs interpreted (log: $(tail -3 "$work/compiled.log"))" >&2
 fi
-"$work/env/bin/python" -c 'from ingest.source.binlog import row_events as r; print("binlog reader:", "compiled" if r.__file__.endswith(".so") else "interpreted")'
+# (From another directory: the checkout's own ingest/ is not the one asked about.)
+(cd "$work" && "$work/env/bin/python" -c 'from ingest.source.binlog import row_events as r; print("binlog reader:", "compiled" if r.__file__.endswith(".so") else "interpreted")')
 
 # The job must import, and pyspark must not be there (a second, different Spark would shadow the cluster's).
 "$work/env/bin/python" -c 'import ingest.cli, ingest.config, ingest.runtime.jars, pyiceberg, pyarrow, pymysql, pymysqlreplication, yaml, boto3'

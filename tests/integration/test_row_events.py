@@ -294,6 +294,8 @@ class _LibraryOnly:
     """A buffer that never looks: every event is read by python-mysql-replication, as before `quick_events`. (Not a
     subclass of `Buffer`, which may be a compiled class: ingest.runtime.compiled.)"""
 
+    drained = False  # never waits for the server itself: the library does
+
     def look(self, stream: Any) -> bool:
         return False
 

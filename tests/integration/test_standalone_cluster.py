@@ -50,6 +50,8 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert (out / "ingest-env.tar.gz").is_file()
+    # The binlog reader's hot path is compiled into the packed environment (ingest/runtime/compiled.py).
+    assert "binlog reader: compiled" in built.stdout, built.stdout[-3000:] + built.stderr[-3000:]
     # It builds from a copy: the checkout it packages gets no setuptools build/ directory (nor is written at all).
     assert (ROOT / "build").exists() == build_dir_before
     return out

@@ -3,10 +3,13 @@ left to python-mysql-replication, and that a packet taken moves the connection e
 
 from __future__ import annotations
 
+import contextlib
 import io
 import socket
 import struct
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -199,12 +202,8 @@ def test_a_row_event_longer_than_a_sockets_own_buffer_is_read_in_place_through_t
     larger buffer (`with_read_buffer`), so that long events are whole in it."""
     rows = b"\x00\x2a\x00\x00\x00" * 12_000  # 60 kB of rows
     wire = _packet(0x17, _rows_body(10, 1, rows), 1)
-    ours, server = socket.socketpair()
-    with ours, server:
-        stream = _Stream(b"")
+    with _over_a_socket() as (stream, server):
         conn = stream._stream_connection
-        conn._sock, conn._rfile = ours, ours.makefile("rb")
-        with_read_buffer(conn)  # type: ignore[arg-type]
         server.sendall(wire)
         buffer = Buffer()
         for _ in range(100):  # one look sees what the socket delivered so far, up to the buffer's size
@@ -220,3 +219,34 @@ def test_a_row_event_longer_than_a_sockets_own_buffer_is_read_in_place_through_t
         buffer.settle(stream)
         server.sendall(b"\x01\x02")
         assert conn._rfile.read(2) == b"\x01\x02"  # the event was read out whole, nothing after it
+
+
+def test_a_drained_buffer_waits_for_the_server_and_reads_what_came_in_place() -> None:
+    """The first event after the buffer ran dry is read in place too, once it has come (`wait`); a connection
+    closed meanwhile is left to the library, which raises."""
+    wire = _packet(quick_events.GTID, GTID_BODY, 1, end=500)
+    with _over_a_socket() as (stream, server):
+        buffer = Buffer()
+        assert not buffer.look(stream) and buffer.drained
+        assert not buffer.wait(stream, 0.05)  # nothing came
+        threading.Timer(0.05, server.sendall, (wire,)).start()
+        assert buffer.wait(stream, 5.0)
+        event = buffer.event(stream)
+        assert event is not None and event.type == quick_events.GTID and event.size == len(wire)
+        buffer.take(stream, event)
+        buffer.settle(stream)
+        assert not buffer.look(stream) and buffer.drained
+        server.close()
+        assert not buffer.wait(stream, 5.0)  # readable, with nothing to read: closed
+
+
+@contextlib.contextmanager
+def _over_a_socket() -> Iterator[tuple[_Stream, socket.socket]]:
+    """A stream whose connection reads a real socket through the stream's buffer; the server's end."""
+    ours, server = socket.socketpair()
+    with ours, server:
+        stream = _Stream(b"")
+        conn = stream._stream_connection
+        conn._sock, conn._rfile = ours, ours.makefile("rb")  # type: ignore[assignment]
+        with_read_buffer(conn)  # type: ignore[arg-type]
+        yield stream, server

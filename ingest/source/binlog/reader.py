@@ -515,6 +515,8 @@ class BinlogReader:
                 current, stop = yield from self._quick(stream, current, idle)
                 if stop:
                     return
+                if self._buffer.drained and self._buffer.wait(stream, self.heartbeat_seconds):
+                    continue  # more came: read in place (what comes before a heartbeat, or nothing, is the library's)
                 event = self._library_event(stream)
                 if event is None:
                     return
