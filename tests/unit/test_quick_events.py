@@ -36,6 +36,9 @@ class _Socket:
     def settimeout(self, value: float | None) -> None:
         self.timeouts.append(value)
 
+    def gettimeout(self) -> float | None:
+        return self.timeouts[-1] if self.timeouts else None
+
 
 class _Connection:
     def __init__(self, wire: bytes, seq: int) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import select
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,8 @@ _EVENT_HEADER = struct.Struct("<xIBIIIH")
 _BODY = _PACKET_HEADER + _EVENT_HEADER.size
 _GTID = struct.Struct("<QIB")
 """A MariaDB GTID event's sequence number, domain id and flags."""
+GATHER_SECONDS = 0.005
+"""A drained buffer waits this long before it looks again (`Buffer.wait`)."""
 _LARGEST = 0xFFFFFF
 """A packet this long continues in the next one: the library joins them."""
 
@@ -118,7 +121,8 @@ class Buffer:
             return False
         self._socket = sock
         try:
-            sock.settimeout(0.0)  # no wait: an empty buffer stays empty (`wait`, or the library, waits)
+            if sock.gettimeout() != 0.0:  # (a system call each time it is set, even to what it is)
+                sock.settimeout(0.0)  # no wait: an empty buffer stays empty (`wait`, or the library, waits)
             data = rfile.peek()
         except OSError:  # nothing received yet (TLS says so with an error), or a lost connection: the library's
             return False
@@ -140,6 +144,9 @@ class Buffer:
         sock = self._socket
         if sock is None:
             return False
+        # What the server sends in the next moment is read at once: at a steady load a wake-up per transaction
+        # (a poll, a look, their system calls) cost more than the transaction. A batch waits seconds anyway.
+        time.sleep(GATHER_SECONDS)
         try:
             poll = select.poll()
             poll.register(sock, select.POLLIN)
