@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness
-from bench.steady import FIRST_EVENT, LOAD_PROCEDURE, PROCEDURE
-from bench.tables import create_tables, load_initial, three_tables_document
+from bench.steady import LOAD_PROCEDURE, ServerLoad
+from bench.tables import binlog_position, create_tables, load_initial, source_counts, three_tables_document
 from ingest.config import PipelineConfig, parse_config
 from ingest.devservers.mariadb import MariaDBServer
 from ingest.model.position import BinlogPosition
@@ -23,42 +23,20 @@ READER_SERVER_ID = 5601
 BASELINE_SERVER_ID = 5602
 CALL_TRANSACTIONS = 20_000
 """Transactions per call of the load procedure (each call's deadline is five seconds past its nominal length)."""
-CALL_EVENTS = 10_000_000
-"""Each call numbers the events it inserts in a range of its own."""
 
 
 def record(server: MariaDBServer, config: PipelineConfig, transactions: int) -> dict[str, Any]:
     """At least `transactions` single-row transactions of the steady load; the binlog range they occupy."""
-    from ingest.source.mysql import connect
-    from ingest.source.watermark import read_watermark
-
-    with connect(config.source) as conn:
-        start = read_watermark(conn, "mariadb").position
-    done = call = 0
-    sizes = {"orders": 0, "customers": 0}
-    with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
-        for table in sizes:
-            cur.execute(f"SELECT COUNT(*) FROM {table}")
-            sizes[table] = int(cur.fetchone()[0])
-        while done < transactions:
-            # A rate of a million per second is no pace at all: the procedure writes as fast as the server goes.
-            cur.execute(
-                f"CALL {PROCEDURE}(%s, %s, %s, %s, %s, %s, @done)",
-                (
-                    1e6,
-                    CALL_TRANSACTIONS / 1e6,
-                    FIRST_EVENT + call * CALL_EVENTS,
-                    call,
-                    sizes["orders"],
-                    sizes["customers"],
-                ),
-            )
-            cur.execute("SELECT @done")
-            done += int(cur.fetchone()[0])
-            call += 1
-    with connect(config.source) as conn:
-        end = read_watermark(conn, "mariadb").position
-    return {"start": str(start), "end": str(end), "transactions": done}
+    start, done, call = binlog_position(config), 0, 0
+    sizes = source_counts(server)
+    while done < transactions:
+        # A rate of a million per second is no pace at all: the procedure writes as fast as the server goes.
+        load = ServerLoad(server, 1e6, CALL_TRANSACTIONS / 1e6, 1, call, sizes)
+        load.run()
+        if load.errors:
+            raise RuntimeError(f"the load procedure failed: {'; '.join(load.errors)}")
+        done, call = done + load.transactions, call + 1
+    return {"start": str(start), "end": str(binlog_position(config)), "transactions": done}
 
 
 def raw_parse(config: PipelineConfig, start: BinlogPosition, end: BinlogPosition) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pymysql.cursors
 from bench import harness
 from ingest.config import PipelineConfig
 from ingest.devservers.mariadb import MariaDBServer
+from ingest.model.position import BinlogPosition
 
 TABLE = "items"
 TABLES = ("orders", "customers", "events")
@@ -278,13 +279,18 @@ def round_transactions(keys: KeySpace, r: int) -> list[list[str]]:
     return txs
 
 
-def record_binlog(server: MariaDBServer, config: PipelineConfig, keys: KeySpace, changes: int) -> dict[str, Any]:
-    """Write at least `changes` row changes in multi-row transactions; the binlog range they occupy."""
+def binlog_position(config: PipelineConfig) -> BinlogPosition:
+    """The source's binlog position now, read as the job reads its watermarks."""
     from ingest.source.mysql import connect
     from ingest.source.watermark import read_watermark
 
     with connect(config.source) as conn:
-        start = read_watermark(conn, "mariadb").position
+        return read_watermark(conn, "mariadb").position
+
+
+def record_binlog(server: MariaDBServer, config: PipelineConfig, keys: KeySpace, changes: int) -> dict[str, Any]:
+    """Write at least `changes` row changes in multi-row transactions; the binlog range they occupy."""
+    start = binlog_position(config)
     affected = transactions = rounds = 0
     started = time.perf_counter()
     with server.admin(harness.DATABASE) as conn, conn.cursor() as cur:
@@ -297,8 +303,7 @@ def record_binlog(server: MariaDBServer, config: PipelineConfig, keys: KeySpace,
                 transactions += 1
             rounds += 1
     seconds = time.perf_counter() - started
-    with connect(config.source) as conn:
-        end = read_watermark(conn, "mariadb").position
+    end = binlog_position(config)
     return {
         "start": str(start),
         "end": str(end),

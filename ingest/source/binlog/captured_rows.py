@@ -191,14 +191,10 @@ def _with_changes(
 ) -> Transaction:
     """The transaction under way (begun at `end` if none), with a row event's (before, after) images as changes."""
     current = current if current is not None else Transaction(end)
-    table_id = _TABLE_IDS.get(key) or _TABLE_IDS.setdefault(key, f"{key[0]}.{key[1]}")
+    table_id = f"{key[0]}.{key[1]}"
     # A list, not a generator: most events hold one row, and a generator costs more than the row (bench.reader).
     current.changes += [RowChange(table_id, end, i, before, after) for i, (before, after) in enumerate(images)]
     return current
-
-
-_TABLE_IDS: dict[tuple[str, str], str] = {}
-"""`database.table` per captured table, made once: one string per row event less."""
 
 
 def _key_changed(images: list[Any], schema: TableSchema) -> Callable[[Sequence[str]], bool]:
