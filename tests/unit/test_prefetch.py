@@ -18,7 +18,8 @@ def pos(n: int) -> BinlogPosition:
 
 
 class FakeReader:
-    """Yields ("tx", n, size) items; `script` entries "idle" call the idle callback, exceptions are raised."""
+    """Yields ("tx", n, size) items; `script` entries "idle" call the idle callback, "wait" the waiting callback
+    and then wait for `go`; exceptions are raised."""
 
     def __init__(self, script: list[Any]) -> None:
         self.script = script
@@ -26,9 +27,17 @@ class FakeReader:
         self.gtid = None
         self.idle_at_end = False
         self.read = 0
+        self.go = threading.Event()
 
-    def transactions(self, idle: Callable[[float], bool] | None = None) -> Iterator[Any]:
+    def transactions(
+        self, idle: Callable[[float], bool] | None = None, waiting: Callable[[], None] | None = None
+    ) -> Iterator[Any]:
         for entry in self.script:
+            if entry == "wait":
+                if waiting is not None:
+                    waiting()
+                self.go.wait(10)
+                continue
             if entry == "idle":
                 if idle is not None and idle(1234.5):
                     return
@@ -60,11 +69,26 @@ def test_the_reader_stays_at_most_max_changes_ahead() -> None:
     it = iter(prefetch)
     first = next(it)
     time.sleep(0.5)  # give the thread every chance to run ahead
-    # Taken: 1 item; handed over but not taken: at most 10 changes = 2 items (one more may wait in hand).
+    # Handed over in groups of 10 changes (2 items): the first group taken, one more handed over and not taken
+    # (10 changes ahead), a third gathered, waiting for room.
     assert first[1] == 10
-    assert reader.read <= 1 + 2 + 1
+    assert reader.read == 2 + 2 + 2
     rest = [i for i in it if isinstance(i, tuple)]
     assert len(rest) == 19
+    prefetch.close()
+
+
+def test_what_is_read_before_the_reader_waits_is_handed_over_before_the_wait() -> None:
+    """Items go over in groups, but none is held while the reader waits for the server: a batch due meanwhile
+    has them."""
+    reader = FakeReader([("tx", 10, 1), ("tx", 20, 1), "wait", ("tx", 30, 1)])
+    prefetch = Prefetch(reader, 100, size)
+    assert prefetch.poll(5.0) == ("tx", 10, 1)
+    assert prefetch.poll(5.0) == ("tx", 20, 1)
+    assert prefetch.poll(0.2) is None  # the reader waits
+    reader.go.set()
+    assert prefetch.poll(5.0) == ("tx", 30, 1)
+    assert prefetch.poll(5.0) == End(pos(30))
     prefetch.close()
 
 

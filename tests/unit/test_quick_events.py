@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import select
 import socket
 import struct
 import threading
@@ -225,22 +226,38 @@ def test_a_row_event_longer_than_a_sockets_own_buffer_is_read_in_place_through_t
 
 
 def test_a_drained_buffer_waits_for_the_server_and_reads_what_came_in_place() -> None:
-    """The first event after the buffer ran dry is read in place too, once it has come (`wait`); a connection
-    closed meanwhile is left to the library, which raises."""
+    """The first event after the buffer ran dry is read in place too, once it has come (`wait`); the caller is
+    told before a wait, and not when the bytes are there already; a connection closed meanwhile is left to the
+    library, which raises."""
     wire = _packet(quick_events.GTID, GTID_BODY, 1, end=500)
+    told: list[str] = []
+
+    def before() -> None:
+        told.append("waiting")
+
     with _over_a_socket() as (stream, server):
         buffer = Buffer()
         assert not buffer.look(stream) and buffer.drained
-        assert not buffer.wait(stream, 0.05)  # nothing came
+        assert not buffer.wait(stream, 0.05, before)  # nothing came
+        assert told == ["waiting"]
         threading.Timer(0.05, server.sendall, (wire,)).start()
-        assert buffer.wait(stream, 5.0)
+        assert buffer.wait(stream, 5.0, before)
+        assert told == ["waiting", "waiting"]
         event = buffer.event(stream)
         assert event is not None and event.type == quick_events.GTID and event.size == len(wire)
         buffer.take(stream, event)
         buffer.settle(stream)
         assert not buffer.look(stream) and buffer.drained
+        server.sendall(_packet(quick_events.GTID, GTID_BODY, 2, end=600))
+        assert select.select([stream._stream_connection._sock], [], [], 5.0)[0]  # it has come
+        assert buffer.wait(stream, 5.0, before)  # there already: read at once, nobody told
+        assert told == ["waiting", "waiting"]
+        event = buffer.event(stream)
+        assert event is not None and event.log_pos == 600
+        buffer.take(stream, event)
+        buffer.settle(stream)
         server.close()
-        assert not buffer.wait(stream, 5.0)  # readable, with nothing to read: closed
+        assert not buffer.wait(stream, 5.0, before)  # readable, with nothing to read: closed
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from ingest.model.position import BinlogPosition, MariadbGtidPos
 
 _POLL_SECONDS = 0.2
 _TICK_SECONDS = 1.0
+_GROUP_ITEMS = 4096
+"""A group is handed over at this many items at the latest (a catch-up reads without waiting)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,12 @@ class Failed:
 
 
 class Prefetch:
-    """Items of `reader.transactions(idle=...)`, produced on a thread, in order.
+    """Items of `reader.transactions(idle=..., waiting=...)`, produced on a thread, in order.
+
+    The items are handed over in groups: what the reader gathers while the server's bytes are at hand goes over
+    at once when the reader is about to wait for more (`waiting`), at an idle report, and at `max_changes` changes.
+    At a steady load of small transactions a handover per transaction (a lock, a wake-up of the consumer, the GIL
+    passed back and forth) cost as much as reading the transaction (bench.steady).
 
     `pause_after(item)` makes the reader wait after handing `item` over until `resume()` (a DDL: rows after
     it must be decoded with the schema the consumer installs). `close()` stops the thread.
@@ -74,9 +82,15 @@ class Prefetch:
         self._max = max(1, max_changes)
         self._size_of = size_of
         self._pause_after = pause_after
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._ahead = 0
-        """Row changes handed over but not yet taken by the consumer."""
+        self._queue: queue.SimpleQueue[tuple[list[Any], int]] = queue.SimpleQueue()
+        """Groups of items handed over, each with its row changes."""
+        self._group: list[Any] = []
+        self._group_changes = 0
+        """The reading thread's items not yet handed over, and their row changes."""
+        self._taken: deque[Any] = deque()
+        """The consumer's: items of the groups it took, not yet returned."""
+        self._handed = self._took = 0
+        """Row changes handed over (written by the reading thread only) and taken (by the consumer only)."""
         self._room = threading.Condition()
         self._stop = threading.Event()
         self._resume = threading.Event()
@@ -85,36 +99,35 @@ class Prefetch:
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            try:
-                item = self._queue.get(timeout=_TICK_SECONDS)
-            except queue.Empty:
+            item = self.poll(_TICK_SECONDS)
+            if item is None:
                 yield Tick()
                 continue
-            yield self._taken(item)
+            yield item
             if isinstance(item, End):
                 return
 
     def poll(self, timeout: float = 0.0) -> Any | None:
         """The next item, waiting for one at most `timeout` seconds; None when none came (a Spark source hands
         over what is ready)."""
-        try:
-            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return None
-        return self._taken(item)
-
-    def _taken(self, item: Any) -> Any:
+        if not self._taken:
+            try:
+                group, changes = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                return None
+            self._taken.extend(group)
+            if changes:
+                with self._room:
+                    self._took += changes
+                    self._room.notify_all()
+        item = self._taken.popleft()
         if isinstance(item, Failed):
             raise item.error
-        if not isinstance(item, Idle | End):
-            with self._room:
-                self._ahead -= self._size_of(item)
-                self._room.notify_all()
         return item
 
     def has_ready(self) -> bool:
         """Whether an item is waiting to be taken right now (the consumer can take it without waiting)."""
-        return not self._queue.empty()
+        return bool(self._taken) or not self._queue.empty()
 
     def resume(self) -> None:
         self._resume.set()
@@ -130,31 +143,41 @@ class Prefetch:
         self._thread.join(timeout=30)
 
     def _idle(self, at: float) -> bool:
-        if self._queue.empty():
-            self._queue.put(Idle(self._reader.position, at, self._reader.gtid, self._reader.idle_at_end))
+        if self._group or self._queue.empty():
+            reader = self._reader
+            self._group.append(Idle(reader.position, at, reader.gtid, reader.idle_at_end))
+            self._hand_over()
         return self._stop.is_set()
 
-    def _wait_for_room(self) -> bool:
-        """Wait until the consumer is less than `max_changes` behind; one item of any size fits when none is."""
+    def _hand_over(self) -> None:
+        """Hand the group over once the consumer is less than `max_changes` behind (a group of any size fits when
+        it is not); nothing when the consumer is gone."""
+        if not self._group:
+            return
         with self._room:
-            while self._ahead >= self._max and not self._stop.is_set():
+            while self._handed - self._took >= self._max and not self._stop.is_set():
                 self._room.wait(timeout=_POLL_SECONDS)
-        return not self._stop.is_set()
+        if self._stop.is_set():
+            return
+        self._handed += self._group_changes
+        self._queue.put((self._group, self._group_changes))
+        self._group, self._group_changes = [], 0
 
     def _run(self) -> None:
         try:
-            for item in self._reader.transactions(idle=self._idle):
-                if not self._wait_for_room():
-                    return  # the consumer is gone: hand nothing more over
-                with self._room:
-                    self._ahead += self._size_of(item)
-                self._queue.put(item)
+            for item in self._reader.transactions(idle=self._idle, waiting=self._hand_over):
+                self._group.append(item)
+                self._group_changes += self._size_of(item)
                 if self._pause_after(item):
+                    self._hand_over()
                     self._resume.wait()
                     self._resume.clear()
+                elif self._group_changes >= self._max or len(self._group) >= _GROUP_ITEMS:
+                    self._hand_over()
                 if self._stop.is_set():
                     return
+            last: Any = End(self._reader.position, self._reader.gtid)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it in its own thread
-            self._queue.put(Failed(e, self._reader.position))
-            return
-        self._queue.put(End(self._reader.position, self._reader.gtid))
+            last = Failed(e, self._reader.position)
+        self._group.append(last)
+        self._hand_over()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import select
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,26 +135,30 @@ class Buffer:
         """Every packet of the last look was taken, or it saw nothing: what comes next is yet to be received."""
         return self._at >= len(self.data)
 
-    def wait(self, stream: Any, seconds: float) -> bool:
+    def wait(self, stream: Any, seconds: float, before: Callable[[], None]) -> bool:
         """After a look that left the buffer `drained`: wait up to `seconds` for the server to send more, and look
         at it (True: something is there to read in place). False after the time, for nothing whole, or for a
         connection that says it is readable with nothing to read (closed): the library reads, and raises, then.
+        `before()` is told when nothing has come yet, before the wait.
 
         Without it, the first event after the buffer ran dry went through the library whole: at a steady load
         of single-row transactions that was one library event in every few (bench.steady)."""
         sock = self._socket
         if sock is None:
             return False
-        # What the server sends in the next moment is read at once: at a steady load a wake-up per transaction
-        # (a poll, a look, their system calls) cost more than the transaction. A batch waits seconds anyway.
-        time.sleep(GATHER_SECONDS)
         try:
             poll = select.poll()
             poll.register(sock, select.POLLIN)
-            readable = poll.poll(seconds * 1000)
+            if not poll.poll(0):  # (a catch-up finds the next bytes there: it reads on at once)
+                before()
+                # What the server sends in the next moment is read at once: at a steady load a wake-up per
+                # transaction (a poll, a look, their system calls) cost more than the transaction.
+                time.sleep(GATHER_SECONDS)
+                if not poll.poll(seconds * 1000):
+                    return False
         except (OSError, ValueError):  # closed meanwhile (a stop): the library's read says so
             return False
-        return bool(readable) and self.look(stream)
+        return self.look(stream)
 
     def event(self, stream: Any) -> Event | None:
         """The next packet's event when it is whole, next in sequence and of a type read here; else None."""

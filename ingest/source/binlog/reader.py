@@ -379,6 +379,8 @@ class BinlogReader:
         self.on_reconnect: Callable[[Reconnect], None] | None = None
         """Told of each reconnect attempt, and of the recovery (ingest.source.reconnect.publish)."""
         self._interrupted = threading.Event()
+        self._waiting: Callable[[], None] = _nothing
+        """Told before the reader may wait for the server (`transactions`)."""
         self._tables = {(s.database, s.table) for s in schemas}
         self._ddl = SchemaStatements(
             self._tables, self._contained_until, dict(planned_at or {}), on_ddl, recopy, new_tables
@@ -442,11 +444,15 @@ class BinlogReader:
         self._rows.forget(key)
 
     def transactions(
-        self, idle: Callable[[float], bool] | None = None
+        self, idle: Callable[[float], bool] | None = None, waiting: Callable[[], None] | None = None
     ) -> Iterator[Transaction | DdlStatement | TablesNamed]:
         """`_read`'s items; a lost connection (a restarted server, a killed or stalled stream) is opened again at
         the last transaction boundary, with backoff, for at most `source.reconnect_seconds` (ingest.source.reconnect):
-        the part of a transaction read before the loss is read again whole, nothing is handed over twice."""
+        the part of a transaction read before the loss is read again whole, nothing is handed over twice.
+
+        `waiting()` is told each time the reader may wait for the server (or for a reconnect) before its next item:
+        a consumer that gathers items hands over what it has then."""
+        self._waiting = waiting or _nothing
         while True:
             try:
                 yield from self._read(idle)
@@ -469,6 +475,7 @@ class BinlogReader:
                 )
                 if self.on_reconnect is not None:
                     self.on_reconnect(self._reconnect)
+                self._waiting()
                 if self._interrupted.wait(wait):
                     return  # the consumer is gone (a stop): no more reading
                 self._reopen()
@@ -515,7 +522,7 @@ class BinlogReader:
                 current, stop = yield from self._quick(stream, current, idle)
                 if stop:
                     return
-                if self._buffer.drained and self._buffer.wait(stream, self.heartbeat_seconds):
+                if self._buffer.drained and self._buffer.wait(stream, self.heartbeat_seconds, self._waiting):
                     continue  # more came: read in place (what comes before a heartbeat, or nothing, is the library's)
                 event = self._library_event(stream)
                 if event is None:
@@ -603,6 +610,7 @@ class BinlogReader:
 
     def _library_event(self, stream: BinLogStreamReader) -> Any:
         """The next event python-mysql-replication reads (None: the stream's end)."""
+        self._waiting()  # its read may wait for the server
         event = stream.fetchone()
         if event is not None:
             self._buffer.after_library(stream)
@@ -735,6 +743,10 @@ class BinlogReader:
         if self.gtid is not None and self._group_gtid is not None:
             self.gtid = self.gtid.advance(self._group_gtid)
         self._group_gtid = None
+
+
+def _nothing() -> None:
+    pass
 
 
 def _text(value: Any) -> str:
