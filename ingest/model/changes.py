@@ -83,7 +83,7 @@ class KeyAction(NamedTuple):
         return (self.position, self.row_index, self.step)
 
 
-@dataclass
+@dataclass(slots=True)  # (made per transaction: half the cost to build)
 class Transaction:
     """The row changes of one committed transaction to captured tables, and where it ends."""
 

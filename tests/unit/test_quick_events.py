@@ -69,19 +69,19 @@ def test_whole_packets_are_taken_in_order_and_the_connection_moves_past_each() -
     wire = _packet(quick_events.GTID, GTID_BODY, 1, end=500) + _packet(quick_events.XID, b"\x09" * 8, 2, end=531)
     stream, buffer = _Stream(wire + b"\x05\x00"), Buffer()
     assert buffer.look(stream)
-    gtid = buffer.event(stream)
+    gtid = buffer.event()
     assert gtid is not None and (gtid.type, gtid.server_id, gtid.log_pos, gtid.timestamp) == (0xA2, 7, 500, 1.7e9)
     assert buffer.gtid(gtid) == (0, 981, 0x01)
-    buffer.take(stream, gtid)
-    assert (stream.log_pos, stream._stream_connection._next_seq_id) == (500, 2)
-    xid = buffer.event(stream)
+    buffer.take(gtid)
+    xid = buffer.event()
     assert xid is not None and xid.type == quick_events.XID
-    buffer.take(stream, xid)
-    assert stream.log_pos == 531 and stream._stream_connection._next_seq_id == 3
-    assert buffer.event(stream) is None  # two bytes of the next packet only: the library reads it
+    buffer.take(xid)
+    assert buffer.event() is None  # two bytes of the next packet only: the library reads it
     rfile = stream._stream_connection._rfile
     assert rfile.peek().startswith(wire)  # taken, but still in the connection's buffer
+    assert (stream.log_pos, stream._stream_connection._next_seq_id) == (4, 1)  # moved at `settle`
     buffer.settle(stream)
+    assert stream.log_pos == 531 and stream._stream_connection._next_seq_id == 3
     buffer.settle(stream)  # once only
     assert rfile.read() == b"\x05\x00"  # exactly the two packets were read out
     assert stream._stream_connection._sock.timeouts == [0.0]  # one look, without waiting
@@ -101,7 +101,7 @@ def test_whole_packets_are_taken_in_order_and_the_connection_moves_past_each() -
 def test_other_packets_are_left_to_the_library_untouched(wire: bytes, why: str) -> None:
     stream, buffer = _Stream(wire), Buffer()
     if buffer.look(stream):
-        assert buffer.event(stream) is None, why
+        assert buffer.event() is None, why
     assert stream._stream_connection._rfile.read() == wire and stream._stream_connection._next_seq_id == 1
 
 
@@ -141,7 +141,7 @@ def test_a_row_events_rows_are_found_after_its_bitmaps(kind: int, bitmaps: int, 
         wire = _packet(kind, _rows_body(10, bitmaps, rows, extra), 1, checksum=checksum)
         stream, buffer = _Stream(wire, checksum=bool(checksum)), Buffer()
         assert buffer.look(stream)
-        event = buffer.event(stream)
+        event = buffer.event()
         assert event is not None
         found = buffer.rows(event)
         assert (found.table_id, found.kind, found.columns, found.full) == (18, expected, 10, True)
@@ -152,7 +152,7 @@ def test_rows_without_every_column_are_not_full() -> None:
     wire = _packet(0x17, _rows_body(10, 1, b"\x00", present=0b1111111011), 1)
     stream, buffer = _Stream(wire), Buffer()
     assert buffer.look(stream)
-    event = buffer.event(stream)
+    event = buffer.event()
     assert event is not None and not buffer.rows(event).full
 
 
@@ -161,9 +161,9 @@ def test_a_row_event_of_another_declared_post_header_length_is_left_to_the_libra
     lengths[0x17 - 1] = 6  # an old server's 4-byte table ids
     stream = _Stream(_packet(0x17, _rows_body(2, 1, b"\x00\x01\x02"), 1), post_header=lengths)
     buffer = Buffer()
-    assert buffer.look(stream) and buffer.event(stream) is None
+    assert buffer.look(stream) and buffer.event() is None
     lengths[0x17 - 1] = 8
-    assert buffer.look(stream) and buffer.event(stream) is not None
+    assert buffer.look(stream) and buffer.event() is not None
 
 
 def test_a_table_map_is_taken_only_as_the_library_parsed_the_same_bytes_before() -> None:
@@ -171,33 +171,63 @@ def test_a_table_map_is_taken_only_as_the_library_parsed_the_same_bytes_before()
     wire = _packet(quick_events.TABLE_MAP, body, 1)
     stream, buffer = _Stream(wire), Buffer()
     assert buffer.look(stream)
-    event = buffer.event(stream)
+    event = buffer.event()
     assert event is not None and not buffer.known_map(stream, event)  # never seen: the library parses it
     parsed = object()
     stream.table_map[18] = parsed  # what the library's read leaves
     buffer.after_library(stream)
     stream.table_map = {}  # a rotation starts the library's map over
     assert buffer.look(stream)
-    event = buffer.event(stream)
+    event = buffer.event()
     assert event is not None and buffer.known_map(stream, event)
     assert stream.table_map == {18: parsed}
     other = _Stream(_packet(quick_events.TABLE_MAP, body[:-1] + b"\x01", 1))  # the same id, other bytes
     assert buffer.look(other)
-    event = buffer.event(other)
+    event = buffer.event()
     assert event is not None and not buffer.known_map(other, event)
+
+
+def test_the_next_event_acted_on_takes_annotations_and_known_table_maps_on_the_way() -> None:
+    body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
+    known = _packet(quick_events.TABLE_MAP, body, 1)
+    stream, buffer = _Stream(known), Buffer()
+    assert buffer.look(stream)
+    event = buffer.event()
+    assert event is not None and not buffer.known_map(stream, event)
+    parsed = object()
+    stream.table_map[18] = parsed  # the library parsed it
+    buffer.after_library(stream)
+    unknown = _packet(quick_events.TABLE_MAP, (19).to_bytes(6, "little") + body[6:], 4)
+    wire = (
+        _packet(quick_events.ANNOTATE_ROWS, b"UPDATE t SET c = 1", 1)
+        + _packet(quick_events.TABLE_MAP, body, 2)
+        + _packet(quick_events.XID, b"\x09" * 8, 3, end=900)
+        + unknown
+    )
+    stream = _Stream(wire)
+    assert buffer.look(stream)
+    xid = buffer.next_event(stream)
+    assert xid is not None and xid.type == quick_events.XID and stream.table_map == {18: parsed}
+    buffer.take(xid)
+    left = buffer.next_event(stream)  # a table map never parsed: returned, not taken
+    assert left is not None and left.type == quick_events.TABLE_MAP and left.size == len(unknown)
+    assert buffer.next_event(stream) is not None  # still there
+    buffer.settle(stream)
+    assert stream._stream_connection._rfile.read() == unknown and stream._stream_connection._next_seq_id == 4
+    assert buffer.taken[quick_events.ANNOTATE_ROWS] == buffer.taken[quick_events.TABLE_MAP] == 1
 
 
 def test_a_declined_table_map_is_not_recorded_after_a_fresh_look() -> None:
     body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
     stream, buffer = _Stream(_packet(quick_events.TABLE_MAP, body, 1)), Buffer()
     assert buffer.look(stream)
-    event = buffer.event(stream)
+    event = buffer.event()
     assert event is not None and not buffer.known_map(stream, event)
     buffer.look(stream)  # the stream was lost and read again: what the library parses now is not that one
     stream.table_map[18] = object()
     buffer.after_library(stream)
     assert buffer.look(stream)
-    event = buffer.event(stream)
+    event = buffer.event()
     assert event is not None and not buffer.known_map(stream, event)
 
 
@@ -215,11 +245,11 @@ def test_a_row_event_longer_than_a_sockets_own_buffer_is_read_in_place_through_t
                 break
             time.sleep(0.01)
         assert len(buffer.data) == len(wire)
-        event = buffer.event(stream)
+        event = buffer.event()
         assert (
             event is not None and event.size == len(wire) and buffer.data[buffer.rows(event).start :] == rows + CHECKSUM
         )
-        buffer.take(stream, event)
+        buffer.take(event)
         buffer.settle(stream)
         server.sendall(b"\x01\x02")
         assert conn._rfile.read(2) == b"\x01\x02"  # the event was read out whole, nothing after it
@@ -243,18 +273,18 @@ def test_a_drained_buffer_waits_for_the_server_and_reads_what_came_in_place() ->
         threading.Timer(0.05, server.sendall, (wire,)).start()
         assert buffer.wait(stream, 5.0, before)
         assert told == ["waiting", "waiting"]
-        event = buffer.event(stream)
+        event = buffer.event()
         assert event is not None and event.type == quick_events.GTID and event.size == len(wire)
-        buffer.take(stream, event)
+        buffer.take(event)
         buffer.settle(stream)
         assert not buffer.look(stream) and buffer.drained
         server.sendall(_packet(quick_events.GTID, GTID_BODY, 2, end=600))
         assert select.select([stream._stream_connection._sock], [], [], 5.0)[0]  # it has come
         assert buffer.wait(stream, 5.0, before)  # there already: read at once, nobody told
         assert told == ["waiting", "waiting"]
-        event = buffer.event(stream)
+        event = buffer.event()
         assert event is not None and event.log_pos == 600
-        buffer.take(stream, event)
+        buffer.take(event)
         buffer.settle(stream)
         server.close()
         assert not buffer.wait(stream, 5.0, before)  # readable, with nothing to read: closed

@@ -88,8 +88,9 @@ class Buffer:
     """The whole packets a replication stream's connection holds, looked at in place.
 
     `look(stream)` takes a fresh look (False: nothing whole there); `event()` is the next packet's event if it
-    is one `Buffer` reads, else None (the library reads it); `take(stream, event)` takes it, and `settle(stream)`
-    reads what was taken out of the connection's buffer, before the library reads on.
+    is one `Buffer` reads, else None (the library reads it); `take(event)` takes it, and `settle(stream)`
+    reads what was taken out of the connection's buffer and moves the connection's sequence and the stream's
+    position past it, before the library reads on.
     """
 
     def __init__(self) -> None:
@@ -104,6 +105,13 @@ class Buffer:
         """A table map left to the library: recorded with its parse once the library has read it."""
         self.taken = dict.fromkeys(sorted(TAKEN), 0)
         """Events taken, by type."""
+        self._seq = 0
+        self._log_pos = 0
+        """The connection's next sequence number and the stream's position past what was taken (`settle` sets
+        them): an event costs no attribute of the library's objects."""
+        self._checksum = 0
+        self._kinds: frozenset[int] = frozenset()
+        """As the stream said at the look: the bytes of each event's checksum, and the types read here."""
 
     def look(self, stream: Any) -> bool:
         """Look at what the stream's connection has received; True when a whole packet is there."""
@@ -121,6 +129,9 @@ class Buffer:
         if rfile is None or sock is None:
             return False
         self._socket = sock
+        self._seq, self._log_pos = conn._next_seq_id, 0
+        self._checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
+        self._kinds = frozenset(kind for kind in TAKEN if _declared(stream, kind))
         try:
             if sock.gettimeout() != 0.0:  # (a system call each time it is set, even to what it is)
                 sock.settimeout(0.0)  # no wait: an empty buffer stays empty (`wait`, or the library, waits)
@@ -160,7 +171,7 @@ class Buffer:
             return False
         return self.look(stream)
 
-    def event(self, stream: Any) -> Event | None:
+    def event(self) -> Event | None:
         """The next packet's event when it is whole, next in sequence and of a type read here; else None."""
         data, at = self.data, self._at
         if at + _BODY > len(data):
@@ -170,31 +181,43 @@ class Buffer:
         if (
             length >= _LARGEST
             or at + size > len(data)
-            or data[at + 3] != stream._stream_connection._next_seq_id
+            or data[at + 3] != self._seq
             or data[at + 4] != 0  # not an OK packet: an EOF or an error, for the library to raise
         ):
             return None
         timestamp, kind, server_id, event_size, log_pos, _flags = _EVENT_HEADER.unpack_from(data, at + _PACKET_HEADER)
-        checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
-        if kind not in TAKEN or event_size != length - 1 or not _declared(stream, kind):
+        if kind not in self._kinds or event_size != length - 1:
             return None
-        return Event(kind, timestamp, server_id, log_pos, at + _BODY, at + size - checksum, size)
+        return Event(kind, timestamp, server_id, log_pos, at + _BODY, at + size - self._checksum, size)
 
-    def take(self, stream: Any, event: Event) -> None:
-        """Take `event`'s packet: the connection's sequence and the stream's position move past it now, its bytes
-        leave the connection's buffer at `settle`, before the library reads again."""
-        conn = stream._stream_connection
-        conn._next_seq_id = (conn._next_seq_id + 1) % 256
+    def next_event(self, stream: Any) -> Event | None:
+        """The next event the reader acts on, as `event`; ANNOTATE_ROWS and the table maps the library parsed before
+        are taken on the way (a table map returned is one the library must parse)."""
+        while (event := self.event()) is not None:
+            kind = event.type
+            if kind == ANNOTATE_ROWS or (kind == TABLE_MAP and self.known_map(stream, event)):
+                self.take(event)
+                continue
+            return event
+        return None
+
+    def take(self, event: Event) -> None:
+        """Take `event`'s packet: it leaves the connection's buffer at `settle`, before the library reads again."""
+        self._seq = (self._seq + 1) % 256
         if event.log_pos:
-            stream.log_pos = event.log_pos
+            self._log_pos = event.log_pos
         self._at += event.size
         self.taken[event.type] += 1
 
     def settle(self, stream: Any) -> None:
-        """Read the packets taken since `look` out of the connection's buffer, at once: the library's next read
-        starts after them."""
+        """Read the packets taken since `look` out of the connection's buffer, at once, and move the connection's
+        sequence and the stream's position past them: the library's next read starts after them."""
         if self._at > self._settled:
-            stream._stream_connection._rfile.read(self._at - self._settled)
+            conn = stream._stream_connection
+            conn._rfile.read(self._at - self._settled)
+            conn._next_seq_id = self._seq
+            if self._log_pos:
+                stream.log_pos = self._log_pos
             self._settled = self._at
 
     def gtid(self, event: Event) -> tuple[int, int, int]:

@@ -572,24 +572,19 @@ class BinlogReader:
         buffer = self._buffer
         if not buffer.look(stream):
             return current, False
-        while (event := buffer.event(stream)) is not None:
-            self._read_again()
+        self._read_again()
+        file = self._in_file(stream)  # (the library reads a rotation: the file stays while events are read here)
+        while (event := buffer.next_event(stream)) is not None:
             kind = event.type
             if kind == quick_events.TABLE_MAP:
-                if not buffer.known_map(stream, event):
-                    break
-                buffer.take(stream, event)
-                continue
-            if kind == quick_events.ANNOTATE_ROWS:
-                buffer.take(stream, event)
-                continue
-            end = self._end(stream, event.log_pos)
+                break  # one the library parses
+            end = file.moved_to(event.log_pos) if event.log_pos else self.position
             if kind == quick_events.GTID:
                 domain_id, seq_no, flags = buffer.gtid(event)
-                buffer.take(stream, event)
+                buffer.take(event)
                 current = self._group_began(domain_id, event.server_id, seq_no, flags, end)
             elif kind == quick_events.XID:
-                buffer.take(stream, event)
+                buffer.take(event)
                 buffer.settle(stream)  # the transaction is handed over whole: the buffer is as the library left it
                 if (yield from self._completed(event.timestamp, end, current, idle)):
                     return None, True
@@ -604,7 +599,7 @@ class BinlogReader:
                 )
                 if not taken:
                     break
-                buffer.take(stream, event)
+                buffer.take(event)
         buffer.settle(stream)
         return current, False
 
@@ -619,11 +614,13 @@ class BinlogReader:
 
     def _end(self, stream: BinLogStreamReader, log_pos: int) -> BinlogPosition:
         """Where an event ends, from its header: in the stream's file (none given: where the reader is)."""
-        if not log_pos:
-            return self.position
+        return self._in_file(stream).moved_to(log_pos) if log_pos else self.position
+
+    def _in_file(self, stream: BinLogStreamReader) -> BinlogPosition:
+        """A position in the stream's binlog file (events' ends are made from it)."""
         if self._file.file != stream.log_file:
             self._file = BinlogPosition(stream.log_file, 4)
-        return self._file.moved_to(log_pos)
+        return self._file
 
     def _read_again(self) -> None:
         """An event came: a reconnect under way has succeeded."""

@@ -485,7 +485,8 @@ class RowEvents:
         """`rows` of a row event read in place (`quick_events`) as `rows` decodes them, or None when the library
         path must read the event (not every column in its images, no decoder, or bytes not decoded here: that
         path says why)."""
-        table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, dbms, at)
+        if getattr(table, "_ingest_schema", None) is not schema:  # (completed before: as by_position says)
+            table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, dbms, at)
         decoder = self._decoder(key, table, False, schema)
         if decoder is None or not rows.full or rows.columns != decoder.columns:
             return None
