@@ -14,6 +14,7 @@ from typing import Any
 
 from ingest.config import Secret, SinkConfig
 from ingest.errors import ConfigError, SinkError
+from ingest.sink.manifests import keep_manifest_entries
 
 # pyiceberg's SQL catalog must reach the same database; a MySQL-backed one would need the password in its
 # URL, so only the two whose password can stay out of every URL are supported.
@@ -112,6 +113,7 @@ def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
     unreachable, a wrong address) is a SinkError naming it, without the secrets of its configuration."""
     from pyiceberg.catalog import load_catalog
 
+    keep_manifest_entries()
     props = pyiceberg_properties(sink)
     password = catalog_password(sink)
     try:
