@@ -69,10 +69,10 @@ def test_the_reader_stays_at_most_max_changes_ahead() -> None:
     it = iter(prefetch)
     first = next(it)
     time.sleep(0.5)  # give the thread every chance to run ahead
-    # Handed over in groups of 10 changes (2 items): the first group taken, one more handed over and not taken
-    # (10 changes ahead), a third gathered, waiting for room.
+    # Handed over in groups of up to 10 changes ahead of the consumer: the first group (2 items) taken, the
+    # second (2 items, 10 changes ahead) not taken, and one more item read, waiting for room.
     assert first[1] == 10
-    assert reader.read == 2 + 2 + 2
+    assert reader.read == 2 + 2 + 1
     rest = [i for i in it if isinstance(i, tuple)]
     assert len(rest) == 19
     prefetch.close()

@@ -63,7 +63,8 @@ class Prefetch:
     """Items of `reader.transactions(idle=..., waiting=...)`, produced on a thread, in order.
 
     The items are handed over in groups: what the reader gathers while the server's bytes are at hand goes over
-    at once when the reader is about to wait for more (`waiting`), at an idle report, and at `max_changes` changes.
+    at once when the reader is about to wait for more (`waiting`), at an idle report, and when the consumer would
+    be `max_changes` behind with it.
     At a steady load of small transactions a handover per transaction (a lock, a wake-up of the consumer, the GIL
     passed back and forth) cost as much as reading the transaction (bench.steady).
 
@@ -172,8 +173,8 @@ class Prefetch:
                     self._hand_over()
                     self._resume.wait()
                     self._resume.clear()
-                elif self._group_changes >= self._max or len(self._group) >= _GROUP_ITEMS:
-                    self._hand_over()
+                elif self._group_changes + self._handed - self._took >= self._max or len(self._group) >= _GROUP_ITEMS:
+                    self._hand_over()  # (gathered and handed over together, at most `max_changes` and an item ahead)
                 if self._stop.is_set():
                     return
             last: Any = End(self._reader.position, self._reader.gtid)
