@@ -166,16 +166,24 @@ def test_a_row_event_of_another_declared_post_header_length_is_left_to_the_libra
     assert buffer.look(stream) and buffer.event() is not None
 
 
-def test_a_table_map_is_taken_only_as_the_library_parsed_the_same_bytes_before() -> None:
-    body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
-    wire = _packet(quick_events.TABLE_MAP, body, 1)
-    stream, buffer = _Stream(wire), Buffer()
+MAP_BODY = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
+
+
+def _parsed_by_the_library(buffer: Buffer) -> tuple[_Stream, object]:
+    """A stream whose table map 18 (`MAP_BODY`) `buffer` left to the library, and the library's parse of it."""
+    stream = _Stream(_packet(quick_events.TABLE_MAP, MAP_BODY, 1))
     assert buffer.look(stream)
     event = buffer.event()
     assert event is not None and not buffer.known_map(stream, event)  # never seen: the library parses it
     parsed = object()
     stream.table_map[18] = parsed  # what the library's read leaves
     buffer.after_library(stream)
+    return stream, parsed
+
+
+def test_a_table_map_is_taken_only_as_the_library_parsed_the_same_bytes_before() -> None:
+    body, buffer = MAP_BODY, Buffer()
+    stream, parsed = _parsed_by_the_library(buffer)
     stream.table_map = {}  # a rotation starts the library's map over
     assert buffer.look(stream)
     event = buffer.event()
@@ -188,15 +196,8 @@ def test_a_table_map_is_taken_only_as_the_library_parsed_the_same_bytes_before()
 
 
 def test_the_next_event_acted_on_takes_annotations_and_known_table_maps_on_the_way() -> None:
-    body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
-    known = _packet(quick_events.TABLE_MAP, body, 1)
-    stream, buffer = _Stream(known), Buffer()
-    assert buffer.look(stream)
-    event = buffer.event()
-    assert event is not None and not buffer.known_map(stream, event)
-    parsed = object()
-    stream.table_map[18] = parsed  # the library parsed it
-    buffer.after_library(stream)
+    body, buffer = MAP_BODY, Buffer()
+    _, parsed = _parsed_by_the_library(buffer)
     unknown = _packet(quick_events.TABLE_MAP, (19).to_bytes(6, "little") + body[6:], 4)
     wire = (
         _packet(quick_events.ANNOTATE_ROWS, b"UPDATE t SET c = 1", 1)
@@ -218,8 +219,7 @@ def test_the_next_event_acted_on_takes_annotations_and_known_table_maps_on_the_w
 
 
 def test_a_declined_table_map_is_not_recorded_after_a_fresh_look() -> None:
-    body = (18).to_bytes(6, "little") + b"\x00\x00\x04shop\x00\x01t\x00\x01\x03\x00\x00"
-    stream, buffer = _Stream(_packet(quick_events.TABLE_MAP, body, 1)), Buffer()
+    stream, buffer = _Stream(_packet(quick_events.TABLE_MAP, MAP_BODY, 1)), Buffer()
     assert buffer.look(stream)
     event = buffer.event()
     assert event is not None and not buffer.known_map(stream, event)
