@@ -55,18 +55,17 @@ class ManifestEntries:
 
 
 CACHE = ManifestEntries(MAX_ENTRIES)
-_installed = threading.Lock()
-_done: list[bool] = []
+_installing = threading.Lock()
 
 
 def keep_manifest_entries() -> None:
     """From now on, pyiceberg reads each manifest file's entries once in this process (idempotent)."""
-    with _installed:
-        if _done:
-            return
-        from pyiceberg.manifest import ManifestFile
+    from pyiceberg.manifest import ManifestFile
 
+    with _installing:
         read = ManifestFile.fetch_manifest_entry
+        if getattr(read, "keeps_entries", False):
+            return
 
         def fetch_manifest_entry(self: ManifestFile, io: Any, discard_deleted: bool = True) -> list[Any]:
             key = (
@@ -82,5 +81,5 @@ def keep_manifest_entries() -> None:
                 CACHE.put(key, entries)
             return list(entries)  # the list is the caller's
 
+        fetch_manifest_entry.keeps_entries = True  # type: ignore[attr-defined]
         ManifestFile.fetch_manifest_entry = fetch_manifest_entry  # type: ignore[method-assign]
-        _done.append(True)

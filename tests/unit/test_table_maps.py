@@ -54,7 +54,7 @@ def test_a_table_map_without_names_gets_the_schemas_names_signedness_charsets_an
     table = _logged(*TYPES)
     assert not names_logged(table)
 
-    assert by_position(table, "db.t", SCHEMA, "mariadb", "binlog.000001:4")
+    assert by_position(table, ("db", "t"), SCHEMA, "mariadb", "binlog.000001:4")
 
     columns: list[Any] = table.columns
     assert [c.name for c in columns] == ["k", "u", "e", "s", "l", "raw"]
@@ -71,7 +71,7 @@ def test_a_table_map_without_names_gets_the_schemas_names_signedness_charsets_an
 def test_a_table_map_the_server_named_is_left_alone() -> None:
     table = _logged(*TYPES, names=("k", "u", "e", "s", "l", "raw"))
     assert names_logged(table)
-    assert not by_position(table, "db.t", SCHEMA, "mariadb", "binlog.000001:4")
+    assert not by_position(table, ("db", "t"), SCHEMA, "mariadb", "binlog.000001:4")
     assert [c.unsigned for c in table.columns] == [False] * 6
 
 
@@ -80,8 +80,8 @@ def test_a_shared_table_map_is_completed_again_for_another_schema_of_the_same_ty
     table = _logged(FIELD_TYPE.LONG, FIELD_TYPE.ENUM)
     before = _schema(("k", "int", "int(11)", None), ("e", "enum", "enum('a','b')", "utf8mb4"))
     after = _schema(("k", "int", "int(11)", None), ("state", "enum", "enum('a','b','c')", "utf8mb4"))
-    assert by_position(table, "db.t", before, "mariadb", "p1")
-    assert by_position(table, "db.t", after, "mariadb", "p2")
+    assert by_position(table, ("db", "t"), before, "mariadb", "p1")
+    assert by_position(table, ("db", "t"), after, "mariadb", "p2")
     columns: list[Any] = table.columns
     assert (columns[1].name, columns[1].enum_values) == ("state", ["", "a", "b", "c"])
 
@@ -108,4 +108,4 @@ def test_a_table_map_that_does_not_fit_the_schema_by_position_is_refused_naming_
     types: tuple[int, ...], why: str
 ) -> None:
     with pytest.raises(SchemaChangeError, match=rf"db\.t at binlog\.000009:120 .*{why}.*ingest resnapshot"):
-        by_position(_logged(*types), "db.t", SCHEMA, "mariadb", "binlog.000009:120")
+        by_position(_logged(*types), ("db", "t"), SCHEMA, "mariadb", "binlog.000009:120")

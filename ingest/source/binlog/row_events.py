@@ -456,7 +456,7 @@ class RowEvents:
         names is completed from it first (`table_maps.by_position`), for this decoder and the library alike."""
         table = event.table_map.get(event.table_id)
         if table is not None:
-            table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, getattr(event, "dbms", None) or "mysql", at)
+            table_maps.by_position(table, key, schema, getattr(event, "dbms", None) or "mysql", at)
         body = _event_body(event)
         ignore_errors = getattr(event, "_ignore_decode_errors", False)
         decoder = None if body is None or table is None else self._decoder(key, table, ignore_errors, schema)
@@ -485,8 +485,7 @@ class RowEvents:
         """`rows` of a row event read in place (`quick_events`) as `rows` decodes them, or None when the library
         path must read the event (not every column in its images, no decoder, or bytes not decoded here: that
         path says why)."""
-        if getattr(table, "_ingest_schema", None) is not schema:  # (completed before: as by_position says)
-            table_maps.by_position(table, f"{key[0]}.{key[1]}", schema, dbms, at)
+        table_maps.by_position(table, key, schema, dbms, at)
         decoder = self._decoder(key, table, False, schema)
         if decoder is None or not rows.full or rows.columns != decoder.columns:
             return None

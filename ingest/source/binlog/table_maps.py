@@ -179,7 +179,7 @@ def names_logged(table: Any) -> bool:
     return seen is _NAMED
 
 
-def by_position(table: Any, table_id: str, schema: Sequence[SourceColumn], dbms: str, at: object) -> bool:
+def by_position(table: Any, key: tuple[str, str], schema: Sequence[SourceColumn], dbms: str, at: object) -> bool:
     """Complete a table map that names no columns from `schema`, the table's columns in ordinal order at this
     binlog position; True when the table map's columns are matched to the schema by position.
 
@@ -191,6 +191,7 @@ def by_position(table: Any, table_id: str, schema: Sequence[SourceColumn], dbms:
         return True
     if names_logged(table):
         return False
+    table_id = f"{key[0]}.{key[1]}"  # (for the message: a table map completed before returns above, per event)
     logged = [c.type for c in columns]
     expected = [_LOGGED_AS.get(c.data_type) for c in schema]
     if len(logged) != len(schema) or any(e is not None and t not in e for t, e in zip(logged, expected, strict=False)):
