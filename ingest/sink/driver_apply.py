@@ -36,7 +36,7 @@ from ingest.sink.data_files import DataFileWriter, writable_from_arrow
 from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
 from ingest.sink.position_deletes import stage_by_position
 from ingest.sink.targets import table_of
-from ingest.sink.transaction import open_transaction
+from ingest.sink.transaction import open_transaction, overwrite_files
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,9 @@ def apply_in_driver(
 def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, properties: dict[str, str]) -> Any:
     """The pyiceberg transaction (not committed) that applies the batch `rows` to the driver's table in one snapshot
     tagged with `properties`: the batch's final rows added, after the rows of its keys are deleted by position
-    ("position"), or with each data file holding one of its keys replaced by its other rows ("rewrite": the files
-    that may hold the keys are found by their range and set; pyiceberg reads every file for a set of more than 200
-    values, and the range still prunes older keys'). An "append" only adds."""
+    ("position"), or with each data file holding one of its keys replaced by its other rows and the batch's rows of
+    the keys it held ("rewrite": the files that may hold the keys are found by their range and set; pyiceberg reads
+    every file for a set of more than 200 values, and the range still prunes older keys'). An "append" only adds."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
@@ -145,7 +145,8 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
     def files(data: pa.Table) -> Any:
         return _dataframe_to_data_files(metadata, data, table.io, write_uuid, counter)
 
-    with transaction.update_snapshot(snapshot_properties=properties).overwrite(write_uuid) as overwrite:
+    with overwrite_files(transaction, properties, write_uuid) as overwrite:
+        pieces, rest = [], final
         if keys is not None and len(keys):
             values = keys.to_pylist()
             lo, hi = min(values), max(values)
@@ -157,14 +158,33 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
             scan = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue())
             for task in table.scan(row_filter=where).plan_files():
                 held = scan.to_table(tasks=[task])
-                kept = held.filter(
-                    pc.invert(pc.is_in(held.column(key), value_set=keys.cast(held.schema.field(key).type)))
-                )
-                if kept.num_rows == held.num_rows:
+                hit = pc.is_in(held.column(key), value_set=keys.cast(held.schema.field(key).type))
+                if not pc.any(hit).as_py():
                     continue  # the file holds none of the keys
                 overwrite.delete_data_file(task.file)
-                for data_file in files(kept) if kept.num_rows else ():
-                    overwrite.append_data_file(data_file)
-        for data_file in files(final) if final.num_rows else ():
+                piece, rest = _kept_with_own_rows(held, hit, rest, key)
+                pieces.append(piece)
+        pieces = _new_rows_placed(pieces, rest)
+        for data_file in itertools.chain.from_iterable(files(piece) for piece in pieces if piece.num_rows):
             overwrite.append_data_file(data_file)
     return transaction
+
+
+def _kept_with_own_rows(held: pa.Table, hit: pa.Array, rest: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
+    """A replaced file's rows without the batch's keys (`hit`), with the batch's rows (`rest`, conformed) of the keys
+    it held: an updated row goes back to the file it was in, whose key range it keeps; and the batch's other rows."""
+    own = pc.is_in(rest.column(key), value_set=held.column(key).filter(hit).cast(rest.schema.field(key).type))
+    kept = held.filter(pc.invert(hit)).cast(rest.schema)
+    return pa.concat_tables([kept, rest.filter(own)]), rest.filter(pc.invert(own))
+
+
+def _new_rows_placed(pieces: list[pa.Table], rest: pa.Table) -> list[pa.Table]:
+    """The files a rewrite writes: each file it replaces with its kept rows and the batch's rows of the keys it held
+    (`pieces`), the batch's other rows (`rest`: new keys) with the smallest of them, so that a small target does
+    not gain a file per batch, or in a file of their own when the batch replaces none."""
+    if not rest.num_rows:
+        return pieces
+    if not pieces:
+        return [rest]
+    smallest = min(range(len(pieces)), key=lambda i: pieces[i].num_rows)
+    return [pa.concat_tables([p, rest]) if i == smallest else p for i, p in enumerate(pieces)]

@@ -8,7 +8,11 @@ it looks them up itself:
   the batch's keys give their positions;
 - one snapshot (what Iceberg's Java `RowDelta` makes) adds a position delete file per data file holding a key
   (`file_path`, `pos`: the file granularity Iceberg's writers use by default) and a data file of the batch's
-  final rows, tagged with the batch's offset like every commit of the job.
+  final rows, tagged with the batch's offset like every commit of the job;
+- a data file's delete file already there (one of an earlier batch, or any other whose bounds name that file alone)
+  is merged into the one the batch writes for it, and removed in the same snapshot: at every snapshot a data file
+  has at most one such delete file, as format 3's deletion vectors have by rule, so a reader opens one per data
+  file however many batches deleted from it.
 Spark, Trino and pyiceberg apply the deletes when they read; the job's maintenance rewrites them away
 (ingest/sink/maintenance.py). The snapshot requires the branch head it read the positions at (and refuses
 pyiceberg's own retry on a newer head), so a compaction committed in between fails the commit and the batch is
@@ -23,7 +27,7 @@ import itertools
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,8 +71,9 @@ def stage_by_position(
     if final.num_rows:
         files = list(_dataframe_to_data_files(metadata, final, table.io, write_uuid, itertools.count(0)))
 
-    def deletes(numbered: tuple[int, tuple[str, pa.Array]]) -> Any:
-        number, (data_file, positions) = numbered
+    def deletes(numbered: tuple[int, tuple[str, Located]]) -> Any:
+        number, (data_file, found) = numbered
+        positions = _with_earlier(table.io, data_file, found)
         return write_position_deletes(table, metadata, data_file, positions, write_uuid, number)
 
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="deletes") as pool:
@@ -78,29 +83,67 @@ def stage_by_position(
     producer = _row_delta_class()(transaction, table.io, properties)
     for data_file in files:
         producer.append_data_file(data_file)
+    for found in located.values():
+        for earlier in found.deletes:
+            producer.remove_deletes(earlier)
     producer.commit()
     return transaction
 
 
-def locate(table: Any, keys: pa.Table) -> dict[str, pa.Array]:
+class Located(NamedTuple):
+    """What a batch deletes from one data file."""
+
+    positions: pa.Array
+    """The positions of the rows holding the batch's keys, ascending."""
+    deletes: tuple[Any, ...]
+    """The position delete files (pyiceberg `DataFile`s) already applying to this data file alone: their positions
+    are written again with the batch's, and they are removed."""
+
+
+def locate(table: Any, keys: pa.Table) -> dict[str, Located]:
     """Per data file of `table` (its main branch) holding a row with one of `keys` (the key columns, as the batch
-    has them), the positions of those rows, ascending. Rows deleted before are found too: deleting a position twice
-    is harmless, and telling them apart would cost reading every delete file."""
+    has them), the positions of those rows and its own delete files. Rows deleted before are found too: deleting a
+    position twice is harmless, and telling them apart would cost reading the delete files of every file read."""
     if keys.num_rows == 0:
         return {}
     keys = _distinct(keys)
     ids = [table.schema().find_field(name).field_id for name in keys.column_names]
     sorted_first = _sorted_values(keys.column(0))
+    spec_id = table.metadata.default_spec_id
     tasks = list(table.scan(row_filter=_may_hold(keys)).plan_files())
 
-    def positions(task: Any) -> tuple[str, pa.Array]:
-        with table.io.new_input(task.file.file_path).open() as stream:
-            return task.file.file_path, _positions_in(
-                pq.ParquetFile(stream), task.file.file_path, ids, keys, sorted_first
-            )
+    def positions(task: Any) -> tuple[str, Located]:
+        path = task.file.file_path
+        with table.io.new_input(path).open() as stream:
+            found = _positions_in(pq.ParquetFile(stream), path, ids, keys, sorted_first)
+        return path, Located(found, tuple(d for d in task.delete_files if _deletes_only_from(d, path, spec_id)))
 
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="locate") as pool:
-        return {path: found for path, found in pool.map(positions, tasks) if len(found)}
+        return {path: found for path, found in pool.map(positions, tasks) if len(found.positions)}
+
+
+def _deletes_only_from(delete: Any, data_file: str, spec_id: int) -> bool:
+    """`delete` is a position delete file whose bounds name `data_file` alone (of the table's current spec, as the
+    delete manifest the batch writes)."""
+    from pyiceberg.manifest import DataFileContent
+
+    if delete.content != DataFileContent.POSITION_DELETES or delete.spec_id != spec_id:
+        return False
+    low, high = (bounds.get(FILE_PATH_ID) if bounds else None for bounds in (delete.lower_bounds, delete.upper_bounds))
+    return low is not None and low == high == data_file.encode()
+
+
+def _with_earlier(io: Any, data_file: str, found: Located) -> pa.Array:
+    """The positions of `found` and of its earlier delete files in `data_file`, each once, ascending."""
+    if not found.deletes:
+        return found.positions
+    parts = [found.positions.cast(pa.int64())]
+    for delete in found.deletes:
+        with io.new_input(delete.file_path).open() as stream:
+            held = pq.read_table(stream, columns=["file_path", "pos"])
+        parts.append(held.filter(pc.equal(held.column("file_path"), data_file)).column("pos").combine_chunks())
+    merged = pc.unique(pa.concat_arrays([p.cast(pa.int64()) for p in parts]))
+    return merged.take(pc.array_sort_indices(merged))
 
 
 def _distinct(keys: pa.Table) -> pa.Table:
@@ -260,8 +303,8 @@ def _delete_schemas() -> tuple[Any, pa.Schema]:
 
 @functools.cache
 def _row_delta_class() -> type:
-    """pyiceberg's fast append, made to write its position delete files into a delete manifest of their own:
-    pyiceberg has no row delta of its own (apache/iceberg-python #1078)."""
+    """pyiceberg's fast append, made to write its position delete files into a delete manifest of their own, and to
+    remove delete files: pyiceberg has no row delta of its own (apache/iceberg-python #1078)."""
     from pyiceberg.exceptions import ValidationException
     from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestWriterV2
     from pyiceberg.table.snapshots import Operation
@@ -278,6 +321,12 @@ def _row_delta_class() -> type:
     class RowDelta(_FastAppendFiles):
         def __init__(self, transaction: Any, io: Any, properties: dict[str, str]) -> None:
             super().__init__(Operation.OVERWRITE, transaction, io, snapshot_properties=properties)
+            self._removed: dict[str, Any] = {}
+
+        def remove_deletes(self, delete_file: Any) -> None:
+            """Remove a delete file of the branch's head: its delete manifest is written again without it."""
+            self._removed[delete_file.file_path] = delete_file
+            self.delete_data_file(delete_file)  # counted in the snapshot's summary
 
         def _validate_concurrency(self) -> None:
             """pyiceberg retries a commit another writer beat on the new head, and a fast append validates
@@ -291,22 +340,47 @@ def _row_delta_class() -> type:
                 )
 
         def _manifests(self) -> list[Any]:
-            spec = self._transaction.table_metadata.spec()
+            existing = self._existing_manifests()
+            kept, removed, rewritten = self._without_removed(existing)
+            added = [f for f in self._added_data_files if f.content == DataFileContent.DATA]
             written = []
-            for content in (DataFileContent.DATA, DataFileContent.POSITION_DELETES):
-                files = [f for f in self._added_data_files if f.content == content]
-                if not files:
-                    continue
-                if content == DataFileContent.DATA:
-                    writer = self.new_manifest_writer(spec)
-                else:
-                    output = self.new_manifest_output()
-                    writer = DeleteManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression)
-                with writer:
-                    for data_file in files:
+            if added:
+                with self.new_manifest_writer(self._transaction.table_metadata.spec()) as writer:
+                    for data_file in added:
                         writer.add(_added_entry(self._snapshot_id, data_file))
                 written.append(writer.to_manifest_file())
-            return written + self._existing_manifests()
+            deletes = [f for f in self._added_data_files if f.content == DataFileContent.POSITION_DELETES]
+            if deletes or kept or removed:
+                spec = self._transaction.table_metadata.spec()
+                output = self.new_manifest_output()
+                with DeleteManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression) as writer:
+                    for data_file in deletes:
+                        writer.add(_added_entry(self._snapshot_id, data_file))
+                    for entry in kept:
+                        writer.existing(entry)
+                    for entry in removed:
+                        writer.delete(entry)
+                written.append(writer.to_manifest_file())
+            return written + [m for m in existing if m.manifest_path not in rewritten]
+
+        def _without_removed(self, existing: list[Any]) -> tuple[list[Any], list[Any], set[str]]:
+            """Of the delete manifests holding a removed file: the entries kept, the entries removed, and the
+            manifests' paths (the manifest the snapshot writes takes their place)."""
+            kept: list[Any] = []
+            removed: list[Any] = []
+            rewritten: set[str] = set()
+            for manifest in existing:
+                if not self._removed or manifest.content != ManifestContent.DELETES:
+                    continue
+                entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+                if any(e.data_file.file_path in self._removed for e in entries):
+                    rewritten.add(manifest.manifest_path)
+                    for entry in entries:
+                        (removed if entry.data_file.file_path in self._removed else kept).append(entry)
+            missing = set(self._removed) - {e.data_file.file_path for e in removed}
+            if missing:
+                raise ValidationException(f"delete files to remove are not in the table any more: {sorted(missing)}")
+            return kept, removed, rewritten
 
     return RowDelta
 

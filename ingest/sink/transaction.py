@@ -10,6 +10,7 @@ object moves to new metadata.
 from __future__ import annotations
 
 import functools
+import uuid
 from typing import Any
 
 
@@ -37,3 +38,31 @@ def _transaction_class() -> Any:
             return metadata
 
     return OnceTransaction
+
+
+def overwrite_files(transaction: Any, properties: dict[str, str], write_uuid: uuid.UUID) -> Any:
+    """pyiceberg's overwrite of main in `transaction` (`update_snapshot(...).overwrite(...)`), whose snapshot leaves
+    out the manifests that hold only removed files. pyiceberg writes the files an overwrite removes into a manifest
+    of their own, and keeps it in every later snapshot: a table rewritten at every batch gains a manifest a batch,
+    which every reader's planning opens, until maintenance merges them."""
+    from pyiceberg.table.snapshots import Operation
+
+    current = transaction.table_metadata.current_snapshot()
+    return _overwrite_class()(
+        commit_uuid=write_uuid,
+        operation=Operation.OVERWRITE if current is not None else Operation.APPEND,
+        transaction=transaction,
+        io=transaction._table.io,
+        snapshot_properties=properties,
+    )
+
+
+@functools.cache
+def _overwrite_class() -> Any:
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class Overwrite(_OverwriteFiles):
+        def _existing_manifests(self) -> list[Any]:
+            return [m for m in super()._existing_manifests() if m.has_added_files() or m.has_existing_files()]
+
+    return Overwrite

@@ -3,6 +3,7 @@ away without landing twice; rows held to share one commit (`one_commit`); old sn
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -16,7 +17,7 @@ import pyarrow as pa
 from ingest import metrics
 from ingest.faults import crash_point
 from ingest.sink.outage import SinkOutage
-from ingest.sink.transaction import open_transaction
+from ingest.sink.transaction import open_transaction, overwrite_files
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,29 @@ class StateWrites:
         return self._overwrite(rows, where)
 
     def _overwrite(self, rows: pa.Table, where: str) -> Any:
+        """One snapshot (pyiceberg's `overwrite` makes a delete and an append, two): each file holding a row `where`
+        matches replaced by its other rows, and `rows` added. The files are small: the offset's own, mostly."""
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.expressions.visitors import bind
+        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _expression_to_complementary_pyarrow
+        from pyiceberg.table import _parse_row_filter
+
         transaction = open_transaction(self.table)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")  # the first one
-            transaction.overwrite(rows, overwrite_filter=where)
+        metadata = transaction.table_metadata
+        matching = _parse_row_filter(where)
+        others = _expression_to_complementary_pyarrow(bind(metadata.schema(), matching, True), metadata.schema())
+        scan = ArrowScan(metadata, self.table.io, metadata.schema(), AlwaysTrue())
+        write_uuid, counter = uuid.uuid4(), itertools.count(0)
+        with overwrite_files(transaction, {}, write_uuid) as overwrite:
+            for task in self.table.scan(row_filter=matching).plan_files():
+                held = scan.to_table(tasks=[task])
+                kept = held.filter(others)
+                if kept.num_rows == held.num_rows:
+                    continue
+                overwrite.delete_data_file(task.file)
+                rows = pa.concat_tables([kept.cast(rows.schema), rows]) if kept.num_rows else rows
+            for data_file in _dataframe_to_data_files(metadata, rows, self.table.io, write_uuid, counter):
+                overwrite.append_data_file(data_file)
         return transaction
 
     @contextmanager

@@ -142,11 +142,23 @@ def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyicebe
         assert delete.lower_bounds[FILE_PATH_ID] == delete.upper_bounds[FILE_PATH_ID]
         assert delete.lower_bounds[FILE_PATH_ID].decode() in data_files
 
-    # A second batch over the first one's rows (deleting rows already deleted by position is harmless).
+    # A second batch over the first one's rows (deleting rows already deleted by position is harmless): the first
+    # file's delete file is merged into the one this batch writes for it, and removed.
+    ident = table.schema().find_field("ident").field_id  # the file of k0000-k0499
+    (first,) = next(t for t in table.scan().plan_files() if t.file.upper_bounds[ident] == b"k0499").delete_files
     again = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, 7) for i in (0, 1, 2)} | {("new", 3): None}
     assert _apply(config, schema, again, _at(300))
     _expect(expected, again)
     assert _pyiceberg_rows(config) == expected == _spark_rows(spark, config)
+    table = table.refresh()
+    summary = table.current_snapshot().summary.additional_properties
+    assert (summary["added-position-delete-files"], summary["removed-position-delete-files"]) == ("2", "1")
+    # The first file's 3 positions removed, written again with a fourth; k0000 and "new" in the first batch's rows.
+    assert summary["total-position-deletes"] == str(7 - 3 + 4 + 2)
+    tasks = table.scan().plan_files()
+    assert all(len(task.delete_files) <= 1 for task in tasks)
+    assert first.file_path not in {d.file_path for task in tasks for d in task.delete_files}
+    assert len({d.file_path for task in tasks for d in task.delete_files}) == 5  # 4 and the new rows' file
 
     maintain(spark, f"{config.sink.catalog_name}.db.t", config.name, _at(300), config.sink.maintenance)
     table = table.refresh()
