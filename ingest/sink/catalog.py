@@ -15,6 +15,7 @@ from typing import Any
 from ingest.config import Secret, SinkConfig
 from ingest.errors import ConfigError, SinkError
 from ingest.sink.manifests import keep_manifest_entries
+from ingest.sink.table_metadata import keep_table_metadata
 
 # pyiceberg's SQL catalog must reach the same database; a MySQL-backed one would need the password in its
 # URL, so only the two whose password can stay out of every URL are supported.
@@ -114,6 +115,7 @@ def load_pyiceberg_catalog(sink: SinkConfig) -> Any:
     from pyiceberg.catalog import load_catalog
 
     keep_manifest_entries()
+    keep_table_metadata()
     props = pyiceberg_properties(sink)
     password = catalog_password(sink)
     try:
