@@ -3,7 +3,8 @@
 A MERGE costs Spark a plan, a job and a commit, and turns the batch's Arrow into Spark rows and back into Parquet:
 about a second of CPU for a few rows, and most of the binlog phase's CPU on a catch-up (issue 51). The driver takes
 the same change in one snapshot carrying the batch's end offset, as a MERGE's does, in one of three ways:
-- `append`: a batch that only creates rows (`created_keys`) is appended, whatever the target's size;
+- `append`: a batch that only creates rows (`created_keys`) is appended, whatever the target's size (written with
+  the rows of the target's smallest data file while that is small, which it replaces: no file per batch);
 - `rewrite`: a small target (`stream.driver_apply_max_rows`, a part of at most `MAX_KEYS` keys, a one-column key
   of integers or strings) has the data files holding the batch's keys rewritten without them (copy-on-write);
 - `position`: any other target's rows of the batch's keys are deleted by position (ingest/sink/position_deletes.py,
@@ -128,16 +129,17 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
     tagged with `properties`: the batch's final rows added, after the rows of its keys are deleted by position
     ("position"), or with each data file holding one of its keys replaced by its other rows and the batch's rows of
     the keys it held ("rewrite": the files that may hold the keys are found by their range and set; pyiceberg reads
-    every file for a set of more than 200 values, and the range still prunes older keys'). An "append" only adds."""
+    every file for a set of more than 200 values, and the range still prunes older keys'). An "append" only adds
+    (with the rows of the target's smallest small file, as "position" does: ingest/sink/position_deletes.py)."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
     table = driver.table
     final = DataFileWriter(table).conform(rows.filter(pc.equal(rows.column(OP_COLUMN), "U")))
-    if driver.how == "position":
-        return stage_by_position(table, schema, rows, final, properties)
-    key = schema.primary_key[0] if driver.how == "rewrite" else ""
-    keys = rows.column(key) if key else None
+    if driver.how in ("position", "append"):
+        return stage_by_position(table, schema, rows, final, properties, held=driver.how == "position")
+    key = schema.primary_key[0]
+    keys = rows.column(key)
     transaction = open_transaction(table)
     metadata = transaction.table_metadata
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
@@ -147,7 +149,7 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
 
     with overwrite_files(transaction, properties, write_uuid) as overwrite:
         pieces, rest = [], final
-        if keys is not None and len(keys):
+        if len(keys):
             values = keys.to_pylist()
             lo, hi = min(values), max(values)
             where = And(

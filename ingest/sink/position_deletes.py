@@ -12,7 +12,9 @@ it looks them up itself:
 - a data file's delete file already there (one of an earlier batch, or any other whose bounds name that file alone)
   is merged into the one the batch writes for it, and removed in the same snapshot: at every snapshot a data file
   has at most one such delete file, as format 3's deletion vectors have by rule, so a reader opens one per data
-  file however many batches deleted from it.
+  file however many batches deleted from it;
+- the batch's final rows are written with the rows of the target's smallest data file while it is small
+  (`TAIL_BYTES`), which the snapshot replaces: a target does not gain a data file (and a manifest) per batch.
 Spark, Trino and pyiceberg apply the deletes when they read; the job's maintenance rewrites them away
 (ingest/sink/maintenance.py). The snapshot requires the branch head it read the positions at (and refuses
 pyiceberg's own retry on a newer head), so a compaction committed in between fails the commit and the batch is
@@ -44,6 +46,11 @@ IN_LIST_MAX = 200
 """pyiceberg's scan planning evaluates an IN of more values than this as "may match" for every file; above it,
 files are planned by the keys' range only."""
 
+TAIL_BYTES = 4 << 20
+"""The batch's rows are written with those of the target's smallest data file under this size, which the snapshot
+replaces (its rows of the batch's keys left out, its deletes applied): a target gains a data file when its last
+one reaches this size, not at every batch, and a batch rewrites at most this much of what it did not change."""
+
 READERS = 4
 """Data files read (and delete files written) at once: object store latency, not CPU, bounds one file's turn."""
 
@@ -54,18 +61,23 @@ class UnpositionedFile(SinkError):
 
 
 def stage_by_position(
-    table: Any, schema: TableSchema, rows: pa.Table, final: pa.Table, properties: dict[str, str]
+    table: Any, schema: TableSchema, rows: pa.Table, final: pa.Table, properties: dict[str, str], held: bool = True
 ) -> Any:
     """The pyiceberg transaction (not committed) that applies the batch `rows` (`batch_arrow`) to `table` in one
     snapshot tagged with `properties`: every row holding one of the batch's keys deleted by position, and `final`
-    (the batch's final rows, conformed to the target) added. Raises `UnpositionedFile` when a data file that may
-    hold a key has no field ids."""
+    (the batch's final rows, conformed to the target) added. `held=False`: the batch's keys are known not to be in
+    the table (a batch that only creates rows), none is looked for. Raises `UnpositionedFile` when a data file that
+    may hold a key has no field ids."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
     transaction = open_transaction(table)
     metadata = transaction.table_metadata
     keys = rows.select(list(schema.primary_key))
-    located = locate(table, keys)
+    located = locate(table, keys) if held else {}
+    tail = _tail(table) if final.num_rows else None
+    if tail is not None:
+        located.pop(tail.file.file_path, None)  # its rows of the batch's keys are left out, not deleted by position
+        final = pa.concat_tables([_without(_read(metadata, table.io, tail), keys).cast(final.schema), final])
     write_uuid = uuid.uuid4()
     files = []
     if final.num_rows:
@@ -85,9 +97,35 @@ def stage_by_position(
         producer.append_data_file(data_file)
     for found in located.values():
         for earlier in found.deletes:
-            producer.remove_deletes(earlier)
+            producer.remove(earlier)
+    if tail is not None:
+        producer.remove(tail.file)
+        for delete in tail.delete_files:
+            if _deletes_only_from(delete, tail.file.file_path, metadata.default_spec_id):
+                producer.remove(delete)
     producer.commit()
     return transaction
+
+
+def _tail(table: Any) -> Any | None:
+    """The scan task (with its delete files) of the target's smallest data file under `TAIL_BYTES`, or None."""
+    tasks = [t for t in table.scan().plan_files() if t.file.file_size_in_bytes < TAIL_BYTES]
+    return min(tasks, key=lambda t: t.file.file_size_in_bytes, default=None)
+
+
+def _read(metadata: Any, io: Any, task: Any) -> pa.Table:
+    """A data file's rows, its deletes applied."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    return ArrowScan(metadata, io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
+
+
+def _without(held: pa.Table, keys: pa.Table) -> pa.Table:
+    """The rows of `held` whose key is none of `keys`' (the key columns, as the batch has them)."""
+    names = keys.column_names
+    keys = _distinct(keys).cast(pa.schema([pa.field(n, held.schema.field(n).type) for n in names]))
+    return held.join(keys, names, join_type="left anti")
 
 
 class Located(NamedTuple):
@@ -323,10 +361,10 @@ def _row_delta_class() -> type:
             super().__init__(Operation.OVERWRITE, transaction, io, snapshot_properties=properties)
             self._removed: dict[str, Any] = {}
 
-        def remove_deletes(self, delete_file: Any) -> None:
-            """Remove a delete file of the branch's head: its delete manifest is written again without it."""
-            self._removed[delete_file.file_path] = delete_file
-            self.delete_data_file(delete_file)  # counted in the snapshot's summary
+        def remove(self, file: Any) -> None:
+            """Remove a data or delete file of the branch's head: its manifest is written again without it."""
+            self._removed[file.file_path] = file
+            self.delete_data_file(file)  # counted in the snapshot's summary
 
         def _validate_concurrency(self) -> None:
             """pyiceberg retries a commit another writer beat on the new head, and a fast append validates
@@ -340,47 +378,47 @@ def _row_delta_class() -> type:
                 )
 
         def _manifests(self) -> list[Any]:
+            """Per content (data, deletes), one manifest of the files added, and of the entries of the manifests
+            holding a removed file: the others existing, the removed ones deleted. The other manifests as they
+            were."""
             existing = self._existing_manifests()
-            kept, removed, rewritten = self._without_removed(existing)
-            added = [f for f in self._added_data_files if f.content == DataFileContent.DATA]
+            rewritten = {m.manifest_path: m for m in existing if self._removed and self._holds_removed(m)}
+            self._all_found(rewritten.values())
             written = []
-            if added:
-                with self.new_manifest_writer(self._transaction.table_metadata.spec()) as writer:
+            for content in (ManifestContent.DATA, ManifestContent.DELETES):
+                data = content == ManifestContent.DATA
+                added = [f for f in self._added_data_files if (f.content == DataFileContent.DATA) == data]
+                entries = [
+                    e
+                    for m in rewritten.values()
+                    if m.content == content
+                    for e in m.fetch_manifest_entry(self._io, discard_deleted=True)
+                ]
+                if not (added or entries):
+                    continue
+                with self._writer(content) as writer:
                     for data_file in added:
                         writer.add(_added_entry(self._snapshot_id, data_file))
-                written.append(writer.to_manifest_file())
-            deletes = [f for f in self._added_data_files if f.content == DataFileContent.POSITION_DELETES]
-            if deletes or kept or removed:
-                spec = self._transaction.table_metadata.spec()
-                output = self.new_manifest_output()
-                with DeleteManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression) as writer:
-                    for data_file in deletes:
-                        writer.add(_added_entry(self._snapshot_id, data_file))
-                    for entry in kept:
-                        writer.existing(entry)
-                    for entry in removed:
-                        writer.delete(entry)
+                    for entry in entries:
+                        (writer.delete if entry.data_file.file_path in self._removed else writer.existing)(entry)
                 written.append(writer.to_manifest_file())
             return written + [m for m in existing if m.manifest_path not in rewritten]
 
-        def _without_removed(self, existing: list[Any]) -> tuple[list[Any], list[Any], set[str]]:
-            """Of the delete manifests holding a removed file: the entries kept, the entries removed, and the
-            manifests' paths (the manifest the snapshot writes takes their place)."""
-            kept: list[Any] = []
-            removed: list[Any] = []
-            rewritten: set[str] = set()
-            for manifest in existing:
-                if not self._removed or manifest.content != ManifestContent.DELETES:
-                    continue
-                entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-                if any(e.data_file.file_path in self._removed for e in entries):
-                    rewritten.add(manifest.manifest_path)
-                    for entry in entries:
-                        (removed if entry.data_file.file_path in self._removed else kept).append(entry)
-            missing = set(self._removed) - {e.data_file.file_path for e in removed}
-            if missing:
-                raise ValidationException(f"delete files to remove are not in the table any more: {sorted(missing)}")
-            return kept, removed, rewritten
+        def _holds_removed(self, manifest: Any) -> bool:
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            return any(e.data_file.file_path in self._removed for e in entries)
+
+        def _all_found(self, manifests: Any) -> None:
+            found = {e.data_file.file_path for m in manifests for e in m.fetch_manifest_entry(self._io)}
+            if missing := sorted(set(self._removed) - found):
+                raise ValidationException(f"files to remove are not in the table any more: {missing}")
+
+        def _writer(self, content: Any) -> Any:
+            spec = self._transaction.table_metadata.spec()
+            if content == ManifestContent.DATA:
+                return self.new_manifest_writer(spec)
+            output = self.new_manifest_output()
+            return DeleteManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression)
 
     return RowDelta
 

@@ -18,6 +18,7 @@ from ingest.config import PipelineConfig, StreamConfig, parse_config
 from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
+from ingest.sink import position_deletes
 from ingest.sink.catalog import cached_pyiceberg_catalog
 from ingest.sink.driver_apply import MAX_KEYS, apply_in_driver, driver_target
 from ingest.sink.merge import batch_arrow, committed_offset, stream_offset_properties
@@ -84,8 +85,9 @@ def _apply(
 
 @pytest.mark.parametrize("how", ["rewrite", "position"])
 def test_a_batch_leaves_per_key_its_final_row_or_nothing_tagged_with_its_offset_and_a_replay_commits_nothing(
-    tmp_path: Path, how: str
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(position_deletes, "TAIL_BYTES", 0)  # by position, no file is small enough to write again
     config = _config(tmp_path)
     schema = _schema("t")
     ensure_target_created(None, config.targets, schema)
@@ -116,6 +118,22 @@ def test_a_batch_leaves_per_key_its_final_row_or_nothing_tagged_with_its_offset_
     # Each batch's offset on one snapshot: the batch's delete and append are one commit, as a MERGE is.
     tagged = [s for s in table.snapshots() if s.summary and SUMMARY_STREAM_OFFSET in s.summary.additional_properties]
     assert len(tagged) == 2
+
+
+def test_appended_batches_join_the_last_small_file_until_it_is_big_enough(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path)
+    schema = _schema("t")
+    ensure_target_created(None, config.targets, schema)
+    table = cached_pyiceberg_catalog(config.sink).load_table(config.target_for("db", "t"))
+    for n in range(4):
+        assert _apply(config, schema, {(i,): (i, i, f"r{i}") for i in range(n * 10, n * 10 + 10)}, _at(n), True)
+    assert _rows(table) == {i: (i, f"r{i}") for i in range(40)}
+    (only,) = table.scan().plan_files()  # one file, written again with each batch's rows
+    monkeypatch.setattr(position_deletes, "TAIL_BYTES", only.file.file_size_in_bytes)  # it is big enough now
+    assert _apply(config, schema, {(40,): (40, 40, "r40")}, _at(4), True)
+    assert sorted(t.file.record_count for t in table.refresh().scan().plan_files()) == [1, 40]
 
 
 def test_targets_the_driver_must_not_take_are_left_to_spark(tmp_path: Path) -> None:

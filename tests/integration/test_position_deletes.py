@@ -19,6 +19,7 @@ from ingest.config import PipelineConfig, parse_config
 from ingest.model.columns import SourceColumn
 from ingest.model.position import BinlogPosition, Watermark
 from ingest.model.schema import TableSchema
+from ingest.sink import position_deletes
 from ingest.sink.catalog import cached_pyiceberg_catalog, spark_catalog_conf
 from ingest.sink.driver_apply import apply_in_driver, driver_target, stage_in_driver
 from ingest.sink.maintenance import maintain
@@ -99,10 +100,12 @@ def _loaded(spark: Any, base: Path, name: str) -> tuple[PipelineConfig, TableSch
     with table.transaction() as transaction:
         transaction.set_properties({"write.parquet.row-group-limit": "100"})
     held: Rows = {}
-    for part in range(6):
-        rows = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, i) for i in range(part * 500, part * 500 + 500)}
-        assert _apply(config, _schema(), rows, _at(10 + part), append=True)
-        held |= {key: (row[2],) for key, row in rows.items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(position_deletes, "TAIL_BYTES", 0)  # a file per append
+        for part in range(6):
+            rows = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, i) for i in range(part * 500, part * 500 + 500)}
+            assert _apply(config, _schema(), rows, _at(10 + part), append=True)
+            held |= {key: (row[2],) for key, row in rows.items()}
     with table.update_schema() as update:
         update.rename_column("id", "ident")
         update.update_column("k2", LongType())
@@ -119,8 +122,9 @@ def _expect(expected: Rows, batch: dict[Any, Any]) -> None:
 
 
 def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyiceberg_and_spark_and_compacts_away(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(position_deletes, "TAIL_BYTES", 0)  # every file deleted from by position
     config, schema, expected = _loaded(spark, tmp_path, "lake_bypos")
     # Updates in every file, deletes, a delete of a key never held, an insert, and a key whose k2 differs.
     batch: dict[Any, Any] = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, -i) for i in (0, 5, 1500, 2999)}
@@ -164,6 +168,34 @@ def test_a_batch_by_position_leaves_per_key_its_final_row_or_nothing_for_pyicebe
     table = table.refresh()
     assert not [d for task in table.scan().plan_files() for d in task.delete_files]  # folded into the data
     assert _pyiceberg_rows(config) == expected == _spark_rows(spark, config)
+
+
+def _files(config: PipelineConfig) -> tuple[set[str], dict[str, set[str]]]:
+    """The target's data files, and per data file its delete files."""
+    tasks = cached_pyiceberg_catalog(config.sink).load_table(("db", "t")).scan().plan_files()
+    return {t.file.file_path for t in tasks}, {t.file.file_path: {d.file_path for d in t.delete_files} for t in tasks}
+
+
+def test_the_batch_rows_join_the_smallest_small_file_so_a_target_does_not_gain_a_file_per_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    config, schema, expected = _loaded(spark, tmp_path, "lake_tail")  # six files of 500 rows: all small
+    data, _ = _files(config)
+    for n in range(3):
+        # Updates in every file, a delete, and new keys: the smallest file is written again with the batch's rows
+        # (its own rows of the batch's keys left out, its deletes applied), the others deleted from by position.
+        batch: dict[Any, Any] = {(f"k{i:04}", i % 7): (f"k{i:04}", i % 7, -n) for i in range(n, 3000, 499)}
+        batch |= {(f"k{i:04}", i % 7): None for i in (10 + n, 1010 + n)} | {(f"new{n}", 1): (f"new{n}", 1, n)}
+        assert _apply(config, schema, batch, _at(200 + n))
+        _expect(expected, batch)
+        assert _pyiceberg_rows(config) == expected
+        now, deletes = _files(config)
+        assert len(now) == len(data) == 6 and len(now - data) == 1  # one file replaced, none added
+        assert all(len(d) <= 1 for d in deletes.values()) and not deletes[(now - data).pop()]
+        data = now
+    summary = cached_pyiceberg_catalog(config.sink).load_table(("db", "t")).current_snapshot().summary
+    assert summary.additional_properties["deleted-data-files"] == "1"
+    assert _spark_rows(spark, config) == expected
 
 
 def test_a_compaction_between_reading_the_positions_and_the_commit_fails_the_commit_and_the_retry_applies(
