@@ -35,7 +35,7 @@ from ingest.model.position import Watermark
 from ingest.model.schema import TableSchema
 from ingest.sink.data_files import DataFileWriter, writable_from_arrow
 from ingest.sink.merge import MAX_ATTEMPTS, OP_COLUMN
-from ingest.sink.position_deletes import stage_by_position
+from ingest.sink.position_deletes import may_hold, stage_by_position
 from ingest.sink.targets import table_of
 from ingest.sink.transaction import open_transaction, overwrite_files
 
@@ -128,10 +128,10 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
     """The pyiceberg transaction (not committed) that applies the batch `rows` to the driver's table in one snapshot
     tagged with `properties`: the batch's final rows added, after the rows of its keys are deleted by position
     ("position"), or with each data file holding one of its keys replaced by its other rows and the batch's rows of
-    the keys it held ("rewrite": the files that may hold the keys are found by their range and set; pyiceberg reads
-    every file for a set of more than 200 values, and the range still prunes older keys'). An "append" only adds
+    the keys it held ("rewrite": the files that may hold the keys are found by their range, and their set when it is
+    small enough for pyiceberg to test). An "append" only adds
     (with the rows of the target's smallest small file, as "position" does: ingest/sink/position_deletes.py)."""
-    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
+    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
     table = driver.table
@@ -150,15 +150,8 @@ def stage_in_driver(driver: DriverApply, schema: TableSchema, rows: pa.Table, pr
     with overwrite_files(transaction, properties, write_uuid) as overwrite:
         pieces, rest = [], final
         if len(keys):
-            values = keys.to_pylist()
-            lo, hi = min(values), max(values)
-            where = And(
-                In(term=Reference(key), values=values),
-                GreaterThanOrEqual(term=Reference(key), value=lo),
-                LessThanOrEqual(term=Reference(key), value=hi),
-            )
             scan = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue())
-            for task in table.scan(row_filter=where).plan_files():
+            for task in table.scan(row_filter=may_hold(rows.select([key]))).plan_files():
                 held = scan.to_table(tasks=[task])
                 hit = pc.is_in(held.column(key), value_set=keys.cast(held.schema.field(key).type))
                 if not pc.any(hit).as_py():

@@ -44,7 +44,7 @@ FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 
 IN_LIST_MAX = 200
 """pyiceberg's scan planning evaluates an IN of more values than this as "may match" for every file; above it,
-files are planned by the keys' range only."""
+files are planned by the keys' range only (binding the values would cost, and prune nothing)."""
 
 TAIL_BYTES = 4 << 20
 """The batch's rows are written with those of the target's smallest data file under this size, which the snapshot
@@ -148,7 +148,7 @@ def locate(table: Any, keys: pa.Table) -> dict[str, Located]:
     ids = [table.schema().find_field(name).field_id for name in keys.column_names]
     sorted_first = _sorted_values(keys.column(0))
     spec_id = table.metadata.default_spec_id
-    tasks = list(table.scan(row_filter=_may_hold(keys)).plan_files())
+    tasks = list(table.scan(row_filter=may_hold(keys)).plan_files())
 
     def positions(task: Any) -> tuple[str, Located]:
         path = task.file.file_path
@@ -199,7 +199,7 @@ def _sorted_values(column: pa.ChunkedArray) -> list[Any] | None:
     return sorted(column.to_pylist()) if _prunable(column.type) else None
 
 
-def _may_hold(keys: pa.Table) -> Any:
+def may_hold(keys: pa.Table) -> Any:
     """The scan filter of the files that may hold `keys`: per key column its values' range, and its values when
     few enough for the planner to test them."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThanOrEqual, Reference
