@@ -25,6 +25,7 @@ from ingest.devservers.trino import trino_missing
 PIPELINE = "bench_soak"
 JOB_SERVER_ID = 5403
 FLAT_KEYS = (
+    ("cores", "job cores", "cores"),
     ("rss_mib", "tree RSS", "MiB"),
     ("jvm_rss_mib", "JVM RSS", "MiB"),
     ("open_fds", "open descriptors (tree)", "descriptors"),
@@ -36,6 +37,8 @@ FLAT_KEYS = (
     ("lag_p95_s", "lag p95", "s"),
 )
 """The sample fields the flatness figures are computed for: key, label, unit."""
+END_MINUTES = 10
+"""The job's CPU of the run's last minutes is compared with that of its first as many (`last_over_first`)."""
 MAINTENANCE_LINE = re.compile(r": maintenance in [0-9.]+ s")
 WARNING_LINE = re.compile(r" (WARNING|ERROR) ingest")
 
@@ -165,6 +168,19 @@ def flatness(samples: Sequence[Mapping[str, Any]], key: str) -> dict[str, float 
     }
 
 
+def last_over_first(samples: Sequence[Mapping[str, Any]], key: str, seconds: float) -> float | None:
+    """The mean of `key` over the samples of the run's last `seconds` over its mean over the first `seconds` (a
+    job's cost that grows with the hours it has run shows here); None for a run shorter than twice `seconds`."""
+    points = [(float(s["elapsed_s"]), float(s[key])) for s in samples if s.get(key) is not None]
+    if not points or points[-1][0] < 2 * seconds:
+        return None
+    first = [y for x, y in points if x <= seconds]
+    last = [y for x, y in points if x > points[-1][0] - seconds]
+    if not first or not last or sum(first) == 0:
+        return None
+    return harness.rounded((sum(last) / len(last)) / (sum(first) / len(first)))
+
+
 # ---------------------------------------------------------------------------------------------------
 # The run.
 
@@ -226,6 +242,7 @@ def measure(server: MariaDBServer, args: argparse.Namespace, scratch: Path, resu
             1 for line in lines if WARNING_LINE.search(line)
         )
         results["flatness"] = {key: flatness(samples, key) for key, _, _ in FLAT_KEYS}
+        results["cores_last_over_first"] = last_over_first(samples, "cores", END_MINUTES * 60)
         if failure is not None or code != 0:
             results["failure"] = failure or f"the job exited with code {code} after SIGTERM (None: killed)"
             results["job_log_tail"] = job.tail().splitlines()
@@ -354,6 +371,11 @@ def render(results: dict[str, Any]) -> str:
         lines.append(
             "lag over the whole run: "
             + ", ".join(f"{p} {harness.fmt(whole[p], '.2f')}s" for p in ("p50", "p95", "max"))
+        )
+    if results.get("cores_last_over_first") is not None:
+        lines.append(
+            f"job cores over the last {END_MINUTES} minutes / over the first {END_MINUTES}: "
+            f"{results['cores_last_over_first']:.3f}"
         )
     if "job_cpu_s" in results:
         lines.append(
