@@ -152,6 +152,15 @@ def embedded_sink(base: Path) -> dict[str, Any]:
     }
 
 
+def sqlite_catalog(base: Path) -> Any:
+    """A pyiceberg SQL catalog on SQLite with a local warehouse under `base`, and its namespace `n`."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{base}/catalog.db", warehouse=f"file://{base}/warehouse")
+    catalog.create_namespace("n")
+    return catalog
+
+
 def _minio_file_io(minio: MinioServer) -> dict[str, Any]:
     """Catalog properties for data files on MinIO through S3FileIO; the secret comes from the environment."""
     os.environ["INGEST_TEST_S3_SECRET"] = minio.secret_key

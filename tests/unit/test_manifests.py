@@ -11,6 +11,7 @@ import pytest
 
 from ingest.sink import manifests
 from ingest.sink.manifests import ManifestEntries, keep_manifest_entries
+from tests.conftest import sqlite_catalog
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 
@@ -32,13 +33,9 @@ def test_entries_are_kept_up_to_a_bound_the_least_recently_read_dropped_first() 
 
 @pytest.fixture
 def table(tmp_path: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
     keep_manifest_entries()
     keep_manifest_entries()  # once only
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
-    catalog.create_namespace("n")
-    return catalog.create_table("n.t", schema=SCHEMA)
+    return sqlite_catalog(tmp_path).create_table("n.t", schema=SCHEMA)
 
 
 def _rows(ids: range) -> pa.Table:

@@ -12,6 +12,7 @@ import pytest
 
 from ingest.sink import table_metadata
 from ingest.sink.table_metadata import MetadataFiles, keep_table_metadata
+from tests.conftest import sqlite_catalog
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 
@@ -31,12 +32,9 @@ def test_the_newest_metadata_of_each_table_is_kept_up_to_a_bound() -> None:
 
 @pytest.fixture
 def catalog(tmp_path: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
     keep_table_metadata()
     keep_table_metadata()  # once only
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
-    catalog.create_namespace("n")
+    catalog = sqlite_catalog(tmp_path)
     catalog.create_table("n.t", schema=SCHEMA)
     return catalog
 
