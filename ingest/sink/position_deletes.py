@@ -344,17 +344,9 @@ def _row_delta_class() -> type:
     """pyiceberg's fast append, made to write its position delete files into a delete manifest of their own, and to
     remove delete files: pyiceberg has no row delta of its own (apache/iceberg-python #1078)."""
     from pyiceberg.exceptions import ValidationException
-    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestWriterV2
+    from pyiceberg.manifest import DataFileContent, ManifestContent
     from pyiceberg.table.snapshots import Operation
     from pyiceberg.table.update.snapshot import _FastAppendFiles
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
 
     class RowDelta(_FastAppendFiles):
         def __init__(self, transaction: Any, io: Any, properties: dict[str, str]) -> None:
@@ -382,8 +374,7 @@ def _row_delta_class() -> type:
             holding a removed file: the others existing, the removed ones deleted. The other manifests as they
             were."""
             existing = self._existing_manifests()
-            rewritten = {m.manifest_path: m for m in existing if self._removed and self._holds_removed(m)}
-            self._all_found(rewritten.values())
+            rewritten = _holding(existing, self._io, self._removed)
             written = []
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
                 data = content == ManifestContent.DATA
@@ -404,23 +395,47 @@ def _row_delta_class() -> type:
                 written.append(writer.to_manifest_file())
             return written + [m for m in existing if m.manifest_path not in rewritten]
 
-        def _holds_removed(self, manifest: Any) -> bool:
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-            return any(e.data_file.file_path in self._removed for e in entries)
-
-        def _all_found(self, manifests: Any) -> None:
-            found = {e.data_file.file_path for m in manifests for e in m.fetch_manifest_entry(self._io)}
-            if missing := sorted(set(self._removed) - found):
-                raise ValidationException(f"files to remove are not in the table any more: {missing}")
-
         def _writer(self, content: Any) -> Any:
             spec = self._transaction.table_metadata.spec()
             if content == ManifestContent.DATA:
                 return self.new_manifest_writer(spec)
             output = self.new_manifest_output()
-            return DeleteManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression)
+            return _delete_manifest_writer()(spec, self.schema(), output, self._snapshot_id, self._compression)
 
     return RowDelta
+
+
+def _holding(manifests: list[Any], io: Any, removed: dict[str, Any]) -> dict[str, Any]:
+    """By path, the manifests that list a file of `removed` (by path); each of those must be listed."""
+    from pyiceberg.exceptions import ValidationException
+
+    holding = {}
+    for manifest in manifests:
+        if not removed:
+            break  # a live file is listed once
+        paths = {e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=True)}
+        if not paths.isdisjoint(removed):
+            holding[manifest.manifest_path] = manifest
+            removed = {path: file for path, file in removed.items() if path not in paths}
+    if removed:
+        raise ValidationException(f"files to remove are not in the table any more: {sorted(removed)}")
+    return holding
+
+
+@functools.cache
+def _delete_manifest_writer() -> type:
+    """pyiceberg's manifest writer, writing a delete manifest (pyiceberg writes none)."""
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    return DeleteManifestWriter
 
 
 def _added_entry(snapshot_id: int, data_file: Any) -> Any:
