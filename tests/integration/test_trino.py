@@ -20,6 +20,7 @@ from ingest.devservers.postgres import PostgresServer
 from ingest.devservers.rest_catalog import RestCatalogServer
 from ingest.devservers.trino import TrinoServer
 from ingest.query.pipeline import run
+from ingest.sink import position_deletes
 from ingest.sink.catalog import load_pyiceberg_catalog
 from ingest.sink.maintenance import SUMMARY_MAINTENANCE
 from ingest.sink.summary import SUMMARY_STREAM_OFFSET
@@ -222,9 +223,17 @@ def _assert_read_at_the_cut(trino: TrinoServer, catalog: str, db: str, expected:
 
 
 def test_schema_evolution_reads_equal_to_mysql(
-    spark: Any, trino: TrinoServer, mariadb: MariaDBServer, minio: MinioServer, postgres: PostgresServer
+    spark: Any,
+    trino: TrinoServer,
+    mariadb: MariaDBServer,
+    minio: MinioServer,
+    postgres: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     db = "trddl"
+    # Its 51 rows would be written again with each batch's as the target's one small file: deletes by position
+    # instead, for Trino to apply.
+    monkeypatch.setattr(position_deletes, "TAIL_BYTES", 0)
     mariadb.execute(
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
