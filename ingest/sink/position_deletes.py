@@ -379,20 +379,11 @@ def _row_delta_class() -> type:
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
                 data = content == ManifestContent.DATA
                 added = [f for f in self._added_data_files if (f.content == DataFileContent.DATA) == data]
-                entries = [
-                    e
-                    for m in rewritten.values()
-                    if m.content == content
-                    for e in m.fetch_manifest_entry(self._io, discard_deleted=True)
-                ]
-                if not (added or entries):
-                    continue
-                with self._writer(content) as writer:
-                    for data_file in added:
-                        writer.add(_added_entry(self._snapshot_id, data_file))
-                    for entry in entries:
-                        (writer.delete if entry.data_file.file_path in self._removed else writer.existing)(entry)
-                written.append(writer.to_manifest_file())
+                held = [m for m in rewritten.values() if m.content == content]
+                entries = [e for m in held for e in m.fetch_manifest_entry(self._io)]
+                if added or entries:
+                    writer = self._writer(content)
+                    written.append(_written(writer, self._snapshot_id, added, entries, self._removed))
             return written + [m for m in existing if m.manifest_path not in rewritten]
 
         def _writer(self, content: Any) -> Any:
@@ -403,6 +394,17 @@ def _row_delta_class() -> type:
             return _delete_manifest_writer()(spec, self.schema(), output, self._snapshot_id, self._compression)
 
     return RowDelta
+
+
+def _written(writer: Any, snapshot_id: int, added: list[Any], entries: list[Any], removed: dict[str, Any]) -> Any:
+    """The manifest `writer` writes: the files `added`, and `entries` of earlier manifests, deleted when their file
+    is one of `removed` (by path), else existing."""
+    with writer:
+        for data_file in added:
+            writer.add(_added_entry(snapshot_id, data_file))
+        for entry in entries:
+            (writer.delete if entry.data_file.file_path in removed else writer.existing)(entry)
+    return writer.to_manifest_file()
 
 
 def _holding(manifests: list[Any], io: Any, removed: dict[str, Any]) -> dict[str, Any]:
